@@ -1,0 +1,34 @@
+# Two entry points for a fresh machine (Python >= 3.11 and pip are all it needs):
+#   make report   create .venv, install the project, run the whole workflow
+#   make test     create .venv, install the project with its test extras, run pytest
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+CORES ?= all
+export PATH := $(abspath $(BIN)):$(PATH)
+
+.PHONY: report test lint clean-results
+
+$(VENV)/.installed-%: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[$*]'
+	touch $@
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+report: $(VENV)/.installed
+	$(BIN)/snakemake --cores $(CORES)
+
+test: $(VENV)/.installed-test
+	$(BIN)/python -m pytest
+
+lint: $(VENV)/.installed-test
+	$(BIN)/snakemake --lint
+
+clean-results:
+	rm -rf results logs .snakemake

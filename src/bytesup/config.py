@@ -1,0 +1,124 @@
+"""Config validation: one schema, defaults filled in, errors on one line.
+
+The schema (workflow/schemas/config.schema.yaml) is the single description of every key.
+`validate()` checks a config against it, fills in the defaults, and turns the first
+problem into a `ConfigError` whose message names the key and what was expected.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+
+
+class ConfigError(ValueError):
+    """A config value the workflow cannot use; the message is one line."""
+
+
+def load_schema(path: str | Path) -> dict:
+    with open(path, encoding="utf-8") as fh:
+        return yaml.safe_load(fh)
+
+
+def _key(path) -> str:
+    return ".".join(str(p) for p in path) or "(top level)"
+
+
+def _one_line(error: jsonschema.ValidationError) -> str:
+    key = _key(error.absolute_path)
+    if error.validator == "additionalProperties" and not error.schema.get("additionalProperties", True):
+        known = ", ".join(sorted(error.schema.get("properties", {})))
+        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        where = "" if key == "(top level)" else f" in {key}"
+        return f"unknown key {', '.join(map(repr, extra))}{where}; expected one of: {known}"
+    if error.validator == "pattern":
+        desc = error.schema.get("description", "")
+        hint = f" ({desc.rstrip('.')})" if desc else ""
+        return f"{key}: {error.instance!r} does not match {error.validator_value!r}{hint}"
+    if error.validator == "type":
+        return f"{key}: expected {error.validator_value}, got {type(error.instance).__name__} {error.instance!r}"
+    if error.validator == "enum":
+        options = ", ".join(map(repr, error.validator_value))
+        return f"{key}: {error.instance!r} is not one of {options}"
+    if error.validator == "required":
+        return f"{key}: {error.message}"
+    return f"{key}: {error.message}"
+
+
+def _model_branch(schema: dict, source: str) -> dict | None:
+    """The oneOf branch of the model schema for one source (pypi, hf, path)."""
+    model = schema["$defs"]["model"]
+    for branch in model["oneOf"]:
+        if branch["properties"]["source"].get("const") == source:
+            merged = {k: v for k, v in model.items() if k != "oneOf"}
+            merged = copy.deepcopy(merged)
+            # A branch lists shared keys as {} only to allow them; keep the shared definition.
+            own = {k: v for k, v in branch["properties"].items() if v}
+            merged["properties"] = {**model["properties"], **own}
+            merged["required"] = sorted(set(model.get("required", [])) | set(branch.get("required", [])))
+            merged["additionalProperties"] = branch.get("additionalProperties", True)
+            merged["$defs"] = schema["$defs"]
+            return merged
+    return None
+
+
+def _fill_defaults(instance: Any, schema: dict, root: dict) -> None:
+    """Fill in missing keys from the schema's `default`s, recursively."""
+    if "$ref" in schema:
+        schema = root["$defs"][schema["$ref"].split("/")[-1]]
+    if not isinstance(instance, dict):
+        return
+    for key, sub in schema.get("properties", {}).items():
+        if key not in instance and "default" in sub:
+            instance[key] = copy.deepcopy(sub["default"])
+        if key in instance:
+            _fill_defaults(instance[key], sub, root)
+
+
+def validate(config: dict, schema_path: str | Path) -> dict:
+    """Check `config` in place against the schema, fill defaults, raise ConfigError on the first problem."""
+    schema = load_schema(schema_path)
+    if not isinstance(config, dict):
+        raise ConfigError(f"the config must be a mapping of keys, got {type(config).__name__}")
+    _fill_defaults(config, schema, schema)
+
+    # Each model entry first, against the branch its `source` picks: the error then
+    # names that entry's key rather than "not valid under any of the given schemas".
+    models = config.get("models")
+    if isinstance(models, dict):
+        for name, spec in models.items():
+            prefix = ["models", name]
+            if not isinstance(spec, dict):
+                raise ConfigError(f"{_key(prefix)}: expected a mapping with a 'source' key")
+            branch = _model_branch(schema, spec.get("source"))
+            if branch is None:
+                raise ConfigError(
+                    f"{_key(prefix + ['source'])}: {spec.get('source')!r} is not one of 'pypi', 'hf', 'path'"
+                )
+            _fill_defaults(spec, branch, schema)
+            err = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(branch).iter_errors(spec))
+            if err is not None:
+                err.path.extendleft(reversed(prefix))
+                raise ConfigError(_one_line(err))
+
+    validator = jsonschema.Draft202012Validator(schema)
+    err = jsonschema.exceptions.best_match(validator.iter_errors(config))
+    if err is not None:
+        raise ConfigError(_one_line(err))
+    model_spec(config, config["model"])
+    return config
+
+
+def model_spec(config: dict, name: str) -> dict:
+    """The models-table entry for `name`, with a one-line error when it is unknown."""
+    models = config.get("models") or {}
+    if name not in models:
+        known = ", ".join(sorted(models)) or "(none)"
+        raise ConfigError(f"model: {name!r} is not in the models table; known models: {known}")
+    return models[name]

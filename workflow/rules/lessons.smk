@@ -1,0 +1,57 @@
+# Stage 3: one papermill notebook per lesson. The source notebook is an input, the
+# executed notebook and every figure and table it writes are outputs.
+
+# Per lesson: the files it reads (notebook parameter name -> path) and the files it
+# writes into its folder results/{model}/lessons/<lesson>/.
+LESSONS = {
+    "03_ffn_by_hand": {
+        "reads": {
+            "metadata_json": "results/{model}/gguf/metadata.json",
+            "tensors_index": "results/{model}/gguf/extract.json",
+            "timing_summary": "results/timing/{model}/cpu/summary.json",
+            "timing_sweep": "results/timing/{model}/cpu/sweep.csv",
+        },
+        "writes": [
+            "metrics.json",
+            "claims.csv",
+            "gate_valves.png",
+            "flops_per_token.csv",
+            "matvec_vs_matmul.csv",
+        ],
+    },
+}
+
+
+def lesson_outputs(lesson, model="{model}"):
+    """Every file one lesson writes, keyed by a name usable as a notebook parameter."""
+    folder = f"results/{model}/lessons/{lesson}"
+    files = {name.replace(".", "_"): f"{folder}/{name}" for name in LESSONS[lesson]["writes"]}
+    files["notebook"] = f"{folder}/{lesson}.ipynb"
+    return files
+
+
+for _lesson, _spec in LESSONS.items():
+
+    rule:
+        name:
+            f"lesson_{_lesson}"
+        input:
+            notebook=f"workflow/notebooks/{_lesson}.ipynb",
+            model_record="resources/models/{model}.json",
+            **_spec["reads"],
+        output:
+            **lesson_outputs(_lesson),
+        params:
+            lesson=_lesson,
+            out_dir=f"results/{{model}}/lessons/{_lesson}",
+            model=lambda wc: wc.model,
+            specimen=lambda wc: model_spec(config, wc.model).get("specimen", False),
+            token=config["token"],
+            seed=config["seed"],
+        log:
+            notebook=f"logs/lessons/{{model}}/{_lesson}.ipynb",
+        resources:
+            mem_mb=4000,
+            runtime=30,
+        script:
+            "../scripts/run_notebook.py"
