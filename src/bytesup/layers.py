@@ -1,0 +1,149 @@
+"""What a layer is made of: matvecs, RMSNorm, and one non-linear function.
+
+Shapes are numpy order, rows x columns: W_gate is (n_ff, n_embd), so W_gate @ x takes n_embd
+numbers in and gives n_ff out. (GGUF writes the same dims the other way round; gguf_file.py is
+the one place that flips them.)
+
+Arithmetic follows the inputs' dtype. Given float32 weights and a float32 vector, every step here
+runs in float32, like the model; only ``matvec_naive`` uses Python's 64-bit floats.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+# --- the one operation: y = W · x -----------------------------------------------------------
+
+
+def matvec_naive(W, x) -> list[float]:
+    """y[r] = sum over c of W[r][c] * x[c], written as the two loops of the course.
+
+    This is where a model spends its time: every weight is read once and used for one multiply
+    and one add (2 FLOPs per weight). Plain Python floats are 64-bit, so the sums here are
+    slightly more exact than numpy's float32 ones; float32 inputs convert to them without loss.
+    """
+    rows = W.tolist() if hasattr(W, "tolist") else [list(r) for r in W]
+    x = x.tolist() if hasattr(x, "tolist") else list(x)
+    if any(len(row) != len(x) for row in rows):
+        raise ValueError(f"matvec: every row of W needs {len(x)} columns to match x")
+    y = [0.0] * len(rows)
+    for r, row in enumerate(rows):
+        s = 0.0
+        for c in range(len(x)):
+            s += row[c] * x[c]
+        y[r] = s
+    return y
+
+
+def matvec(W, x) -> np.ndarray:
+    """The same y = W · x by numpy: identical arithmetic, done by an optimised routine (BLAS)."""
+    W, x = np.asarray(W), np.asarray(x)
+    if W.ndim != 2 or x.ndim != 1 or W.shape[1] != x.shape[0]:
+        raise ValueError(f"matvec: W {W.shape} needs as many columns as x {x.shape} has elements")
+    return W @ x
+
+
+# --- RMSNorm: rescale to a standard size ----------------------------------------------------
+
+
+def rms(x):
+    """Root mean square, read right to left: square, take the mean, take the square root.
+
+    Squaring first stops positive and negative values cancelling, so this measures size.
+    """
+    x = np.asarray(x)
+    return np.sqrt(np.mean(x * x))
+
+
+def rms_norm(x, weight, eps):
+    """x divided by its RMS, then times a learned per-element gain (the norm tensor).
+
+    eps (read from the file, never assumed) keeps an all-zero x from dividing by zero. It is
+    cast to x's dtype, as the model stores it as a float32.
+    """
+    x, weight = np.asarray(x), np.asarray(weight)
+    if weight.shape != x.shape:
+        raise ValueError(f"rms_norm: weight {weight.shape} must match x {x.shape}")
+    eps = x.dtype.type(eps) if np.issubdtype(x.dtype, np.floating) else eps
+    scale = np.sqrt(np.mean(x * x) + eps)
+    return x / scale * weight
+
+
+# --- the non-linear step ---------------------------------------------------------------------
+
+
+def sigmoid(z):
+    """A smooth dial from 0 to 1: 1 / (1 + e^(-z)).
+
+    For very negative z, e^(-z) overflows to inf and the result is exactly 0, which is the
+    right answer, so the overflow warning is silenced rather than the formula changed.
+    """
+    z = np.asarray(z)
+    with np.errstate(over="ignore"):
+        return 1 / (1 + np.exp(-z))
+
+
+def silu(z):
+    """SiLU(z) = z · sigmoid(z): passes large positive z, shuts off large negative z.
+
+    Its lowest value is about -0.278 (near z = -1.278), so a negative gate can only pass a small
+    negative fraction of what it multiplies.
+    """
+    z = np.asarray(z)
+    return z * sigmoid(z)
+
+
+def relu(z):
+    """max(z, 0): the simplest non-linearity, a hard switch at zero."""
+    return np.maximum(np.asarray(z), 0)
+
+
+def gelu(z, approximate: str = "tanh"):
+    """GELU, z times the normal distribution's CDF at z.
+
+    approximate="tanh" is the formula GPT-2 and llama.cpp use; "none" is the exact erf form.
+    """
+    z = np.asarray(z)
+    if approximate == "tanh":
+        return 0.5 * z * (1 + np.tanh(math.sqrt(2 / math.pi) * (z + 0.044715 * z**3)))
+    if approximate == "none":
+        erf = np.vectorize(math.erf, otypes=[np.float64])
+        return (0.5 * z * (1 + erf(z / math.sqrt(2)))).astype(np.result_type(z, np.float32))
+    raise ValueError(f"gelu: approximate must be 'tanh' or 'none', not {approximate!r}")
+
+
+def tanh(z):
+    """tanh: an S-curve from -1 to 1 (the activation of older networks)."""
+    return np.tanh(np.asarray(z))
+
+
+# --- the feed-forward network, one token ----------------------------------------------------
+
+
+class FFNTrace(NamedTuple):
+    """Every intermediate of one token's walk through an FFN half-block."""
+
+    xn: np.ndarray  # RMSNorm(x) * ffn_norm        (n_embd)
+    g: np.ndarray  # W_gate · xn                   (n_ff)   the valves
+    u: np.ndarray  # W_up · xn                     (n_ff)   the values
+    h: np.ndarray  # SiLU(g) * u, element by element (n_ff)
+    out: np.ndarray  # W_down · h                  (n_embd) the adjustment
+    y: np.ndarray  # x + out                       (n_embd) the residual stream, on to the next block
+
+
+def ffn(x, w_gate, w_up, w_down, ffn_norm, eps) -> FFNTrace:
+    """The FFN half of a llama block with its residual: y = x + W_down(SiLU(W_gate xn) * W_up xn).
+
+    Three matvecs carry nearly all the work; the norm, SiLU, product and add are cheap.
+    """
+    x = np.asarray(x)
+    xn = rms_norm(x, ffn_norm, eps)
+    g = matvec(w_gate, xn)  # n_embd -> n_ff
+    u = matvec(w_up, xn)  # n_embd -> n_ff
+    h = silu(g) * u  # SwiGLU: g decides how much of each u gets through
+    out = matvec(w_down, h)  # n_ff -> n_embd
+    y = x + out  # add an adjustment, don't replace the vector
+    return FFNTrace(xn=xn, g=g, u=u, h=h, out=out, y=y)

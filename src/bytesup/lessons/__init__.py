@@ -1,0 +1,145 @@
+"""Per-lesson compute functions, and the small helpers every lesson notebook shares.
+
+A lesson module exposes ``compute(metadata, tensors, ...) -> dict`` of metrics; its notebook
+reads the extract stage's files, calls it, and writes what it returns with the helpers below,
+so that every lesson writes metrics.json, tables and figures the same deterministic way:
+sorted keys, plain Python numbers, no timestamps, fixed figure size and resolution.
+
+Published numbers for each lesson live in ``claims/<lesson>.yaml`` (see bytesup.claims).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+FIGSIZE = (7.0, 4.0)  # inches; every lesson figure has the same size ...
+DPI = 120  # ... and resolution, so PNG bytes depend only on the data
+
+
+class LessonInputError(ValueError):
+    """An input file that is missing, or lacks a key or tensor a lesson needs."""
+
+
+class MissingTensorError(LessonInputError, KeyError):
+    """A tensor the lesson needs was not extracted (a KeyError too, so `in` and .get() work)."""
+
+    def __str__(self) -> str:  # KeyError would print the message in quotes
+        return str(self.args[0])
+
+
+def read_json(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise LessonInputError(f"{path}: file not found; run the stage that writes it first")
+    with path.open(encoding="utf-8") as f:
+        return json.load(f)
+
+
+def metadata_values(document: Mapping) -> dict:
+    """The flat {key: value} GGUF metadata from a metadata.json document.
+
+    The extract stage writes {"format": "bytesup.metadata/1", "gguf": {...}, "metadata": {key: value},
+    "types": {...}}; a plain {key: value} mapping is accepted as it is.
+    """
+    if str(document.get("format", "")).startswith("bytesup.metadata/"):
+        inner = document.get("metadata")
+        if not isinstance(inner, Mapping):
+            raise LessonInputError("metadata.json: no 'metadata' mapping inside; re-run the extract stage")
+        return dict(inner)
+    return dict(document)
+
+
+def read_metadata(path: str | Path) -> dict:
+    """The GGUF metadata keys and values from the extract stage's metadata.json."""
+    return metadata_values(read_json(path))
+
+
+class TensorFiles(Mapping):
+    """The extract stage's tensors, by GGUF name, loaded only when asked for.
+
+    ``extract.json`` maps each name to a .npy file (a path relative to extract.json's folder).
+    Arrays are memory-mapped read-only: the 113 MB embedding table of the default model costs
+    nothing until a row of it is read.
+    """
+
+    def __init__(self, index_path: str | Path):
+        self.index_path = Path(index_path)
+        index = read_json(self.index_path)
+        if not isinstance(index.get("tensors"), Mapping):
+            raise LessonInputError(f"{self.index_path}: no 'tensors' mapping; re-run the extract stage")
+        self._entries = index["tensors"]
+        self._base = self.index_path.parent
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        entry = self._entries.get(name)
+        if entry is None:
+            raise MissingTensorError(
+                f"{self.index_path}: tensor {name!r} was not extracted; add it to the extract selection"
+            )
+        return np.load(self._base / entry["file"], mmap_mode="r")
+
+    def __contains__(self, name) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def plain(value):
+    """numpy scalars and arrays as plain Python numbers and lists; NaN/inf as None (JSON has none)."""
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, np.ndarray):
+        return plain(value.tolist())
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        value = float(value)
+        return value if math.isfinite(value) else None
+    return value
+
+
+def write_metrics(metrics: Mapping, path: str | Path) -> Path:
+    """metrics.json: sorted keys, two-space indent, plain numbers, a final newline."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(plain(metrics), sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False)
+    path.write_text(text + "\n", encoding="utf-8")
+    return path
+
+
+def write_table(rows: Sequence[Mapping], path: str | Path, columns: Sequence[str] | None = None) -> Path:
+    """A CSV table; columns default to the first row's keys. Missing values are left empty."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    columns = list(columns if columns is not None else (rows[0].keys() if rows else []))
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=columns, lineterminator="\n", extrasaction="ignore")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: ("" if v is None else plain(v)) for k, v in row.items()})
+    return path
+
+
+def save_figure(fig, path: str | Path) -> Path:
+    """Save a matplotlib figure as PNG without the 'Software' stamp, then close it."""
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=DPI, format="png", metadata={"Software": None})
+    plt.close(fig)
+    return path

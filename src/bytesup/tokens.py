@@ -1,0 +1,104 @@
+"""Finding a word's token id, and showing tokens readably.
+
+A vocabulary does not store " cat" with a plain space. Each tokenizer family marks a leading
+space its own way, and the GGUF metadata key ``tokenizer.ggml.model`` says which family:
+
+    "gpt2"   byte-level BPE (GPT-2, SmolLM2, Llama 3, deepseek-coder): every byte is mapped to a
+             printable character first; the space byte becomes 'Ġ' (U+0120), newline 'Ċ'.
+             " cat" is stored as "Ġcat".
+    "llama"  SentencePiece (Llama 1/2, Mistral): a space becomes '▁' (U+2581).
+             " cat" is stored as "▁cat".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+
+SENTENCEPIECE_SPACE = "\u2581"  # '▁'
+
+
+class TokenError(KeyError):
+    """A token that is not in the vocabulary, or a tokenizer we do not know."""
+
+    def __str__(self) -> str:  # KeyError would print the message in quotes
+        return str(self.args[0])
+
+
+@lru_cache(maxsize=1)
+def gpt2_byte_to_char() -> dict[int, str]:
+    """GPT-2's table from the 256 byte values to 256 printable characters.
+
+    Printable ASCII and most of Latin-1 keep their own character; the other 68 bytes (control
+    characters, space, ...) are moved to code points 256 and up, in byte order. So space
+    (byte 32, the 33rd such byte) lands on chr(256 + 32) = 'Ġ'.
+    """
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    table, moved = {}, 0
+    for b in range(256):
+        if b in keep:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + moved)
+            moved += 1
+    return table
+
+
+def vocab_form(text: str, tokenizer_model: str) -> str:
+    """How ``text`` is spelled inside the vocabulary of a ``tokenizer_model`` tokenizer."""
+    if tokenizer_model == "gpt2":
+        table = gpt2_byte_to_char()
+        return "".join(table[b] for b in text.encode("utf-8"))
+    if tokenizer_model == "llama":
+        return text.replace(" ", SENTENCEPIECE_SPACE)
+    raise TokenError(
+        f"tokenizer.ggml.model = {tokenizer_model!r}: only 'gpt2' (byte-level BPE) and "
+        "'llama' (SentencePiece) space markers are known"
+    )
+
+
+def display(token: str, tokenizer_model: str) -> str:
+    """The text a vocabulary entry stands for, quoted so a leading space shows: 'Ġcat' -> '" cat"'."""
+    if tokenizer_model == "gpt2":
+        back = {c: b for b, c in gpt2_byte_to_char().items()}
+        if all(c in back for c in token):
+            text = bytes(back[c] for c in token).decode("utf-8", errors="replace")
+        else:  # special tokens such as <|endoftext|> are stored as they are
+            text = token
+    elif tokenizer_model == "llama":
+        text = token.replace(SENTENCEPIECE_SPACE, " ")
+    else:
+        text = token
+    return '"' + text + '"'
+
+
+def token_id(vocab: Sequence[str], text: str, tokenizer_model: str) -> int:
+    """The id of the vocabulary entry that spells ``text`` exactly (one token, not a split).
+
+    The id is the entry's position in ``vocab`` (tokenizer.ggml.tokens), and also the row of
+    the token embedding matrix that holds the token's vector.
+    """
+    form = vocab_form(text, tokenizer_model)
+    for i, entry in enumerate(vocab):
+        if entry == form:
+            return i
+    raise TokenError(
+        f"token {text!r} (stored as {form!r} by a {tokenizer_model!r} tokenizer) is not a single entry "
+        f"in this vocabulary of {len(vocab)} tokens; choose a word the model keeps whole"
+    )
+
+
+def tokenizer_of(metadata: Mapping) -> tuple[Sequence[str], str]:
+    """(tokenizer.ggml.tokens, tokenizer.ggml.model) from GGUF metadata, with a clear error."""
+    tokens, model = metadata.get("tokenizer.ggml.tokens"), metadata.get("tokenizer.ggml.model")
+    if not isinstance(tokens, Sequence) or isinstance(tokens, str) or not tokens:
+        raise TokenError("metadata has no tokenizer.ggml.tokens list; re-run the extract stage")
+    if not isinstance(model, str):
+        raise TokenError("metadata has no tokenizer.ggml.model; cannot tell how a leading space is written")
+    return tokens, model
+
+
+def lookup(metadata: Mapping, text: str) -> tuple[int, str]:
+    """(token id, vocabulary spelling) of ``text``, using the tokenizer described in ``metadata``."""
+    vocab, model = tokenizer_of(metadata)
+    return token_id(vocab, text, model), vocab_form(text, model)

@@ -1,0 +1,292 @@
+"""Lesson 3 on a small deterministic synthetic model, checked against an independent float64 version."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bytesup import claims
+from bytesup.lessons import LessonInputError, TensorFiles, metadata_values, plain, read_metadata, write_metrics
+from bytesup.lessons import ffn_by_hand as lesson
+
+N_EMBD, N_FF, VOCAB = 32, 80, ["<|endoftext|>", "a", "Ġthe", "Ġcat", "Ġdog", "cat"]
+REQUIRED = [
+    "token_id", "x_rms", "x_length", "gate_first", "gate_first_naive", "gate_negative_fraction",
+    "silu_abs_below_0_1_fraction", "silu_abs_below_0_01_fraction", "out_length", "cosine_x_y", "angle_deg",
+]
+
+
+def synthetic(arch="llama", seed=7):
+    rng = np.random.default_rng(seed)
+    meta = {
+        "general.architecture": arch,
+        "general.name": "tiny test model",
+        f"{arch}.embedding_length": N_EMBD,
+        f"{arch}.feed_forward_length": N_FF,
+        f"{arch}.block_count": 2,
+        f"{arch}.attention.head_count": 4,
+        f"{arch}.attention.head_count_kv": 2,
+        f"{arch}.attention.layer_norm_rms_epsilon": 1e-5,
+        "tokenizer.ggml.model": "gpt2",
+        "tokenizer.ggml.tokens": VOCAB,
+    }
+    f32 = np.float32
+    tensors = {
+        "token_embd.weight": (rng.standard_normal((len(VOCAB), N_EMBD)) * 0.1).astype(f32),
+        "blk.0.ffn_norm.weight": rng.uniform(0.5, 1.5, N_EMBD).astype(f32),
+        "blk.0.ffn_gate.weight": (rng.standard_normal((N_FF, N_EMBD)) * 0.3).astype(f32),
+        "blk.0.ffn_up.weight": (rng.standard_normal((N_FF, N_EMBD)) * 0.3).astype(f32),
+        "blk.0.ffn_down.weight": (rng.standard_normal((N_EMBD, N_FF)) * 0.2).astype(f32),
+    }
+    return meta, tensors
+
+
+def write_inputs(folder: Path, meta, tensors):
+    """The extract stage's layout: metadata.json, extract.json, tensors/<name>.npy."""
+    (folder / "tensors").mkdir(parents=True)
+    doc = {"format": "bytesup.metadata/1", "gguf": {}, "metadata": meta, "types": {}}
+    (folder / "metadata.json").write_text(json.dumps(doc))
+    index = {"tensors": {}}
+    for name, arr in tensors.items():
+        np.save(folder / "tensors" / f"{name}.npy", arr)
+        index["tensors"][name] = {"file": f"tensors/{name}.npy", "type": "F32", "shape": list(arr.shape)}
+    (folder / "extract.json").write_text(json.dumps(index))
+
+
+def reference(meta, tensors, row):
+    """Independent float64 version of the walk, written without bytesup."""
+    t = {k: np.asarray(v, dtype=np.float64) for k, v in tensors.items()}
+    arch = meta["general.architecture"]
+    eps = float(meta[f"{arch}.attention.layer_norm_rms_epsilon"])
+    x = t["token_embd.weight"][row]
+    xn = x / np.sqrt(np.mean(x**2) + eps) * t["blk.0.ffn_norm.weight"]
+    g = t["blk.0.ffn_gate.weight"] @ xn
+    u = t["blk.0.ffn_up.weight"] @ xn
+    s = g / (1 + np.exp(-g))
+    out = t["blk.0.ffn_down.weight"] @ (s * u)
+    y = x + out
+    cos = x @ y / np.sqrt(x @ x) / np.sqrt(y @ y)
+    return {
+        "x_mean_square": np.mean(x**2), "x_rms": np.sqrt(np.mean(x**2)), "x_length": np.sqrt(x @ x),
+        "gate_first": g[0], "gate_first_naive": g[0], "out_length": np.sqrt(out @ out),
+        "y_length": np.sqrt(y @ y), "cosine_x_y": cos, "angle_deg": np.degrees(np.arccos(cos)),
+        "gate_negative_fraction": np.mean(g < 0), "silu_abs_below_0_1_fraction": np.mean(np.abs(s) < 0.1),
+        "silu_abs_below_0_01_fraction": np.mean(np.abs(s) < 0.01), "gate_min": g.min(), "gate_max": g.max(),
+        "x_first3": x[:3], "x_first3_squared": x[:3] ** 2,
+    }
+
+
+def test_compute_matches_an_independent_float64_walk():
+    meta, tensors = synthetic()
+    m = lesson.compute(meta, tensors, " cat")
+    assert all(k in m for k in REQUIRED)
+    assert m["token_id"] == 3 and m["token_vocab_form"] == "Ġcat"
+    for key, want in reference(meta, tensors, 3).items():
+        np.testing.assert_allclose(np.asarray(m[key], dtype=np.float64), want, rtol=1e-5, atol=0, err_msg=key)
+    wk = lesson.walk(meta, tensors, " cat")
+    # the loop sums in 64-bit floats over the float32 xn: the exact dot of those inputs
+    exact = tensors["blk.0.ffn_gate.weight"][0].astype(np.float64) @ wk.trace.xn.astype(np.float64)
+    assert m["gate_first_naive"] == pytest.approx(exact, rel=1e-14)
+    assert m["gate_first_naive_abs_diff"] < 1e-6
+    assert m["gate_linearity_max_abs_diff"] == 0.0  # W(2x) == 2Wx bit for bit
+    assert m["gate_additivity_max_rel_diff"] < 1e-5
+    assert m["x_rms_after_dividing"] == pytest.approx(1.0, abs=1e-6)
+    assert 0 < m["gate_negative_fraction"] < 1
+    # float32 throughout, as the model computes
+    assert wk.x.dtype == np.float32 and all(a.dtype == np.float32 for a in wk.trace)
+
+
+def test_dims_are_read_with_the_architecture_prefix():
+    meta, tensors = synthetic(arch="qwen2")
+    d = lesson.dims(meta)
+    assert (d["architecture"], d["embedding_length"], d["feed_forward_length"]) == ("qwen2", 32, 80)
+    assert d["block_count"] == 2
+    assert (d["head_count"], d["head_count_kv"], d["head_dim"], d["rms_epsilon"]) == (4, 2, 8, 1e-5)
+    del meta["qwen2.attention.head_count_kv"]
+    assert lesson.dims(meta)["head_count_kv"] == 4  # absent: as many as query heads
+    del meta["qwen2.feed_forward_length"]
+    with pytest.raises(LessonInputError, match="qwen2.feed_forward_length"):
+        lesson.dims(meta)
+
+
+def test_toys_and_course_arithmetic():
+    m = lesson.compute(*synthetic())
+    assert (m["toy_dot"], m["toy_length"], m["toy_rms"], m["toy_mean"], m["toy_mean_pair"]) == (24, 5, 3, 1.5, 0)
+    assert m["toy_cosine"] == pytest.approx(0.96) and round(m["toy_angle_deg"]) == 16
+    assert plain(m["toy_matvec"]) == [7.0, -1.0] and m["toy_matvec_naive"] == [7.0, -1.0]
+    assert m["silu_min"] == pytest.approx(-0.2784645, abs=1e-7)
+    assert m["silu_argmin"] == pytest.approx(-1.27846, abs=1e-5)
+    assert m["course_length_from_rms"] == pytest.approx(10.9312)
+    assert m["course_ffn_gate_fp32_mb"] == pytest.approx(180.355072)
+
+
+def test_flops_table_for_the_course_config_and_this_model():
+    course = lesson.flops_metrics(lesson.flops_per_token(lesson.COURSE_DIMS), lesson.COURSE_DIMS)
+    # 4 attention projections 4096x4096 + 3 FFN matrices 4096x11008, at 2 FLOPs per weight
+    assert course["flops_matvec_per_token_block"] == 2 * (4 * 4096 * 4096 + 3 * 4096 * 11008) == 404_750_336
+    assert course["flops_elementwise_per_token_block"] == 4 * 4096 * 2 + 4096 * 2 + 5 * 11008
+    m = lesson.compute(*synthetic())
+    # this model: q/o 32x32, k/v 16x32 (2 of 4 heads), FFN 3 x 80x32
+    assert m["flops_matvec_per_token_block"] == 2 * (2 * 32 * 32 + 2 * 16 * 32 + 3 * 80 * 32)
+    assert m["course_flops_matvec_per_token_block"] == 404_750_336
+    rows = lesson.flops_table(lesson.dims(synthetic()[0]))
+    assert sum(r["share"] for r in rows) == pytest.approx(1.0)
+    assert {r["step"]: r["rows"] for r in rows}["attn_k"] == 16
+
+
+def test_timing_is_read_not_invented(tmp_path):
+    summary = {"matvec_cold_gbps": 11.0, "cpu": "Some x86 CPU"}
+    sweep = tmp_path / "sweep.csv"
+    sweep.write_text("n,median_s,gflops\n256,0.4,1\n1,0.02,2\n")  # no gbps, no time_over_n1
+    s, rows, notes = lesson.read_timing(None, sweep)
+    assert notes == ["timing summary not found: None"] and len(rows) == 2
+    table, m = lesson.matvec_vs_matmul(summary, rows, notes)
+    assert [r["n"] for r in table] == [1, 256]
+    assert table[1]["time_over_n1"] == pytest.approx(20.0) and table[0]["gbps"] is None
+    assert m["timing_matmul_ratio_256_over_1"] == pytest.approx(20.0) and m["timing_ratio_source"] == "sweep.csv"
+    assert m["timing_matvec_cold_gbps"] == 11.0 and m["timing_stream_copy_gbps"] is None
+    assert "sweep.csv column 'gbps'" in m["timing_missing"]
+    assert "summary.json key 'stream_copy_gbps'" in m["timing_missing"]
+    assert "sweep.csv column 'time_over_n1' (worked out from median_s)" in m["timing_missing"]
+    assert m["timing_course_machine"] is False
+    spark = {"machine": {"cpu_model": "NVIDIA GB10"}, "weights": {"what": "GB10 elsewhere is ignored"}}
+    assert lesson.matvec_vs_matmul(spark, [])[1]["timing_course_machine"] is True
+    assert lesson.matvec_vs_matmul({"weights": {"what": "a GB10 note"}}, [])[1]["timing_course_machine"] is False
+    # the timing stage's own columns are passed through, and its time_over_n1 is used as written
+    sweep.write_text("op,n,rows,cols,weight_bytes,median_s,gbps,gflops,time_over_n1,noisy\n"
+                     "matvec,1,8,4,128,0.01,1,2,1.0,True\nmatmul,256,8,4,128,0.5,1,2,49.0,False\n")
+    table, m = lesson.matvec_vs_matmul({}, lesson.read_timing(None, sweep)[1])
+    assert [(r["op"], r["time_over_n1"], r["noisy"], r["weight_bytes"]) for r in table] == [
+        ("matvec", 1.0, True, 128), ("matmul", 49.0, False, 128)]
+    assert m["timing_matmul_ratio_256_over_1"] == 49.0 and m["timing_weight_mb"] == 128e-6
+    _, m = lesson.matvec_vs_matmul({"matmul_ratio_256_over_1": 21.0}, rows)
+    assert m["timing_matmul_ratio_256_over_1"] == 21.0 and m["timing_ratio_source"] == "summary.json"
+    _, m = lesson.matvec_vs_matmul({}, [])
+    assert m["timing_matmul_ratio_256_over_1"] is None and m["timing_ratio_source"] == "missing"
+
+
+def test_every_claim_has_a_metric_and_the_right_verdict():
+    meta, tensors = synthetic()
+    m = lesson.compute(meta, tensors, timing_summary={"matmul_ratio_256_over_1": 5.0})
+    results = lesson.evaluate_claims(m, model="tiny", metadata=meta)
+    metrics_used = {r.claim.metric for r in results}
+    assert metrics_used <= set(m), metrics_used - set(m)
+    for r in results:
+        if r.claim.requires:
+            assert r.status == "specimen differs", r.claim.claim_id
+        else:
+            assert r.status == "reproduced", (r.claim.claim_id, r.measured)
+    assert next(r for r in results if r.claim.metric == "x_rms").measured == pytest.approx(m["x_rms"])
+
+
+def test_bad_inputs_say_what_is_wrong():
+    meta, tensors = synthetic()
+    with pytest.raises(KeyError, match="' mouse'"):
+        lesson.compute(meta, tensors, " mouse")
+    bad = {**tensors, "blk.0.ffn_gate.weight": tensors["blk.0.ffn_gate.weight"].T}
+    with pytest.raises(LessonInputError, match=r"ffn_gate.*\(80, 32\)"):
+        lesson.compute(meta, bad)
+    del tensors["blk.0.ffn_up.weight"]
+    with pytest.raises(LessonInputError, match="ffn_up"):
+        lesson.compute(meta, tensors)
+
+
+def test_missing_extracted_tensor_is_named(tmp_path):
+    meta, tensors = synthetic()
+    del tensors["blk.0.ffn_down.weight"]
+    write_inputs(tmp_path / "gguf", meta, tensors)
+    with pytest.raises(LessonInputError, match="'blk.0.ffn_down.weight' missing"):
+        lesson.compute(meta, TensorFiles(tmp_path / "gguf" / "extract.json"))
+
+
+def test_tensor_files_and_metrics_json(tmp_path):
+    meta, tensors = synthetic()
+    write_inputs(tmp_path / "gguf", meta, tensors)
+    assert read_metadata(tmp_path / "gguf" / "metadata.json") == meta
+    assert metadata_values(meta) == meta  # a flat mapping is accepted as it is
+    files = TensorFiles(tmp_path / "gguf" / "extract.json")
+    assert set(files) == set(tensors) and len(files) == 5
+    np.testing.assert_array_equal(files["blk.0.ffn_gate.weight"], tensors["blk.0.ffn_gate.weight"])
+    with pytest.raises(LessonInputError, match="attn_q"):
+        files["blk.0.attn_q.weight"]
+    assert "blk.0.attn_q.weight" not in files and files.get("blk.0.attn_q.weight") is None
+    assert "blk.0.ffn_up.weight" in files
+    m = lesson.compute(meta, files)
+    p1 = write_metrics(m, tmp_path / "a.json")
+    p2 = write_metrics(lesson.compute(meta, files), tmp_path / "b.json")
+    assert p1.read_bytes() == p2.read_bytes()
+    loaded = json.loads(p1.read_text())
+    assert list(loaded) == sorted(loaded) and isinstance(loaded["x_rms"], float)
+
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "workflow" / "notebooks" / "03_ffn_by_hand.ipynb"
+
+
+def test_notebook_runs_standalone_from_its_folder(tmp_path):
+    """papermill with the default parameters, from workflow/notebooks/ of a project with a finished extract."""
+    pytest.importorskip("papermill")
+    meta, tensors = synthetic()
+    (tmp_path / "Snakefile").write_text("# project root marker\n")
+    write_inputs(tmp_path / "results" / "smollm2-135m" / "gguf", meta, tensors)
+    nb_dir = tmp_path / "workflow" / "notebooks"
+    nb_dir.mkdir(parents=True)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    cmd = [sys.executable, "-m", "papermill", "-k", "python3", "--cwd", str(nb_dir), str(NOTEBOOK),
+           str(tmp_path / "executed.ipynb")]
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = tmp_path / "results" / "smollm2-135m" / "lessons" / "03_ffn_by_hand"
+    assert sorted(p.name for p in out.iterdir()) == [
+        "claims.csv", "flops_per_token.csv", "flops_per_token.png", "gate_histogram.png",
+        "matvec_vs_matmul.csv", "metrics.json",
+    ]
+    got = json.loads((out / "metrics.json").read_text())
+    want = plain(lesson.compute(meta, tensors))
+    for key in REQUIRED + ["x_first3", "flops_total_per_token_block"]:
+        assert got[key] == want[key], key
+    assert got["is_specimen"] is False and got["model"] == "smollm2-135m"
+    assert any("summary not found" in n for n in got["timing_missing"])
+    with (out / "claims.csv").open(encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == list(claims.COLUMNS)
+    assert {r["status"] for r in rows} == {"reproduced", "specimen differs"}
+    with (out / "matvec_vs_matmul.csv").open() as f:
+        assert f.read() == ",".join(lesson.TABLE_COLUMNS) + "\n"
+    assert (out / "gate_histogram.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_on_a_tiny_gguf_through_the_extract_stage(tmp_path):
+    """The real pipeline pieces: synthetic GGUF -> extract -> compute, checked in float64 on the same arrays."""
+    synthetic_mod = pytest.importorskip("bytesup.synthetic")
+    extract_mod = pytest.importorskip("bytesup.extract")
+    gguf_path = synthetic_mod.write_tiny_llama(tmp_path / "tiny.gguf")
+    extract_mod.extract(gguf_path, tmp_path / "gguf", lesson.tensor_names())
+    meta = read_metadata(tmp_path / "gguf" / "metadata.json")
+    tensors = TensorFiles(tmp_path / "gguf" / "extract.json")
+    m = lesson.compute(meta, tensors)
+    row = m["token_id"]
+    assert meta["tokenizer.ggml.tokens"][row] == "Ġcat"
+    want = reference(meta, {k: tensors[k] for k in lesson.tensor_names()}, row)
+    for key in ["x_rms", "x_length", "gate_first", "out_length", "cosine_x_y", "angle_deg"]:
+        np.testing.assert_allclose(float(m[key]), want[key], rtol=1e-5, err_msg=key)
+    results = lesson.evaluate_claims(m, model="tiny", metadata=meta)
+    assert "not reproduced" not in {r.status for r in results}
+
+
+def test_paths_resolve_against_the_project_root(tmp_path, monkeypatch):
+    from bytesup import paths
+
+    (tmp_path / "Snakefile").write_text("")
+    deep = tmp_path / "workflow" / "notebooks"
+    deep.mkdir(parents=True)
+    monkeypatch.chdir(deep)
+    assert paths.project_root() == tmp_path.resolve()
+    assert paths.resolve("results/x.json") == tmp_path.resolve() / "results" / "x.json"
+    assert paths.resolve("/abs/x.json") == Path("/abs/x.json")
+    with pytest.raises(paths.ProjectRootNotFound, match="Snakefile"):
+        paths.project_root("/")
