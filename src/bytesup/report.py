@@ -35,7 +35,10 @@ LESSON_HEADLINES = {
             ("cosine(x, y) across the block", "cosine_x_y", ".3f"),
             ("angle between x and y (degrees)", "angle_deg", ".1f"),
         ],
-        "figures": {"gate_valves.png": "Gate values g of block 0 and how far SiLU opens each valve"},
+        "figures": {
+            "gate_histogram.png": "Block 0's gate values g for the followed token, and the SiLU valve each one sets",
+            "flops_per_token.png": "FLOPs per token for one whole block, by step: the matvecs dominate",
+        },
     },
 }
 
@@ -87,7 +90,7 @@ def _summary(doc: Doc, run: dict) -> None:
     doc.para(
         "Model ", L.cite(rec, "name"), " (source ", L.cite(rec, "source"), ", ",
         L.cite(rec, "size"), " bytes, sha256 ", L.cite(rec, "sha256"), "), run on ",
-        run["machine"]["cpu_model"], " with ", str(run["machine"]["cores"]), " cores, on ", run["date"], ".",
+        run["machine"]["cpu_model"], " on ", run["date"], " (machine details under Provenance).",
     )
     rows = []
     for lesson, files in run["lessons"].items():

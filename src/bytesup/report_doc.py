@@ -29,7 +29,8 @@ figure{margin:1rem 0} figure img{max-width:100%;border:1px solid #ddd} figcaptio
 ol.notes{font-size:12px;color:#444;word-break:break-all} code{font-size:90%}
 """
 
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>])")
+# Characters that start Markdown syntax (emphasis, code, links, images, headings, tables).
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~>])")
 
 
 def esc_html(text: object) -> str:

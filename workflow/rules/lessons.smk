@@ -14,9 +14,10 @@ LESSONS = {
         "writes": [
             "metrics.json",
             "claims.csv",
-            "gate_valves.png",
             "flops_per_token.csv",
             "matvec_vs_matmul.csv",
+            "gate_histogram.png",
+            "flops_per_token.png",
         ],
     },
 }
@@ -45,7 +46,6 @@ for _lesson, _spec in LESSONS.items():
             lesson=_lesson,
             out_dir=f"results/{{model}}/lessons/{_lesson}",
             model=lambda wc: wc.model,
-            specimen=lambda wc: model_spec(config, wc.model).get("specimen", False),
             token=config["token"],
             seed=config["seed"],
         log:

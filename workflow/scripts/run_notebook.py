@@ -4,6 +4,7 @@ The notebook runs into its log file first, so a failed run leaves the partly exe
 notebook where the user can open it; only a finished run is copied to the output.
 """
 
+import json
 import os
 import shutil
 import sys
@@ -22,7 +23,7 @@ parameters = {name: str(path) for name, path in sm.input.items() if name != "not
 parameters.update(
     out_dir=sm.params.out_dir,
     model=sm.params.model,
-    specimen=bool(sm.params.specimen),
+    model_sha256=json.loads(Path(sm.input.model_record).read_text())["sha256"],
     token=sm.params.token,
     seed=int(sm.params.seed),
 )

