@@ -41,7 +41,7 @@ def test_tiny_run_builds_every_stage(tiny_run):
     assert "blk.0.ffn_gate.weight" in index["tensors"] and "output.weight" in index["tensors"]
     assert (project / "results/tiny/gguf/tensors.csv").read_text().startswith("name,type,shape,offset,bytes,elements")
     lesson = project / "results/tiny/lessons/03_ffn_by_hand"
-    for name in ("metrics.json", "claims.csv", "gate_valves.png", "03_ffn_by_hand.ipynb"):
+    for name in ("metrics.json", "claims.csv", "gate_histogram.png", "03_ffn_by_hand.ipynb"):
         assert (lesson / name).stat().st_size > 0, name
     cpu = json.loads((project / "results/timing/tiny/cpu/summary.json").read_text())
     assert cpu["matmul_ratio_256_over_1"] > 0 and cpu["stream_copy_gbps"] > 0
