@@ -1,0 +1,268 @@
+"""Lesson 1, what a model is on disk: the hand readers, the accounting, the claims, the notebook."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bytesup import claims
+from bytesup.gguf_file import GGUFFile
+from bytesup.lessons import gguf_on_disk as lesson
+from bytesup.synthetic import write_tiny_llama
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK = ROOT / "workflow" / "notebooks" / "01_gguf_on_disk.ipynb"
+
+
+# --- the header and the fp16 scale, by hand --------------------------------------------------
+
+
+def test_read_header_from_bytes():
+    raw = b"GGUF" + struct.pack("<IQQ", 3, 272, 33)
+    h = lesson.read_header(raw)
+    assert h == {"magic": "GGUF", "magic_hex": "47 47 55 46", "version": 3, "tensor_count": 272, "metadata_count": 33}
+    with pytest.raises(ValueError):
+        lesson.read_header(raw[:20])
+
+
+def test_hex_dump_line():
+    assert lesson.hex_dump(b"GGUF\x03\x00", 0, 6) == "00000000  47 47 55 46 03 00" + " " * 31 + " GGUF.."
+
+
+@pytest.mark.parametrize(
+    "bits, value",
+    [(0x3C00, 1.0), (0xC000, -2.0), (0x3555, 0.333251953125), (0x0001, 2.0**-24), (0x0000, 0.0),
+     (0x7BFF, 65504.0), (0x15E4, 0.001438140869140625), (0xB540, -0.328125)],
+)  # fmt: skip
+def test_fp16_by_hand_known_values(bits, value):
+    assert lesson.fp16_by_hand(bits).value == value
+
+
+def test_fp16_by_hand_matches_numpy_for_every_pattern():
+    bits = np.arange(65536, dtype=np.uint32).astype(np.uint16)
+    ours = np.array([lesson.fp16_by_hand(int(b)).value for b in bits], dtype=np.float64)
+    numpy = bits.view(np.float16).astype(np.float64)
+    assert np.array_equal(ours, numpy, equal_nan=True)
+    assert lesson.fp16_by_hand(0x7C00).value == float("inf")
+    h = lesson.fp16_by_hand(0xB540)
+    assert (h.sign, h.exponent, h.mantissa) == (1, 13, 320)
+
+
+# --- one block by hand ---------------------------------------------------------------------------
+
+
+def test_q8_0_block_toy():
+    raw = struct.pack("<H", 0x3800) + struct.pack("<32b", *range(-16, 16))  # d = 0.5
+    blk = lesson.decode_q8_0(raw)
+    assert blk.d.value == 0.5 and blk.q == list(range(-16, 16))
+    assert blk.values.tolist() == [0.5 * q for q in range(-16, 16)]
+    assert lesson.same_bits(blk.values, lesson.gguf_py_block(raw, "Q8_0"))
+
+
+def test_q4_1_block_toy_nibble_order():
+    # byte j: low nibble j (weight j), high nibble 15 - j (weight j + 16)
+    packed = bytes(j | ((15 - j) << 4) for j in range(16))
+    raw = struct.pack("<HH", 0x3400, 0xBC00) + packed  # d = 0.25, m = -1
+    blk = lesson.decode_q4_1(raw)
+    assert blk.q == list(range(16)) + list(range(15, -1, -1))
+    assert blk.values.tolist() == [0.25 * q - 1.0 for q in blk.q]
+    assert lesson.same_bits(blk.values, lesson.gguf_py_block(raw, "Q4_1"))
+
+
+def test_wrong_block_sizes_are_refused():
+    with pytest.raises(ValueError, match="34 bytes"):
+        lesson.decode_q8_0(b"\x00" * 33)
+    with pytest.raises(ValueError, match="20 bytes"):
+        lesson.decode_q4_1(b"\x00" * 34)
+
+
+@pytest.mark.parametrize("type_name, size", [("Q8_0", 34), ("Q4_1", 20)])
+def test_random_blocks_bit_exact_against_gguf_py(type_name, size):
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        raw = bytearray(rng.integers(0, 256, size, dtype=np.uint8).tobytes())
+        for at in (0, 2) if type_name == "Q4_1" else (0,):  # keep the fp16 fields finite
+            raw[at + 1] &= 0x7B
+        raw = bytes(raw)
+        blk = lesson.BLOCK_DECODERS[type_name](raw)
+        assert lesson.same_bits(blk.values, lesson.gguf_py_block(raw, type_name))
+
+
+def test_same_bits_tells_zeros_apart():
+    assert lesson.same_bits(np.float32([1.0, 0.0]), np.float32([1.0, 0.0]))
+    assert not lesson.same_bits(np.float32([0.0]), np.float32([-0.0]))
+    assert not lesson.same_bits(np.float32([1.0]), np.float32([1.0, 2.0]))
+
+
+# --- the whole file, accounted for ---------------------------------------------------------------
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    path = write_tiny_llama(tmp_path / "tiny.gguf")
+    with GGUFFile(path) as f:
+        yield f
+
+
+def test_records_add_up_to_the_sections(tiny):
+    acc = tiny.byte_accounting()
+    meta = lesson.metadata_table(tiny)
+    infos = lesson.tensor_table(tiny)
+    assert [r["key"] for r in meta] == list(tiny.metadata)
+    assert sum(r["bytes"] for r in meta) == acc["metadata"]
+    assert sum(r["info_bytes"] for r in infos) == acc["tensor_infos"]
+    assert sum(r["bytes"] for r in infos) == acc["tensor_data"]
+    assert sum(r["bytes"] for r in lesson.accounting_rows(acc)[:-1]) == tiny.file_size == acc["file_size"]
+
+
+def test_first_records_by_hand(tiny):
+    prefix = lesson.read_prefix(tiny)
+    assert len(prefix) == tiny.tensor_infos_end
+    rec = lesson.first_metadata_record(prefix)
+    assert (rec["key"], rec["type"], rec["value"]) == ("general.architecture", "STRING", "llama")
+    assert rec["bytes"] == 8 + len("general.architecture") + 4 + 8 + len("llama")
+    info = lesson.first_tensor_info(tiny, prefix)
+    t0 = tiny.tensors[0]
+    assert info["name"] == t0.name and tuple(info["dims_gguf"]) == t0.shape_gguf
+    assert tuple(info["shape_numpy"]) == t0.shape and info["bytes"] == lesson.tensor_info_bytes(t0)
+
+
+def test_by_type_and_structure(tiny):
+    rows = lesson.by_type(tiny)
+    assert sum(r["parameters"] for r in rows) == sum(t.n_elements for t in tiny.tensors)
+    assert sum(r["tensors"] for r in rows) == len(tiny.tensors)
+    assert sum(r["byte_share"] for r in rows) == pytest.approx(1.0)
+    bpw = {r["type"]: r["bits_per_weight"] for r in rows}
+    assert bpw["Q8_0"] == 8.5 and bpw["Q4_1"] == 5.0 and bpw["Q4_0"] == 4.5 and bpw["F32"] == 32.0
+    s = lesson.block_structure(tiny)
+    assert (s["blocks_in_names"], s["tensors_per_block"], s["tensors_outside_blocks"]) == (2, 9, 3)
+
+
+def test_compute_on_tiny(tiny):
+    m = lesson.compute(tiny, " cat")
+    assert m["magic"] == "GGUF" and m["version"] == 3 and m["header_matches_reader"]
+    assert m["bytes_unaccounted"] == 0 and m["bytes_accounted"] == m["file_size"]
+    parts = ("before_data", "between_tensors", "trailing")
+    assert m["bytes_padding"] == sum(m[f"bytes_padding_{p}"] for p in parts) > 0  # the tiny file has gaps
+    assert m["metadata_record_bytes_sum"] == m["bytes_metadata"]
+    assert m["tensor_info_record_bytes_sum"] == m["bytes_tensor_infos"]
+    assert m["first_metadata_matches_reader"] and m["first_tensor_info_matches_reader"]
+    assert m["layout_from_metadata_matches"] is True and not m["tied_embeddings"]
+    assert m["block_count"] == 2 and m["tensors_per_block"] == 9
+    assert m["token_id"] == tiny.metadata["tokenizer.ggml.tokens"].index("Ġcat")
+    assert m["q8_0_block_tensor"] == "token_embd.weight" and m["q8_0_block"]["row"] == m["token_id"]
+    assert m["q4_1_block_tensor"] == "blk.0.ffn_gate.weight"
+    for key in ("q8_0", "q4_1"):
+        assert m[f"{key}_block_bit_exact_gguf_py"] is True and m[f"{key}_block_bit_exact_bytesup"] is True
+    # the Q8_0 block is the first 32 numbers of the token's row
+    row = tiny.load("token_embd.weight")[m["token_id"]]
+    assert lesson.same_bits(m["q8_0_block"]["values"], row[:32])
+
+
+def test_file_without_q4_1(tmp_path):
+    path = write_tiny_llama(tmp_path / "q8.gguf", types={"blk.*.*_*.weight": "Q8_0"})
+    with GGUFFile(path) as f:
+        m = lesson.compute(f, " cat")
+    assert "Q4_1" not in m["types_present"]
+    assert m["q4_1_block"] is None and m["q4_1_block_bit_exact_gguf_py"] is None
+    assert m["q8_0_block_bit_exact_gguf_py"] is True
+
+
+def test_pick_block_falls_back_to_first_tensor_of_the_type(tiny):
+    pick = lesson.pick_block(tiny, "Q8_0", [("no.such.tensor", 3)])
+    first = next(t for t in tiny.tensors if t.type_name == "Q8_0")
+    assert (pick.tensor, pick.row, pick.offset) == (first.name, 0, first.offset)
+    assert pick.raw == bytes(tiny.raw(first.name)[:34])
+
+
+# --- the course's arithmetic and the claims ------------------------------------------------------
+
+
+def test_course_arithmetic_exact():
+    c = lesson.course_arithmetic()
+    assert c["course_specimen_parameters"] == 6_740_512_768
+    assert c["course_specimen_tensor_count"] == 291
+    assert c["course_specimen_tensors_per_block"] == 9 and c["course_specimen_block_tensors"] == 288
+    # 6,740,246,528 matrix weights at 34/32 bytes + 266,240 norm weights at 4 bytes
+    assert c["course_specimen_tensor_data_bytes"] == 6_740_246_528 * 34 // 32 + 266_240 * 4 == 7_162_576_896
+    assert round(c["course_specimen_tensor_data_gb"], 2) == 7.16
+
+
+def test_claims_statuses(tiny):
+    m = lesson.compute(tiny, " cat")
+    status = {r.claim.claim_id: r.status for r in lesson.evaluate_claims(m, model="tiny", metadata=tiny.metadata)}
+    assert status == {
+        "file.block_count": "specimen differs",
+        "file.tensors_per_block": "specimen differs",
+        "file.size_gb": "specimen differs",
+        "course.tensors_per_block": "reproduced",
+        "course.size_gb": "reproduced",
+    }
+    # told it is the specimen, the file's own numbers are compared, and a tiny file fails them
+    forced = lesson.evaluate_claims(m, model="tiny", metadata=tiny.metadata, specimen=True)
+    got = {r.claim.claim_id: r.status for r in forced}
+    assert got["file.block_count"] == "not reproduced" and got["file.size_gb"] == "not reproduced"
+    assert got["file.tensors_per_block"] == "reproduced"
+
+
+def test_specimen_numbers_would_reproduce():
+    """The specimen's own values, as its metadata and file size give them, pass every claim."""
+    m = {"block_count": 32, "tensors_per_block": 9, "file_size_gb": 7_163_879_648 / 1e9, **lesson.course_arithmetic()}
+    results = lesson.evaluate_claims(m, model="deepseek-coder-6.7b-instruct-q8_0")
+    assert claims.summary(results) == {"reproduced": 5, "specimen differs": 0, "not reproduced": 0}
+
+
+# --- the notebook, end to end on a synthetic model ------------------------------------------------
+
+
+def test_notebook_runs_on_a_tiny_model(tmp_path):
+    gguf = write_tiny_llama(tmp_path / "tiny.gguf")
+    record = tmp_path / "tiny.json"
+    record.write_text(json.dumps({"name": "tiny", "sha256": ""}), encoding="utf-8")
+    out = tmp_path / "out"
+    env = dict(os.environ, PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
+    cmd = [str(Path(sys.executable).parent / "papermill"), "-k", "python3", "--no-progress-bar", str(NOTEBOOK),
+           str(tmp_path / "run.ipynb"), "-p", "model", "tiny", "-p", "model_gguf", str(gguf),
+           "-p", "model_record", str(record), "-p", "out_dir", str(out)]  # fmt: skip
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    expected = {"metrics.json", "claims.csv", "metadata_table.csv", "tensor_table.csv", "byte_accounting.csv",
+                "bytes_by_type.csv", "bytes_by_type.png", "q8_0_block.csv", "q4_1_block.csv"}  # fmt: skip
+    assert expected <= {p.name for p in out.iterdir()}
+    metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+    assert metrics["bytes_accounted"] == metrics["file_size"] == gguf.stat().st_size
+    assert metrics["is_specimen"] is False
+    with (out / "claims.csv").open(encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    assert list(rows[0]) == list(claims.COLUMNS)
+    assert {r["status"] for r in rows if r["claim_id"].startswith("course.")} == {"reproduced"}
+    assert {r["status"] for r in rows if r["claim_id"].startswith("file.")} == {"specimen differs"}
+    with (out / "q4_1_block.csv").open(encoding="utf-8") as fh:
+        block = list(csv.DictReader(fh))
+    assert len(block) == 32 and all(r["same_bits"] == "True" for r in block)
+
+
+# --- the real default model (skipped where it is absent) -------------------------------------------
+
+
+def test_default_model_accounting(default_gguf):
+    with GGUFFile(default_gguf) as f:
+        m = lesson.compute(f, " cat")
+    assert (m["version"], m["tensor_count"], m["metadata_count"]) == (3, 272, 33)
+    parts = [m[f"bytes_{p}"] for p in lesson.ACCOUNT_PARTS]  # header, metadata, infos, padding, data
+    assert parts == [24, 1_769_483, 16_157, 0, 96_576_768]
+    assert m["bytes_accounted"] == m["file_size"] == 98_362_432
+    assert m["parameters"] == 134_515_008 and m["layout_from_metadata_matches"] and m["tied_embeddings"]
+    assert (m["blocks_in_names"], m["tensors_per_block"]) == (30, 9)
+    assert m["type_Q4_1_tensors"] == 210 and m["type_Q8_0_tensors"] == 1 and m["type_F32_tensors"] == 61
+    assert m["token_id"] == 2644 and m["q8_0_block_d"] == 0.001438140869140625
+    assert m["q4_1_block"]["d"] == 0.04791259765625 and m["q4_1_block"]["m"] == -0.328125
+    assert m["q8_0_block_bit_exact_gguf_py"] and m["q4_1_block_bit_exact_gguf_py"]
