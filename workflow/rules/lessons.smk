@@ -4,6 +4,37 @@
 # Per lesson: the files it reads (notebook parameter name -> path) and the files it
 # writes into its folder results/{model}/lessons/<lesson>/.
 LESSONS = {
+    "01_gguf_on_disk": {
+        "reads": {
+            "model_gguf": "resources/models/{model}.gguf",
+        },
+        "writes": [
+            "metrics.json",
+            "claims.csv",
+            "metadata_table.csv",
+            "tensor_table.csv",
+            "byte_accounting.csv",
+            "bytes_by_type.csv",
+            "bytes_by_type.png",
+            "q8_0_block.csv",
+            "q4_1_block.csv",
+        ],
+    },
+    "02_tokens_and_embeddings": {
+        "reads": {
+            "metadata_json": "results/{model}/gguf/metadata.json",
+            "tensors_index": "results/{model}/gguf/extract.json",
+            "model_gguf": "resources/models/{model}.gguf",
+        },
+        "writes": [
+            "metrics.json",
+            "claims.csv",
+            "token_row.csv",
+            "nearest_neighbours.csv",
+            "random_vector_variants.csv",
+            "cosine_random_vs_nearest.png",
+        ],
+    },
     "03_ffn_by_hand": {
         "reads": {
             "metadata_json": "results/{model}/gguf/metadata.json",
