@@ -1,0 +1,296 @@
+"""Extract a GGUF's metadata and chosen tensors into plain files the lessons read.
+
+    extract("model.gguf", "results/m/gguf", ["token_embd.weight", "blk.0.*", "?output.weight"])
+
+writes, into out_dir (or wherever the caller's explicit paths say):
+
+    metadata.json      every metadata key in full (the vocabulary too) with its GGUF type
+    tensors.csv        every tensor in the file: name, type, shape (numpy order), offset, bytes, elements
+    tensors/<name>.npy the selected tensors, dequantized to float32, numpy order
+    extract.json       the index, written last: per tensor its .npy (relative path), type,
+                       shape, sha256, and whether our hand dequantizer or gguf.quants made it
+
+Selecting tensors. Patterns are fnmatch patterns matched against whole names
+('blk.0.*', 'blk.*.ffn_down.weight'). Each pattern must match at least one tensor,
+so a typo fails loudly, unless it is optional: prefix it with '?' ('?output.weight'
+is absent in models whose output projection is tied to token_embd), or pass it in
+`optional=`. The '?' prefix is only ever the marker: '??lk.0.*' is an optional
+pattern starting with a one-character wildcard. patterns=None selects every tensor.
+
+Every file is written to a temporary name in the same directory, then renamed, so a
+crash never leaves a half-written file under the final name.
+"""
+
+from __future__ import annotations
+
+import csv
+import fnmatch
+import hashlib
+import io
+import json
+import logging
+import math
+import os
+import re
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bytesup.dequant import dequantizer_used
+from bytesup.gguf_file import GGUFFile, printable
+
+log = logging.getLogger(__name__)
+
+INDEX_FORMAT = "bytesup.extract/1"
+METADATA_FORMAT = "bytesup.metadata/1"
+OPTIONAL_PREFIX = "?"
+
+
+class TensorSelectionError(ValueError):
+    """A required pattern matched no tensor (one line: the file, the pattern, close names)."""
+
+
+def split_patterns(patterns: Iterable[str], optional: Iterable[str] = ()) -> tuple[list[str], list[str]]:
+    """(required, optional) pattern lists; a leading '?' moves a pattern to optional."""
+    required, opt = [], list(optional)
+    for pattern in patterns:
+        if pattern.startswith(OPTIONAL_PREFIX):
+            opt.append(pattern[len(OPTIONAL_PREFIX) :])
+        else:
+            required.append(pattern)
+    return required, opt
+
+
+def select_tensors(
+    names: Iterable[str], patterns: Iterable[str] | None, optional: Iterable[str] = (), *, source: str = ""
+) -> list[str]:
+    """Names matching any pattern, in file order, each once.
+
+    A required pattern that matches nothing raises TensorSelectionError; an optional one
+    ('?name' or in `optional`) may match nothing. patterns=None means every tensor.
+    """
+    names = list(names)
+    if patterns is None:
+        return names
+    if isinstance(patterns, str):
+        raise TypeError("patterns must be a list of strings, not one string")
+    required, opt = split_patterns(patterns, optional)
+    chosen: set[str] = set()
+    for pattern in required:
+        hits = [n for n in names if fnmatch.fnmatchcase(n, pattern)]
+        if not hits:
+            where = f"{printable(source)}: " if source else ""
+            stem = re.split(r"[*?\[]", pattern)[0]
+            similar = [n for n in names if stem and n.startswith(stem)][:3] or names[:3]
+            raise TensorSelectionError(
+                f"{where}pattern {pattern!r} matches no tensor (e.g. {', '.join(map(repr, similar))});"
+                f" prefix it with '?' if it may be absent"
+            )
+        chosen.update(hits)
+    for pattern in opt:
+        chosen.update(n for n in names if fnmatch.fnmatchcase(n, pattern))
+    return [n for n in names if n in chosen]
+
+
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
+
+
+def tensor_file_name(name: str) -> str:
+    """A file name for a tensor's .npy. Ordinary names ('blk.0.attn_q.weight') are kept as
+    they are; any other character is %XX-escaped (so '/', '..', control characters can't
+    escape the directory), and very long names are cut and given a hash suffix."""
+    if _SAFE_NAME.fullmatch(name):
+        stem = name
+    else:
+        stem = "".join(
+            c if (c.isascii() and (c.isalnum() or c in "._-")) else "".join(f"%{b:02X}" for b in c.encode())
+            for c in name
+        )
+        if stem.startswith("."):
+            stem = "%2E" + stem[1:]
+        stem = stem or "%"  # the empty name; escapes are always %XX, so this is unique
+    if len(stem) > 200:
+        stem = stem[:180] + "~" + hashlib.sha256(name.encode()).hexdigest()[:16]
+    return stem + ".npy"
+
+
+def jsonable(value: Any) -> Any:
+    """Metadata values made safe for strict JSON: non-finite floats become strings."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, list) and value and isinstance(value[0], (float, list)):  # arrays are homogeneous
+        return [jsonable(v) for v in value]
+    return value
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _atomic_write(path: Path, write) -> None:
+    """Call write(binary file) on a temporary file next to `path`, then rename it into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:100]}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+class _HashingWriter:
+    """A write-only file that hashes what passes through it."""
+
+    def __init__(self, fh):
+        self.fh, self.sha256 = fh, hashlib.sha256()
+
+    def write(self, data) -> int:
+        self.sha256.update(data)
+        return self.fh.write(data)
+
+
+def _save_npy(path: Path, array: np.ndarray) -> str:
+    """Save `array` as .npy atomically; return the sha256 of the file's bytes (hashed while writing)."""
+    holder = {}
+
+    def write(fh):
+        tee = _HashingWriter(fh)
+        np.save(tee, array, allow_pickle=False)
+        holder["sha256"] = tee.sha256.hexdigest()
+
+    _atomic_write(path, write)
+    return holder["sha256"]
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    text = json.dumps(obj, ensure_ascii=False, indent=1, allow_nan=False) + "\n"
+    _atomic_write(path, lambda fh: fh.write(text.encode("utf-8")))
+
+
+def shape_text(shape: tuple[int, ...]) -> str:
+    """(1536, 576) -> '1536x576' (numpy order); a scalar is ''."""
+    return "x".join(str(d) for d in shape)
+
+
+def metadata_document(f: GGUFFile) -> dict:
+    """What metadata.json holds: the file's header facts and every key with value and type."""
+    return {
+        "format": METADATA_FORMAT,
+        "gguf": {
+            "file": f.path.name,
+            "file_size": f.file_size,
+            "version": f.version,
+            "alignment": f.alignment,
+            "data_offset": f.data_offset,
+            "tensor_count": len(f.tensors),
+            "metadata_count": len(f.metadata),
+        },
+        "metadata": {k: jsonable(v) for k, v in f.metadata.items()},
+        "types": dict(f.metadata_types),
+    }
+
+
+def tensors_csv_text(f: GGUFFile) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["name", "type", "shape", "offset", "bytes", "elements"])
+    for t in f.tensors:
+        writer.writerow([t.name, t.type_name, shape_text(t.shape), t.offset, t.n_bytes, t.n_elements])
+    return buf.getvalue()
+
+
+def extract(
+    gguf_path: str | os.PathLike,
+    out_dir: str | os.PathLike | None,
+    patterns: Iterable[str] | None,
+    *,
+    optional: Iterable[str] = (),
+    metadata_path: str | os.PathLike | None = None,
+    tensors_csv_path: str | os.PathLike | None = None,
+    index_path: str | os.PathLike | None = None,
+    tensors_dir: str | os.PathLike | None = None,
+    gguf_sha256: str | None = None,
+) -> dict:
+    """Write metadata.json, tensors.csv, tensors/<name>.npy and extract.json; return the index.
+
+    Explicit paths (as a Snakemake rule gives them) override the defaults under out_dir.
+    File names in the index are relative to the index's directory. gguf_sha256: pass it
+    when already known (e.g. verified on fetch) to skip hashing the model again.
+    """
+    if out_dir is None and None in (metadata_path, tensors_csv_path, index_path, tensors_dir):
+        raise ValueError("give out_dir, or all four of metadata_path, tensors_csv_path, index_path, tensors_dir")
+    base = Path(out_dir) if out_dir is not None else None
+    metadata_path = Path(metadata_path) if metadata_path else base / "metadata.json"
+    tensors_csv_path = Path(tensors_csv_path) if tensors_csv_path else base / "tensors.csv"
+    index_path = Path(index_path) if index_path else base / "extract.json"
+    tensors_dir = Path(tensors_dir) if tensors_dir else base / "tensors"
+    patterns = None if patterns is None else list(patterns)
+    optional = list(optional)
+
+    with GGUFFile(gguf_path) as f:
+        selected = select_tensors(f.tensor_names, patterns, optional, source=str(gguf_path))
+        total = sum(f.tensor(n).n_elements for n in selected) * 4
+        log.info("%s: extracting %d of %d tensors (%.1f MiB as float32)", f.path.name, len(selected),
+                 len(f.tensors), total / 2**20)  # fmt: skip
+        tensors_dir.mkdir(parents=True, exist_ok=True)
+        index_dir = index_path.parent
+        entries: dict[str, dict] = {}
+        files_written = set()
+        for i, name in enumerate(selected, 1):
+            info = f.tensor(name)
+            array = f.load(name)
+            npy = tensors_dir / tensor_file_name(name)
+            if npy.name in files_written:  # two names escaped to one file: impossible, but check
+                raise RuntimeError(f"tensor file name clash for {name!r}")
+            files_written.add(npy.name)
+            digest = _save_npy(npy, array)
+            how = dequantizer_used(info.type_name)
+            entries[name] = {
+                "file": os.path.relpath(npy, index_dir),
+                "type": info.type_name,
+                "shape": list(info.shape),
+                "dtype": "float32",
+                "elements": info.n_elements,
+                "bytes_in_gguf": info.n_bytes,
+                "offset": info.offset,
+                "sha256": digest,
+                "dequantizer": how,
+            }
+            log.info("[%d/%d] %s %s %s: %s bytes -> %s (%s dequantizer)", i, len(selected), printable(name),
+                     info.type_name, shape_text(info.shape), f"{info.n_bytes:,}", npy.name, how)  # fmt: skip
+            del array
+        stale = sorted(p.name for p in tensors_dir.glob("*.npy") if p.name not in files_written)
+        if stale:
+            log.warning("%s holds %d .npy files not in this extraction (e.g. %s); extract.json lists the current ones",
+                        tensors_dir, len(stale), stale[0])  # fmt: skip
+
+        _atomic_write(tensors_csv_path, lambda fh: fh.write(tensors_csv_text(f).encode("utf-8")))
+        _write_json(metadata_path, metadata_document(f))
+        index = {
+            "format": INDEX_FORMAT,
+            "gguf": {
+                "file": f.path.name,
+                "file_size": f.file_size,
+                "sha256": gguf_sha256 or sha256_file(f.path),
+            },
+            "patterns": patterns,
+            "optional": optional,
+            "metadata": os.path.relpath(metadata_path, index_dir),
+            "tensors_csv": os.path.relpath(tensors_csv_path, index_dir),
+            "tensors": entries,
+        }
+    _write_json(index_path, index)
+    log.info("wrote %s (%d tensors)", index_path, len(entries))
+    return index

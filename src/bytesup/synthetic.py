@@ -1,0 +1,284 @@
+"""Tiny llama-style GGUF files for tests, written with gguf.GGUFWriter.
+
+    path = write_tiny_llama(tmp_path / "tiny.gguf")   # 2 blocks, width 32, FFN 64
+
+Same tensor names and metadata keys as a real llama GGUF, a GPT-2 style vocabulary
+(leading space = 'Ġ') with 'Ġcat' and its neighbours, and a mix of tensor types:
+
+    F32   norms                   Q8_0  token_embd, attn_v
+    F16   output.weight           Q4_0  attn_k, ffn_up
+    Q4_1  attn_q, attn_output, ffn_gate, ffn_down
+    block 1 swaps in BF16 (attn_norm), Q5_0 (attn_k) and Q5_1 (attn_v) so every hand
+    dequantizer has a tensor to read.
+
+Weights are deterministic from `seed`. The cat-like tokens share a direction in the
+embedding (cos ~0.8 among 'Ġcat', 'Ġcats', 'Ġkitten'; ~0.5 to 'Ġdog') so similarity
+lessons have something to find.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from gguf import GGUFValueType, GGUFWriter
+from gguf.constants import GGMLQuantizationType
+from gguf.quants import quantize
+
+SPECIAL_TOKENS = ["<unk>", "<s>", "</s>"]
+WORDS = ["Ġthe", "Ġcat", "Ġcats", "Ġkitten", "Ġdog", "Ġdogs", "Ġpuppy", "Ġsat", "Ġon", "Ġmat", "Ġa", "Ġran"]
+BASE_CHARS = ["Ġ", ".", ","] + [chr(c) for c in range(ord("a"), ord("z") + 1)]
+TOKEN_TYPE_NORMAL, TOKEN_TYPE_CONTROL = 1, 3
+
+# Tensor name pattern -> ggml type name; the first matching pattern wins.
+DEFAULT_TYPES: dict[str, str] = {
+    "token_embd.weight": "Q8_0",
+    "output.weight": "F16",
+    "output_norm.weight": "F32",
+    "blk.1.attn_norm.weight": "BF16",
+    "blk.1.attn_k.weight": "Q5_0",
+    "blk.1.attn_v.weight": "Q5_1",
+    "blk.*.attn_norm.weight": "F32",
+    "blk.*.ffn_norm.weight": "F32",
+    "blk.*.attn_q.weight": "Q4_1",
+    "blk.*.attn_k.weight": "Q4_0",
+    "blk.*.attn_v.weight": "Q8_0",
+    "blk.*.attn_output.weight": "Q4_1",
+    "blk.*.ffn_gate.weight": "Q4_1",
+    "blk.*.ffn_up.weight": "Q4_0",
+    "blk.*.ffn_down.weight": "Q4_1",
+}
+
+
+def default_tokens() -> list[str]:
+    """Specials, single characters, then every prefix of every word (so merges can build them)."""
+    tokens = list(SPECIAL_TOKENS) + list(BASE_CHARS)
+    for word in WORDS:
+        for k in range(2, len(word) + 1):
+            if word[:k] not in tokens:
+                tokens.append(word[:k])
+    return tokens
+
+
+def prefix_merges(tokens: list[str]) -> list[str]:
+    """BPE merges 'left right' that build each token from its prefix plus one character."""
+    vocab = set(tokens)
+    merges = []
+    for tok in tokens:
+        if tok in SPECIAL_TOKENS or len(tok) < 2:
+            continue
+        left, right = tok[:-1], tok[-1]
+        if left in vocab and right in vocab and " " not in left + right:
+            merges.append(f"{left} {right}")
+    return merges
+
+
+def _type_for(name: str, types: dict[str, str]) -> str:
+    for pattern, type_name in types.items():
+        if fnmatch.fnmatchcase(name, pattern):
+            return type_name
+    raise ValueError(f"no type given for tensor {name!r}")
+
+
+def _encode(data: np.ndarray, type_name: str) -> tuple[np.ndarray, GGMLQuantizationType | None]:
+    qtype = GGMLQuantizationType[type_name]
+    if qtype == GGMLQuantizationType.F32:
+        return data.astype(np.float32), None
+    if qtype == GGMLQuantizationType.F16:
+        return data.astype(np.float16), None
+    return quantize(data.astype(np.float32), qtype), qtype  # uint8 bytes, row shape in bytes
+
+
+def _embeddings(rng: np.random.Generator, tokens: list[str], n_embd: int) -> np.ndarray:
+    emb = rng.standard_normal((len(tokens), n_embd)).astype(np.float32) * 0.5
+    cat = rng.standard_normal(n_embd).astype(np.float32)
+    for word, share in (("Ġcat", 2.0), ("Ġcats", 2.0), ("Ġkitten", 2.0), ("Ġdog", 1.0), ("Ġpuppy", 1.0)):
+        if word in tokens:
+            emb[tokens.index(word)] += share * cat
+    return emb
+
+
+def write_tiny_llama(
+    path: str | os.PathLike,
+    *,
+    n_vocab: int | None = None,
+    n_embd: int = 32,
+    n_ff: int = 64,
+    n_layers: int = 2,
+    n_head: int = 4,
+    n_head_kv: int = 2,
+    n_ctx: int = 128,
+    seed: int = 0,
+    tied: bool = False,
+    extra_metadata: dict[str, Any] | None = None,
+    tokens: list[str] | None = None,
+    types: dict[str, str] | None = None,
+) -> Path:
+    """Write a tiny llama GGUF to `path` and return the path.
+
+    n_vocab: defaults to the number of tokens; a larger value pads with '<extra_N>'.
+    tied: leave out output.weight (the output projection reuses token_embd, as in SmolLM2).
+    tokens: your own vocabulary (any strings, hostile ones included).
+    types: tensor-name patterns -> ggml type names, consulted before DEFAULT_TYPES.
+    extra_metadata: key -> value (type inferred: str, bool, int -> INT32 / INT64 when large,
+        float -> FLOAT32, list -> ARRAY), or key -> (value, "UINT64") to name the GGUF type.
+        Empty strings are written too (GGUFWriter.add_string would skip them); empty arrays
+        cannot be (GGUFWriter refuses them).
+    """
+    path = Path(path)
+    if n_embd % 32 or n_ff % 32:
+        raise ValueError("n_embd and n_ff must be multiples of 32 (the quantization block size)")
+    if n_embd % n_head or n_head % n_head_kv:
+        raise ValueError("n_embd must divide by n_head, and n_head by n_head_kv")
+    rng = np.random.default_rng(seed)
+    tokens = list(default_tokens() if tokens is None else tokens)
+    n_vocab = len(tokens) if n_vocab is None else n_vocab
+    if n_vocab < len(tokens):
+        raise ValueError(f"n_vocab {n_vocab} is smaller than the {len(tokens)} tokens given")
+    tokens += [f"<extra_{i}>" for i in range(n_vocab - len(tokens))]
+    token_types = [TOKEN_TYPE_CONTROL if t in SPECIAL_TOKENS else TOKEN_TYPE_NORMAL for t in tokens]
+    all_types = dict(types or {})
+    all_types.update((k, v) for k, v in DEFAULT_TYPES.items() if k not in all_types)
+    n_embd_kv = n_embd // n_head * n_head_kv
+
+    tmp = path.with_name(path.name + ".tmp")
+    writer = GGUFWriter(tmp, "llama")
+    writer.add_name("tiny-llama")
+    writer.add_context_length(n_ctx)
+    writer.add_embedding_length(n_embd)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_block_count(n_layers)
+    writer.add_head_count(n_head)
+    writer.add_head_count_kv(n_head_kv)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_vocab_size(n_vocab)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_token_list(tokens)
+    writer.add_token_types(token_types)
+    merges = prefix_merges(tokens)
+    if merges:
+        writer.add_token_merges(merges)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_unk_token_id(0)
+    for key, value in (extra_metadata or {}).items():
+        _add_value(writer, key, value)
+
+    shapes: list[tuple[str, tuple[int, ...]]] = [("token_embd.weight", (n_vocab, n_embd))]
+    for i in range(n_layers):
+        shapes += [
+            (f"blk.{i}.attn_norm.weight", (n_embd,)),
+            (f"blk.{i}.attn_q.weight", (n_embd, n_embd)),
+            (f"blk.{i}.attn_k.weight", (n_embd_kv, n_embd)),
+            (f"blk.{i}.attn_v.weight", (n_embd_kv, n_embd)),
+            (f"blk.{i}.attn_output.weight", (n_embd, n_embd)),
+            (f"blk.{i}.ffn_norm.weight", (n_embd,)),
+            (f"blk.{i}.ffn_gate.weight", (n_ff, n_embd)),
+            (f"blk.{i}.ffn_up.weight", (n_ff, n_embd)),
+            (f"blk.{i}.ffn_down.weight", (n_embd, n_ff)),
+        ]
+    shapes.append(("output_norm.weight", (n_embd,)))
+    if not tied:
+        shapes.append(("output.weight", (n_vocab, n_embd)))
+
+    for name, shape in shapes:  # numpy order: rows x row length
+        if name == "token_embd.weight":
+            data = _embeddings(rng, tokens, n_embd)
+        elif len(shape) == 1:
+            data = 1.0 + 0.1 * rng.standard_normal(shape).astype(np.float32)
+        else:
+            data = rng.standard_normal(shape).astype(np.float32) / np.sqrt(shape[1])
+        encoded, raw_dtype = _encode(data, _type_for(name, all_types))
+        writer.add_tensor(name, encoded, raw_dtype=raw_dtype)
+
+    try:
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+    finally:
+        writer.close()
+    os.replace(tmp, path)
+    return path
+
+
+def _add_value(writer: GGUFWriter, key: str, value: Any) -> None:
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], str):
+        value, type_name = value
+        vtype = GGUFValueType[type_name]
+    elif isinstance(value, bool):
+        vtype = GGUFValueType.BOOL
+    elif isinstance(value, int):
+        vtype = GGUFValueType.INT32 if -(2**31) <= value < 2**31 else GGUFValueType.INT64
+    elif isinstance(value, float):
+        vtype = GGUFValueType.FLOAT32
+    elif isinstance(value, str):
+        vtype = GGUFValueType.STRING
+    elif isinstance(value, (list, tuple)):
+        if not value:
+            raise ValueError(f"metadata {key!r}: GGUFWriter cannot write an empty array")
+        vtype = GGUFValueType.ARRAY
+        value = list(value)
+    else:
+        raise TypeError(f"cannot write metadata {key!r} of type {type(value).__name__}")
+    writer.add_key_value(key, value, vtype)
+
+
+# -- raw bytes, for malformed files -----------------------------------------------------
+
+_SCALAR_FORMATS = {
+    "UINT8": (0, "<B"), "INT8": (1, "<b"), "UINT16": (2, "<H"), "INT16": (3, "<h"),
+    "UINT32": (4, "<I"), "INT32": (5, "<i"), "FLOAT32": (6, "<f"), "BOOL": (7, "<B"),
+    "UINT64": (10, "<Q"), "INT64": (11, "<q"), "FLOAT64": (12, "<d"),
+}  # fmt: skip
+_TYPE_IDS = {**{k: v[0] for k, v in _SCALAR_FORMATS.items()}, "STRING": 8, "ARRAY": 9}
+
+
+def gguf_string(text: str | bytes) -> bytes:
+    """A GGUF string: uint64 byte length, then the bytes."""
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    return struct.pack("<Q", len(data)) + data
+
+
+def gguf_value(type_name: str, value: Any) -> bytes:
+    """The encoding of one value (without its type id). ARRAY values are (element type, items)."""
+    if type_name == "STRING":
+        return gguf_string(value)
+    if type_name == "ARRAY":
+        etype, items = value
+        return struct.pack("<IQ", _TYPE_IDS[etype], len(items)) + b"".join(gguf_value(etype, v) for v in items)
+    return struct.pack(_SCALAR_FORMATS[type_name][1], value)
+
+
+def raw_gguf(
+    metadata: list[tuple[str, str, Any]] = (),
+    tensors: list[tuple[str, tuple[int, ...], int, int]] = (),
+    data: bytes = b"",
+    *,
+    version: int = 3,
+    n_tensors: int | None = None,
+    n_kv: int | None = None,
+    alignment: int = 32,
+) -> bytes:
+    """GGUF bytes written field by field, with no checks, so tests can build broken files.
+
+    metadata: (key, type name, value); tensors: (name, GGUF dims innermost first, ggml type
+    id, offset into the data section). The data section starts at the next multiple of
+    `alignment` after the tensor infos, and `data` goes there. n_tensors / n_kv override
+    the counts in the header.
+    """
+    out = bytearray(b"GGUF")
+    out += struct.pack("<IQQ", version, len(tensors) if n_tensors is None else n_tensors,
+                       len(metadata) if n_kv is None else n_kv)  # fmt: skip
+    for key, type_name, value in metadata:
+        out += gguf_string(key) + struct.pack("<I", _TYPE_IDS[type_name]) + gguf_value(type_name, value)
+    for name, dims, ggml_type, offset in tensors:
+        out += gguf_string(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
+        out += struct.pack("<IQ", ggml_type, offset)
+    if tensors or data:
+        out += bytes(-len(out) % alignment)
+    return bytes(out + data)
