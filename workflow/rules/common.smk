@@ -3,6 +3,7 @@ import datetime
 import sys
 
 from bytesup.config import ConfigError, model_spec, validate
+from bytesup.runlock import clear_owner, record_owner, remove_stale_lock
 
 try:
     validate(config, workflow.source_path("../schemas/config.schema.yaml"))
@@ -10,6 +11,24 @@ try:
     MODEL_SPEC = model_spec(config, MODEL)
 except ConfigError as err:
     sys.exit(f"config error: {err}")
+
+# A run killed with SIGKILL leaves Snakemake's lock behind; a live run's lock is kept.
+_stale = remove_stale_lock()
+if _stale:
+    print(_stale, file=sys.stderr)
+
+
+onstart:
+    record_owner()
+
+
+onsuccess:
+    clear_owner()
+
+
+onerror:
+    clear_owner()
+
 
 # The report's date is the one volatile value that shapes a path; it enters only
 # through the report rule (upstream outputs never depend on it).
