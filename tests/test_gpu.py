@@ -1,0 +1,198 @@
+"""bytesup.gpu: the GPU job's decisions, and its CPU twin (CI has no GPU).
+
+The twin runs the very functions the GPU job runs, on torch device 'cpu'; it is skipped
+when torch is not installed. No test asserts a speed.
+"""
+
+import json
+import sys
+
+import pytest
+
+from bytesup import gpu, timing
+from bytesup.synthetic import write_tiny_llama
+
+TINY_CFG = {
+    "batch_sizes": [1, 2, 256],
+    "repeats": 3,
+    "warmup": 1,
+    "min_weight_bytes": 1 << 30,
+    "stream_bytes": 1 << 20,
+    "min_sample_ms": 0.0,
+}
+
+
+@pytest.fixture(scope="module")
+def twin_gguf(tmp_path_factory):
+    return write_tiny_llama(tmp_path_factory.mktemp("gpu") / "tiny.gguf", n_layers=2)
+
+
+@pytest.fixture
+def no_cuda(monkeypatch):
+    monkeypatch.setattr(gpu, "cuda_status", lambda: (False, "no CUDA device"))
+
+
+# --- gpu: auto | on | off ---------------------------------------------------------------
+
+
+def test_without_torch_the_reason_says_so(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
+    assert gpu.cuda_status() == (False, "no CUDA device (torch not installed)")
+    assert gpu.resolve_device("auto") == (None, "no CUDA device (torch not installed)")
+
+
+def test_auto_without_cuda_writes_a_skipped_record(no_cuda, twin_gguf, tmp_path):
+    result = gpu.run_gpu(twin_gguf, TINY_CFG, mode="auto")
+    s = result["summary"]
+    assert s["status"] == "skipped" and s["skipped"] == "no CUDA device" and s["gpu_mode"] == "auto"
+    assert result["sweep"] == result["stream"] == [] and s["targets"] == [] and s["dequant"] == {}
+    # the same top-level keys the report reads from a measured summary, with no figures
+    for key in ("stream_copy_gbps", "stream_triad_gbps", "matvec_cold_gbps", "matvec_fraction_of_copy",
+                "matmul_ratio_256_over_1"):
+        assert s[key] is None
+    paths = {"sweep": tmp_path / "sweep.csv", "stream": tmp_path / "stream.csv"}
+    timing.write_results(result, tmp_path / "summary.json", paths)
+    assert json.loads((tmp_path / "summary.json").read_text())["skipped"] == "no CUDA device"
+    assert paths["sweep"].read_text().splitlines() == [",".join(timing.TABLE_COLUMNS["sweep"])]  # header only
+
+
+def test_auto_without_torch_writes_the_torch_reason(monkeypatch, twin_gguf):
+    monkeypatch.setitem(sys.modules, "torch", None)
+    s = gpu.run_gpu(twin_gguf, TINY_CFG, mode="auto")["summary"]
+    assert s["skipped"] == "no CUDA device (torch not installed)"
+
+
+def test_on_without_cuda_is_a_clear_one_line_error(no_cuda, twin_gguf):
+    with pytest.raises(gpu.GPUUnavailable) as err:
+        gpu.run_gpu(twin_gguf, TINY_CFG, mode="on")
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith("gpu: on in config, but no CUDA device") and "gpu: auto" in message
+
+
+def test_on_without_torch_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)
+    with pytest.raises(gpu.GPUUnavailable, match=r"torch not installed.*bytesup\[gpu\]"):
+        gpu.resolve_device("on")
+
+
+def test_off_skips_even_with_cuda(monkeypatch):
+    monkeypatch.setattr(gpu, "cuda_status", lambda: (True, ""))
+    assert gpu.resolve_device("off") == (None, "gpu: off in config")
+    assert gpu.resolve_device("auto") == ("cuda", "")
+    assert gpu.resolve_device("on") == ("cuda", "")
+
+
+def test_yaml_booleans_mean_on_and_off(no_cuda):
+    assert gpu.resolve_device(False) == (None, "gpu: off in config")
+    with pytest.raises(gpu.GPUUnavailable, match="gpu: on in config"):
+        gpu.resolve_device(True)
+
+
+def test_unknown_mode_is_refused():
+    with pytest.raises(gpu.GPUUnavailable, match="not one of auto, on, off"):
+        gpu.resolve_device("yes")
+
+
+# --- the CPU twin -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def twin(twin_gguf):
+    pytest.importorskip("torch", reason="torch not installed: the GPU job's CPU twin needs it")
+    return gpu.run_gpu(twin_gguf, TINY_CFG, mode="auto", device="cpu")
+
+
+def test_twin_measures_both_dtypes_with_the_cpu_jobs_counting(twin):
+    s, sweep = twin["summary"], twin["sweep"]
+    assert s["status"] == "measured" and s["device"] == "cpu"
+    assert [(r["dtype"], r["n"]) for r in sweep] == [("fp32", 1), ("fp32", 2), ("fp32", 256),
+                                                      ("bf16", 1), ("bf16", 2), ("bf16", 256)]
+    for r in sweep:
+        assert r["itemsize"] == {"fp32": 4, "bf16": 2}[r["dtype"]]
+        assert (r["bytes"], r["flops"]) == timing.sweep_counts(r["rows"], r["cols"], r["n"], r["itemsize"])
+        assert r["gbps"] == pytest.approx(r["bytes"] / r["median_s"] / 1e9)
+    for dtype in ("fp32", "bf16"):
+        rows = {r["n"]: r for r in sweep if r["dtype"] == dtype}
+        d = s["by_dtype"][dtype]
+        assert d["matvec_cold_gbps"] == rows[1]["gbps"]
+        assert d["matmul_ratio_256_over_1"] == pytest.approx(rows[256]["median_s"] / rows[1]["median_s"])
+        assert d["matvec_fraction_of_copy"] == pytest.approx(rows[1]["gbps"] / s["stream_copy_gbps"])
+    assert s["matvec_cold_gbps"] == s["by_dtype"]["fp32"]["matvec_cold_gbps"]  # headline is fp32
+
+
+def test_twin_stream_and_targets(twin):
+    s = twin["summary"]
+    copy, triad = twin["stream"]
+    n = (1 << 20) // 8
+    assert (copy["bytes_counted"], triad["bytes_counted"]) == (16 * n, 24 * n)
+    assert s["stream_copy_gbps"] == copy["gbps"] and s["stream_triad_gbps"] == triad["gbps"]
+    assert [t["name"] for t in s["targets"]] == ["device_matvec_fp32_fraction_of_device_copy",
+                                                 "device_matvec_bf16_fraction_of_device_copy"]
+    for t in s["targets"]:
+        assert t["target"] == 0.8 and t["met"] == (t["measured"] >= 0.8)
+    assert s["machine"]["type"] == "cpu" and "CPU twin" in s["machine"]["name"]
+    assert s["dequant"] == {}  # same shape as the CPU summary; dequantization is a host job
+    json.dumps(s, allow_nan=False)
+
+
+def test_twin_sweep_computes_w_times_x(twin_gguf):
+    torch = pytest.importorskip("torch")
+    import numpy as np
+
+    weights = timing.ffn_weight_buffers(timing.open_model(twin_gguf), 1)
+    w = weights.matrices[0]
+    x = np.arange(w.shape[1], dtype=np.float32) / w.shape[1]
+    got = torch.matmul(torch.from_numpy(w), torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(got, w @ x, rtol=1e-5, atol=1e-6)  # the op the sweep times
+
+
+@pytest.mark.skipif(not gpu.cuda_status()[0], reason="no CUDA device")
+def test_on_a_cuda_device(twin_gguf):
+    s = gpu.run_gpu(twin_gguf, TINY_CFG, mode="on")["summary"]
+    assert s["status"] == "measured" and s["device"] == "cuda" and s["machine"]["name"]
+    assert s["counting"]["timer"].startswith("CUDA events")
+
+
+# --- the CUDA-only pieces, against a stand-in for torch.cuda ----------------------------
+
+
+class _FakeEvent:
+    def __init__(self, enable_timing):
+        assert enable_timing is True
+        self.recorded = self.synced = 0
+
+    def record(self):
+        self.recorded += 1
+
+    def synchronize(self):
+        self.synced += 1
+
+    def elapsed_time(self, end):
+        return 2.5  # milliseconds, as torch reports them
+
+
+def _fake_torch():
+    from types import SimpleNamespace
+
+    props = SimpleNamespace(name="Fake GPU", total_memory=80 << 30, major=9, minor=0, multi_processor_count=132,
+                            L2_cache_size=50 << 20)
+    cuda = SimpleNamespace(Event=_FakeEvent, current_device=lambda: 0, get_device_properties=lambda i: props)
+    return SimpleNamespace(cuda=cuda, device=lambda d: SimpleNamespace(type=d.split(":")[0], index=None),
+                           version=SimpleNamespace(cuda="12.8"), get_float32_matmul_precision=lambda: "highest")
+
+
+def test_cuda_event_timer_reports_seconds_after_waiting_for_the_end_event():
+    timer = gpu.device_timer(_fake_torch(), "cuda")
+    assert isinstance(timer, gpu.CudaEventTimer)
+    timer.start()
+    assert timer.stop() == 0.0025
+    assert timer._start.recorded == timer._end.recorded == timer._end.synced == 1
+
+
+def test_cuda_device_facts(monkeypatch):
+    monkeypatch.setattr(gpu, "_nvidia_smi", lambda index: {"driver": "570.1", "memory_total_mib": 81920})
+    facts = gpu.device_facts(_fake_torch(), "cuda")
+    assert facts["name"] == "Fake GPU" and facts["driver"] == "570.1" and facts["memory_bytes"] == 80 << 30
+    assert facts["cache_bytes"] == 50 << 20 and facts["cache_source"] == "torch L2_cache_size"
+    assert facts["compute_capability"] == "9.0" and facts["fp32_matmul_precision"] == "highest"

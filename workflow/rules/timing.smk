@@ -1,0 +1,48 @@
+# Stage: timing. Is decode memory-bound on this machine? (bytesup.timing, bytesup.gpu)
+# Timing jobs never share the machine: `threads: workflow.cores` takes every core the run
+# was given, so Snakemake starts no other job beside them (nor the two beside each other).
+# The GPU job asks the scheduler for a GPU only under `gpu: on`; under `auto` it measures
+# when it lands where CUDA is visible and otherwise writes a 'skipped' record.
+
+
+rule timing_cpu:
+    input:
+        gguf="resources/models/{model}.gguf",
+    output:
+        summary="results/timing/{model}/cpu/summary.json",
+        sweep="results/timing/{model}/cpu/sweep.csv",
+        stream="results/timing/{model}/cpu/stream.csv",
+        dequant="results/timing/{model}/cpu/dequant.csv",
+    params:
+        timing=config["timing"],
+        seed=config["seed"],
+    log:
+        "logs/timing/{model}/cpu.log",
+    threads: workflow.cores
+    resources:
+        mem_mb=8000,
+        runtime=30,
+    script:
+        "../scripts/timing_cpu.py"
+
+
+rule timing_gpu:
+    input:
+        gguf="resources/models/{model}.gguf",
+    output:
+        summary="results/timing/{model}/gpu/summary.json",
+        sweep="results/timing/{model}/gpu/sweep.csv",
+        stream="results/timing/{model}/gpu/stream.csv",
+    params:
+        timing=config["timing"],
+        seed=config["seed"],
+        mode=config["gpu"],
+    log:
+        "logs/timing/{model}/gpu.log",
+    threads: workflow.cores
+    resources:
+        mem_mb=8000,
+        runtime=30,
+        gpu=1 if config["gpu"] == "on" else 0,
+    script:
+        "../scripts/timing_gpu.py"

@@ -1,0 +1,38 @@
+"""GPU timing for rule `timing_gpu`: summary.json plus sweep and stream CSVs.
+
+All logic lives in bytesup.gpu; this wires the rule's input, outputs, params and log to
+it. Without a CUDA device, gpu: auto (or off) writes a 'skipped' summary and header-only
+CSVs; gpu: on ends the job with one line saying what is missing.
+"""
+
+import logging
+import sys
+
+from bytesup.gguf_file import GGUFFormatError
+from bytesup.gpu import GPUUnavailable, run_gpu
+from bytesup.timing import TimingError, write_results
+
+
+def main(sm) -> None:
+    logger = logging.getLogger("bytesup")
+    handlers = [logging.StreamHandler(sys.stderr)]
+    if sm.log:
+        handlers.append(logging.FileHandler(sm.log[0], mode="w"))
+    for handler in handlers:
+        handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        try:
+            result = run_gpu(sm.input.gguf, dict(sm.params.timing, seed=sm.params.seed), mode=sm.params.mode)
+        except (GGUFFormatError, TimingError, GPUUnavailable) as err:
+            logger.error("%s", err)
+            sys.exit(1)
+        write_results(result, sm.output.summary, {"sweep": sm.output.sweep, "stream": sm.output.stream})
+    finally:
+        for handler in handlers:
+            logger.removeHandler(handler)
+            handler.close()
+
+
+main(snakemake)  # noqa: F821  (injected by Snakemake's script directive)
