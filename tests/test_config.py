@@ -50,6 +50,12 @@ def test_every_schema_key_has_a_description_and_a_default():
         assert "default" in sub, key
 
 
+def test_unquoted_gpu_on_off_is_read_as_meant(config):
+    for raw, meant in ((True, "on"), (False, "off")):
+        config["gpu"] = raw
+        assert validate(config, SCHEMA)["gpu"] == meant
+
+
 @pytest.mark.parametrize(
     "mutate, message",
     [

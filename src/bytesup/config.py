@@ -86,6 +86,9 @@ def validate(config: dict, schema_path: str | Path) -> dict:
     schema = load_schema(schema_path)
     if not isinstance(config, dict):
         raise ConfigError(f"the config must be a mapping of keys, got {type(config).__name__}")
+    # YAML 1.1 reads an unquoted `gpu: on` as true: take it as the user meant it.
+    if isinstance(config.get("gpu"), bool):
+        config["gpu"] = "on" if config["gpu"] else "off"
     _fill_defaults(config, schema, schema)
 
     # Each model entry first, against the branch its `source` picks: the error then
