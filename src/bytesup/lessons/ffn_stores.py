@@ -1,0 +1,648 @@
+"""Lesson 5, "What the FFN stores" (course text 001): the FFN as a bank of key-value memories.
+
+What is computed, in the lesson's order:
+  1. the regrouping, on this model's real block-``block`` weights: W_down h is a sum of columns,
+     FFN(x) = sum_i a_i v_i with a_i = SiLU(gate_i . xn) (up_i . xn) and v_i = column i of
+     W_down. The slot-by-slot sum is compared with the matvec;
+  2. the slots with the largest |a_i| for the lesson's token, and how many slots it takes to
+     rebuild the FFN's output;
+  3. each top slot's value vector read through the unembedding (output.weight, or the token
+     embedding table when the model ties them): which next tokens it promotes and suppresses;
+  4. where the parameters are: this model (metadata and tensor table), and Llama-3-8B and GPT-2
+     small from their published configurations (bytesup.param_counts);
+  5. a ROME-style rank-one edit with C = I on the real W_down: k* = this token's h, and
+     v* = W k* + |W k*| e_target / |e_target| (the old output plus a push along the target
+     token's embedding, as long as that output). The edit maps k* to v* exactly and moves every
+     other key k by (k*.k / |k*|^2)(v* - W k*); the keys tested are the h of other tokens. For
+     comparison, ROME's full update with C = K K^T estimated from a separate draw of keys.
+
+As in lesson 3, the FFN is fed the token's raw embedding row (block 0 sees the embedding after
+attention in a real forward pass). The weights are the float32 arrays the extract stage
+dequantized; the walk is float32 like the model. The edit is done in float64: it is algebra on
+the weights, and float64 shows how exact it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from bytesup import claims as claims_mod
+from bytesup import param_counts as pc
+from bytesup.layers import silu
+from bytesup.lessons import FIGSIZE, LessonInputError
+from bytesup.lessons.ffn_by_hand import Walk, dims, walk
+from bytesup.tokens import display, lookup, tokenizer_of
+
+LESSON = "05_what_the_ffn_stores"
+BLOCK = 0
+
+# Text 001's toy key-value bank (panel v): the slots' gate and up scores as printed. The weights
+# behind them are not printed, but each coefficient a = SiLU(g) u follows from these two numbers.
+TOY_SLOTS = (
+    ("landmark + 'is in'", 1.70, 1.20),
+    ("British context", -0.12, 0.14),
+    ("function word next", -0.10, 0.31),
+    ("tower-name continuation", 0.26, 0.69),
+    ("weak noise slot", 0.20, 0.14),
+    ("query, not a name", 1.17, -0.84),
+)
+
+
+def metadata_map(doc: Mapping) -> Mapping:
+    """The key -> value metadata, whether given the extract stage's metadata.json or the bare map.
+
+    metadata.json (format bytesup.metadata/1) nests the keys under "metadata", beside the file's
+    header facts and the keys' GGUF types.
+    """
+    inner = doc.get("metadata")
+    if isinstance(inner, Mapping) and "general.architecture" not in doc:
+        return inner
+    return doc
+
+
+def tensor_names(block: int = BLOCK) -> list[str]:
+    """The tensors this lesson reads (output.weight only when the model has one)."""
+    return ["token_embd.weight", "?output.weight"] + [
+        f"blk.{block}.ffn_{p}.weight" for p in ("norm", "gate", "up", "down")
+    ]
+
+
+# --- 1. the regrouping -------------------------------------------------------------------------
+
+
+def ffn_by_slots(a: np.ndarray, W_down: np.ndarray) -> np.ndarray:
+    """sum_i a_i v_i, one slot at a time: start from zero and add each value column, scaled.
+
+    The clear version of W_down @ a. Same products, added in a different order.
+    """
+    out = np.zeros(W_down.shape[0], dtype=np.result_type(a, W_down))
+    for i in range(a.shape[0]):
+        out += a[i] * W_down[:, i]  # slot i writes its value v_i, scaled by its coefficient a_i
+    return out
+
+
+def coefficients(X: np.ndarray, w_gate, w_up, ffn_norm, eps) -> np.ndarray:
+    """a = SiLU(W_gate xn) * (W_up xn) for every row x of X at once (the keys of many tokens).
+
+    The batched twin of layers.ffn's first steps: RMSNorm each row, two matmuls, the gate.
+    """
+    X = np.asarray(X)
+    eps = X.dtype.type(eps)
+    Xn = X / np.sqrt(np.mean(X * X, axis=1, keepdims=True) + eps) * ffn_norm
+    return silu(Xn @ w_gate.T) * (Xn @ w_up.T)
+
+
+@dataclass
+class Slots:
+    """One token's walk through block ``block``'s FFN, seen slot by slot."""
+
+    walk: Walk
+    w_up: np.ndarray
+    w_down: np.ndarray
+    ffn_norm: np.ndarray
+    eps: float
+    a: np.ndarray  # the coefficients a_i = h_i
+    by_slots: np.ndarray  # sum_i a_i v_i
+    order: np.ndarray = field(repr=False)  # slot indices by decreasing |a_i|
+
+
+def slots(metadata: Mapping, tensors: Mapping, token: str = " cat", block: int = BLOCK) -> Slots:
+    wk = walk(metadata, tensors, token, block)  # checks the tensors' shapes against the metadata
+    d = dims(metadata)
+    w_up = np.asarray(tensors[f"blk.{block}.ffn_up.weight"], dtype=np.float32)
+    w_down = np.asarray(tensors[f"blk.{block}.ffn_down.weight"], dtype=np.float32)
+    norm = np.asarray(tensors[f"blk.{block}.ffn_norm.weight"], dtype=np.float32)
+    a = wk.trace.h
+    return Slots(walk=wk, w_up=w_up, w_down=w_down, ffn_norm=norm, eps=d["rms_epsilon"], a=a,
+                 by_slots=ffn_by_slots(a, w_down), order=np.argsort(-np.abs(a), kind="stable"))
+
+
+def regroup_metrics(s: Slots) -> dict:
+    out = s.walk.trace.out  # W_down @ h, the matvec
+    a64, W64 = s.a.astype(np.float64), s.w_down.astype(np.float64)
+    diff = np.abs(s.by_slots - out).max()
+    ref = float(np.abs(out).max()) or 1.0
+    return {
+        "slots_per_layer": s.a.shape[0],
+        "value_length": s.w_down.shape[0],
+        "regroup_max_abs_diff": diff,  # float32, two summation orders
+        "regroup_rel_diff": diff / ref,
+        "regroup_max_abs_diff_float64": np.abs(ffn_by_slots(a64, W64) - W64 @ a64).max(),
+        "ffn_out_length": np.linalg.norm(out.astype(np.float64)),
+        "ffn_out_max_abs": ref,
+    }
+
+
+# --- 2. the slots that fire hardest -------------------------------------------------------------
+
+
+def rebuild_error(s: Slots, counts: Iterable[int]) -> dict[int, float]:
+    """|out - (sum over the m largest |a_i| of a_i v_i)| / |out|, for each m in counts."""
+    out = s.walk.trace.out.astype(np.float64)
+    contrib = s.w_down.astype(np.float64)[:, s.order] * s.a.astype(np.float64)[s.order]
+    partial = np.cumsum(contrib, axis=1)
+    n = np.linalg.norm(out) or 1.0
+    return {m: float(np.linalg.norm(out - partial[:, min(m, s.a.shape[0]) - 1]) / n) for m in counts}
+
+
+def slot_metrics(s: Slots, top_k: int) -> dict:
+    a = s.a.astype(np.float64)
+    g = s.walk.trace.g
+    top = s.order[:top_k]
+    counts = [c for c in (1, 10, 100, s.a.shape[0] // 4, s.a.shape[0] // 2) if c <= s.a.shape[0]]
+    err = rebuild_error(s, counts)
+    curve = rebuild_error(s, range(1, s.a.shape[0] + 1))
+    slots_for_half = next(m for m, e in curve.items() if e <= 0.5)
+    slots_for_90 = next(m for m, e in curve.items() if e <= 0.1)
+    return {
+        "top_slots": top,
+        "top_slot_coefficients": a[top],
+        "top_slot_gate_scores": g[top],
+        "top_slot": int(top[0]),
+        "top_slot_coefficient": a[top[0]],
+        "coefficients_negative_fraction": np.mean(a < 0),
+        "coefficient_abs_median": np.median(np.abs(a)),
+        "coefficient_abs_max": np.abs(a).max(),
+        "rebuild_error_by_top_m": {str(m): e for m, e in err.items()},
+        "slots_for_half_of_output": slots_for_half,  # error <= 50 %
+        "slots_for_90pct_of_output": slots_for_90,  # error <= 10 %
+    }
+
+
+def top_slot_table(s: Slots, top_k: int) -> list[dict]:
+    t = s.walk.trace
+    vlen = np.linalg.norm(s.w_down.astype(np.float64), axis=0)
+    rows = []
+    for rank, i in enumerate(s.order[:top_k], 1):
+        rows.append({
+            "rank": rank, "slot": int(i), "gate_score": float(t.g[i]), "silu_gate": float(silu(t.g[i])),
+            "up_score": float(t.u[i]), "coefficient": float(s.a[i]), "value_length": float(vlen[i]),
+            "written_length": float(abs(s.a[i]) * vlen[i]),
+        })
+    return rows
+
+
+# --- 3. value vectors in vocabulary space --------------------------------------------------------
+
+
+def unembedding(tensors: Mapping) -> tuple[str, np.ndarray]:
+    """(name, matrix) of the output projection: output.weight, or token_embd when they are tied."""
+    name = "output.weight" if "output.weight" in tensors else "token_embd.weight"
+    if name not in tensors:
+        raise LessonInputError("neither 'output.weight' nor 'token_embd.weight' was extracted")
+    return name, tensors[name]
+
+
+def promoted(W_U: np.ndarray, v: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """W_U v: one score per vocabulary entry. Returns (scores, k highest ids, k lowest ids)."""
+    scores = np.asarray(W_U, dtype=np.float32) @ v.astype(np.float32)
+    hi = np.argsort(-scores, kind="stable")[:k]
+    lo = np.argsort(scores, kind="stable")[:k]
+    return scores, hi, lo
+
+
+def value_vector_table(s: Slots, tensors: Mapping, metadata: Mapping, top_k: int, n_tokens: int) -> list[dict]:
+    """For each top slot: the tokens its value vector promotes and suppresses through W_U.
+
+    A slot with a negative coefficient writes -v_i for this token, so what it actually pushes
+    for this token is the 'suppresses' list; the 'writes for this token' column says which.
+    """
+    vocab, tok_model = tokenizer_of(metadata)
+    _, W_U = unembedding(tensors)
+    W_U = np.asarray(W_U, dtype=np.float32)
+    rows = []
+    for rank, i in enumerate(s.order[:top_k], 1):
+        scores, hi, lo = promoted(W_U, s.w_down[:, i], n_tokens)
+        rows.append({
+            "rank": rank, "slot": int(i), "coefficient": float(s.a[i]),
+            "writes_for_this_token": "+v (promotes list)" if s.a[i] >= 0 else "-v (suppresses list)",
+            "promotes": " ".join(display(vocab[j], tok_model) for j in hi),
+            "promote_scores": " ".join(f"{scores[j]:.3f}" for j in hi),
+            "suppresses": " ".join(display(vocab[j], tok_model) for j in lo),
+            "suppress_scores": " ".join(f"{scores[j]:.3f}" for j in lo),
+        })
+    return rows
+
+
+def ffn_output_reading(s: Slots, tensors: Mapping, metadata: Mapping, n_tokens: int) -> dict:
+    """The whole FFN output read the same way: which tokens the sum of all slots promotes."""
+    vocab, tok_model = tokenizer_of(metadata)
+    name, W_U = unembedding(tensors)
+    _, hi, _ = promoted(W_U, s.walk.trace.out, n_tokens)
+    return {"unembedding": name, "tied": name == "token_embd.weight",
+            "ffn_out_promotes": [display(vocab[j], tok_model) for j in hi]}
+
+
+# --- 4. where the parameters are -----------------------------------------------------------------
+
+
+def model_accounting(metadata: Mapping, tensor_rows: Sequence[Mapping], name: str = "this model") -> tuple[pc.Architecture, dict]:
+    """This model's counts from its metadata, checked against the tensor table, plus its file bytes."""
+    d = dims(metadata)
+    vocab = metadata.get(f"{d['architecture']}.vocab_size") or len(tokenizer_of(metadata)[0])
+    arch = pc.architecture_from_gguf(d, (r["name"] for r in tensor_rows), vocab, name)
+    c = pc.count(arch)
+    table = pc.table_counts(tensor_rows)
+    p, b = table["params"], table["bytes"]
+    total_table = sum(p.values())
+    expect = {part: c[f"block_{part}"] * arch.n_layers for part in pc.BLOCK_PARTS if c[f"block_{part}"]}
+    expect.update(token_embd=c["token_embd"], output_norm=c["output_norm"])
+    if c["lm_head"]:
+        expect["lm_head"] = c["lm_head"]
+    mismatches = {k: (v, p.get(k, 0)) for k, v in expect.items() if p.get(k, 0) != v}
+    ffn_bytes = sum(b.get(part, 0) for part in pc.FFN)
+    all_bytes = sum(b.values())
+    # per token the whole file is read except the lookup table, which a tied model reads as its head
+    streamed_bytes = all_bytes - (0 if arch.tied else b.get("token_embd", 0))
+    out = dict(c)
+    out.update(
+        total_from_table=total_table,
+        table_blocks=table["n_blocks"],
+        counts_match_table=not mismatches and total_table == c["total"],
+        count_mismatches={k: list(v) for k, v in mismatches.items()},
+        ffn_bytes_in_file=ffn_bytes,
+        file_tensor_bytes=all_bytes,
+        streamed_bytes_in_file=streamed_bytes,
+        ffn_share_of_streamed_file_bytes=ffn_bytes / streamed_bytes,
+        bytes_per_slot_in_file=ffn_bytes / c["slots"],
+        tied=arch.tied,
+    )
+    return arch, out
+
+
+def parameter_table(archs: Sequence[pc.Architecture], counted: Sequence[Mapping]) -> list[dict]:
+    keys = list(pc.count(archs[0]).keys())
+    return [{"quantity": k, **{a.name: c[k] for a, c in zip(archs, counted)}} for k in keys]
+
+
+# --- 5. a rank-one edit (ROME with C = I) --------------------------------------------------------
+
+
+def rome_edit(W: np.ndarray, k_star: np.ndarray, v_star: np.ndarray) -> np.ndarray:
+    """W_hat = W + (v* - W k*) k*^T / (k*^T k*): ROME's update with the key covariance C = I.
+
+    Check: W_hat k* = W k* + (v* - W k*) (k*.k*)/(k*.k*) = v*. Any other key k moves by
+    (k*.k / |k*|^2)(v* - W k*): only its component along k* sees the edit.
+    """
+    r = v_star - W @ k_star  # what the old memory gets wrong for k*
+    return W + np.outer(r, k_star) / (k_star @ k_star)
+
+
+def rome_edit_cov(W: np.ndarray, k_star: np.ndarray, v_star: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """ROME's full update, W + (v* - W k*) (C^-1 k*)^T / ((C^-1 k*)^T k*), C = uncentered key covariance.
+
+    Still maps k* to v* exactly; a key k now moves in proportion to (C^-1 k*).k, which is small
+    for the directions the layer's keys usually take, so common keys are disturbed less.
+    """
+    u = np.linalg.solve(C, k_star)
+    return W + np.outer(v_star - W @ k_star, u) / (u @ k_star)
+
+
+def key_covariance(K: np.ndarray, ridge: float) -> np.ndarray:
+    """C = K^T K / n (uncentered, one key per row) plus ridge x its mean eigenvalue on the diagonal.
+
+    The ridge keeps C invertible when there are fewer keys than dimensions.
+    """
+    C = K.T @ K / max(K.shape[0], 1)
+    scale = np.trace(C) / C.shape[0]
+    return C + ridge * (scale if scale > 0 else 1.0) * np.eye(C.shape[0])
+
+
+def drift(W: np.ndarray, W_hat: np.ndarray, K: np.ndarray) -> np.ndarray:
+    """W_hat k - W k for every key k (a row of K): how far the edit moved each output."""
+    return K @ (W_hat - W).T
+
+
+def predicted_drift(W: np.ndarray, k_star: np.ndarray, v_star: np.ndarray, K: np.ndarray) -> np.ndarray:
+    """(k*.k / |k*|^2)(v* - W k*) for every key k: the formula, without building W_hat."""
+    overlap = K @ k_star / (k_star @ k_star)
+    return overlap[:, None] * (v_star - W @ k_star)[None, :]
+
+
+@dataclass
+class Rome:
+    token: str
+    target: str
+    k_star: np.ndarray
+    v_star: np.ndarray
+    key_ids: np.ndarray
+    key_names: list
+    overlap: np.ndarray  # k*.k / |k*|^2 per key
+    cosine: np.ndarray  # cos(k, k*) per key
+    drift_length: np.ndarray  # |W_hat k - W k|
+    output_length: np.ndarray  # |W k|
+    relative_drift_cov: np.ndarray  # |W_cov k - W k| / |W k| with ROME's C = K K^T
+    residual_length: float  # |v* - W k*|
+    metrics: dict
+
+
+COV_RIDGE = 0.1  # ridge for the key covariance, in units of its mean eigenvalue
+
+
+def key_ids(vocab_size: int, exclude: Iterable[int], n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Two disjoint draws of up to n token ids with the run's seed, never an excluded id.
+
+    The first tests the edit; the second estimates the key covariance for ROME's C. A vocabulary
+    too small for both is split half and half.
+    """
+    rng = np.random.default_rng(seed)
+    pool = np.setdiff1d(np.arange(vocab_size), np.fromiter(exclude, dtype=np.int64))
+    drawn = rng.permutation(pool)
+    n = min(n, (drawn.size + 1) // 2)
+    return np.sort(drawn[:n]), np.sort(drawn[n:2 * n])
+
+
+def rome(metadata: Mapping, tensors: Mapping, s: Slots, target: str, *, seed: int = 0, n_keys: int = 2000,
+         neighbours: Sequence[str] = ()) -> Rome:
+    """Edit W_down so that this token's key k* writes v* = W k* + delta, and measure what else moves.
+
+    delta points along the target token's embedding and is as long as the FFN's own output for
+    this token, |W k*|: "write toward ' dog' as strongly as you now write anything".
+    The keys the edit is tested on are the h vectors of the target, a few named neighbours, and
+    n_keys tokens drawn with the run's seed.
+    """
+    vocab, tok_model = tokenizer_of(metadata)
+    E = tensors["token_embd.weight"]
+    _, W_U = unembedding(tensors)
+    tid = s.walk.token_id
+    target_id, _ = lookup(metadata, target)
+    W = s.w_down.astype(np.float64)
+    k_star = s.a.astype(np.float64)
+    old = W @ k_star
+    e_target = np.asarray(E[target_id], dtype=np.float64)
+    delta = np.linalg.norm(old) * e_target / np.linalg.norm(e_target)
+    v_star = old + delta
+    W_hat = rome_edit(W, k_star, v_star)
+
+    named = []
+    for word in [target, *neighbours]:
+        try:
+            i, _ = lookup(metadata, word)
+        except KeyError:
+            continue  # not a single token in this vocabulary: leave it out
+        if i != tid and i not in named:
+            named.append(i)
+    sampled, fit_ids = key_ids(len(vocab), [tid, *named], n_keys, seed)
+    ids = np.array(named + sampled.tolist(), dtype=np.int64)
+
+    def keys(rows):  # h of each token's embedding row: what W_down reads for that token
+        X = np.asarray(E[rows], dtype=np.float32)
+        return coefficients(X, s.walk.w_gate, s.w_up, s.ffn_norm, s.eps).astype(np.float64)
+
+    K = keys(ids)
+    W_cov = rome_edit_cov(W, k_star, v_star, key_covariance(keys(fit_ids), COV_RIDGE))
+    rel_cov = np.linalg.norm(drift(W, W_cov, K), axis=1) / np.linalg.norm(K @ W.T, axis=1)
+
+    D = drift(W, W_hat, K)
+    P = predicted_drift(W, k_star, v_star, K)
+    kk = k_star @ k_star
+    overlap = K @ k_star / kk
+    cos = overlap * np.sqrt(kk) / np.linalg.norm(K, axis=1)
+    dlen = np.linalg.norm(D, axis=1)
+    olen = np.linalg.norm(K @ W.T, axis=1)
+    rel = dlen / olen
+    r = v_star - old
+    sv = np.linalg.svd(W_hat - W, compute_uv=False)
+    hit = W_hat @ k_star
+
+    def cos_(p, q):
+        return float(p @ q / (np.linalg.norm(p) * np.linalg.norm(q)))
+
+    def rank_of(vec, token_id):  # 1 = the token W_U vec scores highest
+        scores = np.asarray(W_U, dtype=np.float32) @ vec.astype(np.float32)
+        return int(np.sum(scores > scores[token_id])) + 1
+
+    smp = slice(len(named), None)
+    has_sample = ids.size > len(named)
+    most = int(np.argmax(np.abs(cos[smp]))) + len(named) if has_sample else None
+    metrics = {
+        "rome_token": s.walk.token,
+        "rome_target": target,
+        "rome_target_id": target_id,
+        "rome_v_star_rule": "v* = W k* + |W k*| e_target / |e_target|",
+        "rome_key_length": np.sqrt(kk),
+        "rome_old_output_length": np.linalg.norm(old),
+        "rome_residual_length": np.linalg.norm(r),  # |v* - W k*| = |delta|
+        "rome_target_max_abs_diff": np.abs(hit - v_star).max(),
+        "rome_target_rel_err": np.linalg.norm(hit - v_star) / np.linalg.norm(v_star),
+        "rome_update_rank": int(np.sum(sv > sv[0] * 1e-10)),
+        "rome_update_singular_ratio": sv[1] / sv[0],
+        "rome_drift_formula_max_abs_diff": np.abs(D - P).max(),
+        "rome_drift_formula_rel_err": np.abs(D - P).max() / (np.abs(P).max() or 1.0),
+        "rome_keys": int(ids.size),
+        "rome_keys_sampled": int(ids.size - len(named)),
+        "rome_cos_median": np.median(cos[smp]) if has_sample else None,
+        "rome_abs_cos_median": np.median(np.abs(cos[smp])) if has_sample else None,
+        "rome_abs_cos_max": np.abs(cos[smp]).max() if has_sample else None,
+        "rome_abs_cos_max_token": display(vocab[int(ids[most])], tok_model) if has_sample else None,
+        "rome_random_abs_cos_typical": np.sqrt(2 / np.pi / k_star.size),  # E|cos| of two random directions
+        "rome_relative_drift_median": np.median(rel[smp]) if has_sample else None,
+        "rome_relative_drift_max": rel[smp].max() if has_sample else None,
+        "rome_relative_drift_over_10pct": np.mean(rel[smp] > 0.1) if has_sample else None,
+        "rome_cov_keys_fit": int(fit_ids.size),
+        "rome_cov_ridge": COV_RIDGE,
+        "rome_cov_target_max_abs_diff": np.abs(W_cov @ k_star - v_star).max(),
+        "rome_cov_relative_drift_median": np.median(rel_cov[smp]) if has_sample else None,
+        "rome_cov_relative_drift_max": rel_cov[smp].max() if has_sample else None,
+        "rome_cov_relative_drift_over_10pct": np.mean(rel_cov[smp] > 0.1) if has_sample else None,
+        "rome_out_cos_target_before": cos_(old, e_target),
+        "rome_out_cos_target_after": cos_(hit, e_target),
+        "rome_target_rank_before": rank_of(old, target_id),
+        "rome_target_rank_after": rank_of(hit, target_id),
+    }
+    named_keys = {}
+    for j, i in enumerate(named):
+        named_keys[display(vocab[i], tok_model)] = {
+            "cos": cos[j], "overlap": overlap[j], "drift_length": dlen[j], "relative_drift": rel[j],
+            "relative_drift_rome_c": rel_cov[j]}
+    metrics["rome_named_keys"] = named_keys
+    names = [display(vocab[int(i)], tok_model) for i in ids]
+    return Rome(token=s.walk.token, target=target, k_star=k_star, v_star=v_star, key_ids=ids, key_names=names,
+                overlap=overlap, cosine=cos, drift_length=dlen, output_length=olen, relative_drift_cov=rel_cov,
+                residual_length=float(np.linalg.norm(r)), metrics=metrics)
+
+
+def rome_table(ro: Rome, n_named: int | None = None) -> list[dict]:
+    """One row per key: its overlap with k*, the measured drift, and the formula's drift."""
+    rows = []
+    for j, i in enumerate(ro.key_ids):
+        rows.append({
+            "token_id": int(i), "token": ro.key_names[j], "cos_with_k_star": ro.cosine[j],
+            "overlap": ro.overlap[j], "drift_length": ro.drift_length[j],
+            "formula_drift_length": abs(ro.overlap[j]) * ro.residual_length,
+            "output_length": ro.output_length[j], "relative_drift": ro.drift_length[j] / ro.output_length[j],
+            "relative_drift_rome_c": ro.relative_drift_cov[j],
+        })
+    return rows
+
+
+# --- 6. the toy bank and SiLU's dip ------------------------------------------------------------
+
+
+def toy_metrics() -> dict:
+    g = np.array([t[1] for t in TOY_SLOTS])
+    u = np.array([t[2] for t in TOY_SLOTS])
+    a = silu(g) * u
+    z = np.linspace(-6.0, 0.0, 600_001)  # step 1e-5
+    sz = silu(z)
+    return {
+        "toy_slot_coefficients": a,
+        "toy_slot1_coefficient": a[0],
+        "toy_slot_negative": [t[0] for t, ai in zip(TOY_SLOTS, a) if ai < 0],
+        "silu_min": sz.min(),
+        "silu_argmin": z[np.argmin(sz)],
+    }
+
+
+# --- the whole lesson ---------------------------------------------------------------------------
+
+
+def published_metrics() -> dict:
+    """Llama-3-8B and GPT-2 small from their published configurations, prefixed."""
+    out = {}
+    for prefix, a in (("llama3_8b", pc.LLAMA3_8B), ("gpt2_small", pc.GPT2_SMALL)):
+        c = pc.count(a)
+        out.update({f"{prefix}_{k}": v for k, v in c.items()})
+        out.update({f"{prefix}_d_model": a.d_model, f"{prefix}_d_ff": a.d_ff, f"{prefix}_vocab": a.vocab,
+                    f"{prefix}_kv_heads": a.n_kv_heads, f"{prefix}_head_dim": a.head_dim,
+                    f"{prefix}_block_ffn_gate_share": c["block_ffn_gate"] / c["block_total"]})
+    return out
+
+
+@dataclass
+class Lesson:
+    metrics: dict
+    slots: Slots
+    rome: Rome
+    top_slots: list
+    value_vectors: list
+    parameters: list
+    archs: list
+    counted: list  # pc.count(...) of each architecture, this model's with its file bytes added
+
+
+def run(metadata: Mapping, tensors: Mapping, tensor_rows: Sequence[Mapping], token: str = " cat",
+        target: str = " dog", *, seed: int = 0, n_keys: int = 2000, top_k: int = 10, n_tokens: int = 8,
+        block: int = BLOCK, model: str = "this model",
+        neighbours: Sequence[str] = (" cats", " kitten", " the", " house")) -> Lesson:
+    """Everything the lesson computes: metrics, the arrays behind the figures, and its tables."""
+    metadata = metadata_map(metadata)
+    s = slots(metadata, tensors, token, block)
+    m: dict = {"block": block, "token": token, "token_id": s.walk.token_id, "seed": seed}
+    m.update(regroup_metrics(s))
+    m.update(slot_metrics(s, top_k))
+    m.update(ffn_output_reading(s, tensors, metadata, n_tokens))
+    arch, acc = model_accounting(metadata, tensor_rows, model)
+    m.update({f"model_{k}": v for k, v in acc.items()})
+    m.update(published_metrics())
+    m.update(toy_metrics())
+    ro = rome(metadata, tensors, s, target, seed=seed, n_keys=n_keys, neighbours=neighbours)
+    m.update(ro.metrics)
+    archs = [arch, pc.LLAMA3_8B, pc.GPT2_SMALL]
+    counted = [acc, pc.count(pc.LLAMA3_8B), pc.count(pc.GPT2_SMALL)]
+    return Lesson(metrics=m, slots=s, rome=ro, top_slots=top_slot_table(s, top_k),
+                  value_vectors=value_vector_table(s, tensors, metadata, top_k, n_tokens),
+                  parameters=parameter_table(archs, counted), archs=archs, counted=counted)
+
+
+def compute(metadata: Mapping, tensors: Mapping, tensor_rows: Sequence[Mapping], token: str = " cat",
+            target: str = " dog", **kwargs) -> dict:
+    """Every number the lesson reports, as a flat dict (numpy values; see lessons.plain)."""
+    return run(metadata, tensors, tensor_rows, token, target, **kwargs).metrics
+
+
+def evaluate_claims(metrics: Mapping, *, model: str, sha256: str = "", metadata: Mapping | None = None):
+    """Check the lesson's published claims against this run's metrics."""
+    context = claims_mod.run_context(model, sha256, None if metadata is None else metadata_map(metadata))
+    return claims_mod.check_all(claims_mod.load_claims(LESSON), metrics, context)
+
+
+# --- figures ------------------------------------------------------------------------------------
+
+
+def plot_slots(s: Slots, top_k: int = 10, title: str = ""):
+    """Left: every slot's coefficient a_i, the top ones marked. Right: how many slots rebuild the output."""
+    import matplotlib.pyplot as plt
+
+    a = s.a.astype(np.float64)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=FIGSIZE)
+    ax1.vlines(np.arange(a.size), 0, a, color="0.55", lw=0.5)
+    top = s.order[:top_k]
+    ax1.plot(top, a[top], "o", color="C3", ms=3, label=f"top {top_k} by |a|")
+    ax1.axhline(0, color="k", lw=0.6)
+    ax1.set_xlabel("slot i")
+    ax1.set_ylabel("a_i = SiLU(g_i) u_i")
+    ax1.legend(fontsize=7)
+    curve = rebuild_error(s, range(1, a.size + 1))
+    ax2.plot(list(curve), list(curve.values()), color="C0")
+    ax2.set_xscale("log")
+    ax2.set_ylim(0, 1.05)
+    ax2.axhline(0.1, color="0.6", ls="--", lw=0.8)
+    ax2.set_xlabel("slots kept (largest |a_i| first)")
+    ax2.set_ylabel("|out - partial sum| / |out|")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_rome(ro: Rome, title: str = ""):
+    """Left: each key's drift against its overlap with k*, on the formula's line. Right: cos(k, k*)."""
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=FIGSIZE)
+    x = ro.overlap
+    ax1.scatter(x, ro.drift_length, s=4, color="C0", lw=0, label="keys: measured |W_hat k - W k|")
+    s = np.array([min(float(x.min()), 0.0), 0.0, 1.0])  # from the lowest overlap up to k* itself
+    ax1.plot(s, np.abs(s) * ro.residual_length, color="C3", lw=0.8, label="|k*.k|/|k*|^2 x |v* - W k*|")
+    n_named = len(ro.key_ids) - int(ro.metrics["rome_keys_sampled"])
+    for j in range(n_named):
+        ax1.annotate(ro.key_names[j], (x[j], ro.drift_length[j]), fontsize=7, xytext=(3, 3),
+                     textcoords="offset points")
+    ax1.plot([1.0], [ro.residual_length], "*", color="C1", ms=9, label="k* itself (moved onto v*)")
+    ax1.set_xlabel("overlap k*.k / |k*|^2")
+    ax1.set_ylabel("output drift")
+    ax1.legend(fontsize=6, loc="upper left")
+    rel = ro.drift_length[n_named:] / ro.output_length[n_named:]
+    rel_cov = ro.relative_drift_cov[n_named:]
+    lo = max(min(float(rel.min()), float(rel_cov.min())), 1e-6)
+    hi = max(float(rel.max()), float(rel_cov.max()), lo * 10)
+    bins = np.geomspace(lo, hi, 50)
+    ax2.hist(rel, bins=bins, color="C0", alpha=0.6, label="C = I")
+    ax2.hist(rel_cov, bins=bins, color="C2", alpha=0.6, label="C = K K^T (ROME)")
+    ax2.set_xscale("log")
+    ax2.set_xlabel("|W_hat k - W k| / |W k|, sampled keys")
+    ax2.set_ylabel("keys")
+    ax2.legend(fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_parameters(archs: Sequence[pc.Architecture], counted: Sequence[Mapping]):
+    """Where each model's parameters are: attention, FFN, norms, embeddings and head, as shares."""
+    import matplotlib.pyplot as plt
+
+    parts = (("FFN", lambda c: c["ffn_total"]), ("attention", lambda c: c["attention_total"]),
+             ("norms", lambda c: c["layers"] * c["block_norms"] + c["output_norm"]),
+             ("embeddings + head", lambda c: c["embeddings_and_head"] + c["positions"]))
+    fig, ax = plt.subplots(figsize=FIGSIZE)
+    left = np.zeros(len(archs))
+    for (label, f), colour in zip(parts, ("C3", "C0", "C2", "C7")):
+        share = np.array([f(c) / c["total"] for c in counted])
+        ax.barh(range(len(archs)), share, left=left, color=colour, label=label)
+        for y, (l0, w) in enumerate(zip(left, share)):
+            if w > 0.05:
+                ax.text(l0 + w / 2, y, f"{100 * w:.1f} %", ha="center", va="center", fontsize=8, color="w")
+        left += share
+    ax.set_yticks(range(len(archs)), [f"{a.name}\n{c['total']:,} params" for a, c in zip(archs, counted)], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("share of all parameters")
+    ax.legend(fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=4, frameon=False)
+    fig.tight_layout()
+    return fig

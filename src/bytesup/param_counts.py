@@ -1,0 +1,207 @@
+"""Where a transformer's parameters live: counted from a configuration, or from a GGUF's tensor table.
+
+A decoder-only transformer is a stack of identical blocks between an embedding table and an
+output head. Every count below follows from a handful of numbers in the model's configuration:
+
+    per block   attention  q: d x (heads * head_dim)      k, v: d x (kv_heads * head_dim) each
+                           o: (heads * head_dim) x d
+                FFN        gate (SwiGLU only), up: d x d_ff each;   down: d_ff x d
+                norms      two per block, each a gain vector of d (LayerNorm adds a bias of d)
+    once        token embedding table  vocab x d          output head: vocab x d, unless tied
+                final norm             learned positions (GPT-2): n_positions x d
+
+Biases, where a model has them (GPT-2), add one number per output of every matrix.
+
+The published configurations below are what the course's texts quote; the counts are checked
+against the totals the texts print (Llama-3-8B: 8,030,261,248) in the tests.
+
+Bytes streamed per generated token (batch 1): every matrix is read once, except a lookup table
+(token embedding, learned positions), of which one row is read. A tied model uses its embedding
+table again as the output head, and that pass reads all of it.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+BF16_BYTES = 2
+
+
+@dataclass(frozen=True)
+class Architecture:
+    name: str
+    d_model: int
+    d_ff: int
+    n_layers: int
+    vocab: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    gated_ffn: bool = True  # SwiGLU: gate, up and down matrices; False: up and down only
+    biases: bool = False  # GPT-2 style: a bias vector after every matrix
+    norm_vectors: int = 1  # numbers per element of a norm: 1 (RMSNorm gain), 2 (LayerNorm gain + bias)
+    tied: bool = False  # the output head reuses the token embedding table
+    n_positions: int = 0  # learned absolute positions (GPT-2); 0 for rotary models
+    source: str = ""
+
+
+# Published configurations (the models' config.json files on their hubs).
+LLAMA3_8B = Architecture(
+    "Llama-3-8B", d_model=4096, d_ff=14336, n_layers=32, vocab=128256, n_heads=32, n_kv_heads=8, head_dim=128,
+    source="meta-llama/Meta-Llama-3-8B config.json",
+)
+LLAMA31_405B = Architecture(
+    "Llama-3.1-405B", d_model=16384, d_ff=53248, n_layers=126, vocab=128256, n_heads=128, n_kv_heads=8,
+    head_dim=128, source="meta-llama/Llama-3.1-405B config.json",
+)
+GPT2_SMALL = Architecture(
+    "GPT-2 small", d_model=768, d_ff=3072, n_layers=12, vocab=50257, n_heads=12, n_kv_heads=12, head_dim=64,
+    gated_ffn=False, biases=True, norm_vectors=2, tied=True, n_positions=1024, source="openai-community/gpt2 config.json",
+)
+PUBLISHED = {a.name: a for a in (LLAMA3_8B, LLAMA31_405B, GPT2_SMALL)}
+
+BLOCK_PARTS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down", "norms")
+ATTENTION = ("attn_q", "attn_k", "attn_v", "attn_output")
+FFN = ("ffn_gate", "ffn_up", "ffn_down")
+
+
+def block_counts(a: Architecture) -> dict[str, int]:
+    """Parameters of one block, by part (a matrix's bias is counted with its matrix)."""
+    q, kv = a.n_heads * a.head_dim, a.n_kv_heads * a.head_dim
+    b = 1 if a.biases else 0
+    return {
+        "attn_q": a.d_model * q + b * q,
+        "attn_k": a.d_model * kv + b * kv,
+        "attn_v": a.d_model * kv + b * kv,
+        "attn_output": q * a.d_model + b * a.d_model,
+        "ffn_gate": (a.d_model * a.d_ff + b * a.d_ff) if a.gated_ffn else 0,
+        "ffn_up": a.d_model * a.d_ff + b * a.d_ff,
+        "ffn_down": a.d_ff * a.d_model + b * a.d_model,
+        "norms": 2 * a.norm_vectors * a.d_model,
+    }
+
+
+def count(a: Architecture) -> dict:
+    """Every count the lessons quote, for one architecture (plain ints and fractions)."""
+    blk = block_counts(a)
+    attention = sum(blk[p] for p in ATTENTION)
+    ffn = sum(blk[p] for p in FFN)
+    block = sum(blk.values())
+    embd = a.vocab * a.d_model
+    head = 0 if a.tied else a.vocab * a.d_model
+    positions = a.n_positions * a.d_model
+    final_norm = a.norm_vectors * a.d_model
+    total = a.n_layers * block + embd + head + positions + final_norm
+    ffn_all = a.n_layers * ffn
+    # Read per generated token: everything but the lookup tables; a tied table is read as the head.
+    streamed = total - positions - (0 if a.tied else embd)
+    weights_per_slot = (3 if a.gated_ffn else 2) * a.d_model  # gate row + up row + down column
+    out = {f"block_{p}": n for p, n in blk.items()}
+    out.update(
+        block_attention=attention,
+        block_ffn=ffn,
+        block_total=block,
+        block_ffn_share=ffn / block,
+        block_attention_share=attention / block,
+        layers=a.n_layers,
+        blocks_total=a.n_layers * block,
+        token_embd=embd,
+        lm_head=head,
+        positions=positions,
+        output_norm=final_norm,
+        total=total,
+        ffn_total=ffn_all,
+        ffn_share=ffn_all / total,
+        attention_total=a.n_layers * attention,
+        embeddings_and_head=embd + head,
+        embeddings_and_head_share=(embd + head) / total,
+        token_embd_share=embd / total,
+        slots_per_layer=a.d_ff,
+        slots=a.n_layers * a.d_ff,
+        weights_per_slot=weights_per_slot,
+        bytes_per_slot_bf16=weights_per_slot * BF16_BYTES,
+        kib_per_slot_bf16=weights_per_slot * BF16_BYTES / 1024,
+        streamed_params=streamed,
+        streamed_gb_bf16=streamed * BF16_BYTES / 1e9,
+        ffn_gb_bf16=ffn_all * BF16_BYTES / 1e9,
+        ffn_share_of_streamed=ffn_all / streamed,
+        ffn_widening=a.d_ff / a.d_model,
+    )
+    return out
+
+
+def counts_table(archs: Iterable[Architecture]) -> list[dict]:
+    """One row per count, one column per model: the accounting side by side."""
+    archs = list(archs)
+    counted = [count(a) for a in archs]
+    return [{"quantity": key, **{a.name: c[key] for a, c in zip(archs, counted)}} for key in counted[0]]
+
+
+# --- the same accounting from a GGUF file ------------------------------------------------------
+
+_PART = re.compile(r"^blk\.(\d+)\.(attn_q|attn_k|attn_v|attn_output|ffn_gate|ffn_up|ffn_down|attn_norm|ffn_norm)\.(weight|bias)$")
+
+
+def read_tensor_table(path: str | Path) -> list[dict]:
+    """tensors.csv of the extract stage: name, type, shape, offset, bytes, elements (ints converted)."""
+    with Path(path).open(newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        for key in ("offset", "bytes", "elements"):
+            r[key] = int(r[key])
+    return rows
+
+
+def role(name: str) -> str:
+    """Which part of the model a GGUF tensor belongs to: attn_q ... ffn_down, norms, token_embd, ..."""
+    m = _PART.match(name)
+    if m:
+        part = m.group(2)
+        return "norms" if part.endswith("_norm") else part
+    if name.startswith("token_embd."):
+        return "token_embd"
+    if name.startswith("output_norm."):
+        return "output_norm"
+    if name.startswith("output."):
+        return "lm_head"
+    if name.startswith("position_embd."):
+        return "positions"
+    return "other"  # e.g. rope_freqs: listed, counted in the total, never guessed into a part
+
+
+def table_counts(rows: Iterable[Mapping]) -> dict:
+    """Parameters and bytes per part, summed over a GGUF's tensor table; per block and in total."""
+    params: dict[str, int] = {}
+    nbytes: dict[str, int] = {}
+    blocks: set[int] = set()
+    for r in rows:
+        part = role(r["name"])
+        m = _PART.match(r["name"])
+        if m:
+            blocks.add(int(m.group(1)))
+        params[part] = params.get(part, 0) + int(r["elements"])
+        nbytes[part] = nbytes.get(part, 0) + int(r["bytes"])
+    return {"params": params, "bytes": nbytes, "n_blocks": len(blocks)}
+
+
+def architecture_from_gguf(d: Mapping, tensor_names: Iterable[str], vocab: int, name: str = "this model") -> Architecture:
+    """An Architecture from the dims a lesson read from metadata, tied when output.weight is absent."""
+    names = set(tensor_names)
+    return Architecture(
+        name,
+        d_model=int(d["embedding_length"]),
+        d_ff=int(d["feed_forward_length"]),
+        n_layers=int(d["block_count"]),
+        vocab=int(vocab),
+        n_heads=int(d["head_count"]),
+        n_kv_heads=int(d["head_count_kv"]),
+        head_dim=int(d["head_dim"]),
+        gated_ffn=any(n.endswith("ffn_gate.weight") for n in names),
+        biases=any(n.startswith("blk.") and n.endswith(".bias") for n in names),
+        tied="output.weight" not in names,
+        source="GGUF metadata",
+    )

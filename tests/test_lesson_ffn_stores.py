@@ -1,0 +1,278 @@
+"""Lesson 5 on a tiny synthetic GGUF, checked against gguf-py + float64 numpy; and the parameter accounting."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bytesup import claims
+from bytesup import param_counts as pc
+from bytesup.extract import extract
+from bytesup.lessons import LessonInputError, TensorFiles, plain, read_json
+from bytesup.lessons import ffn_stores as lesson
+from bytesup.synthetic import write_tiny_llama
+from bytesup.tokens import TokenError
+
+PATTERNS = ["token_embd.weight", "blk.0.*", "output_norm.weight", "?output.weight"]
+
+
+def build(folder: Path, tied: bool):
+    """The extract stage's files for a tiny llama GGUF: (gguf path, metadata doc, tensors, tensor rows)."""
+    gguf = write_tiny_llama(folder / "tiny.gguf", tied=tied)
+    extract(gguf, folder / "gguf", PATTERNS)
+    return (gguf, read_json(folder / "gguf" / "metadata.json"), TensorFiles(folder / "gguf" / "extract.json"),
+            pc.read_tensor_table(folder / "gguf" / "tensors.csv"))
+
+
+@pytest.fixture(scope="module", params=[True, False], ids=["tied", "untied"])
+def tiny(request, tmp_path_factory):
+    return build(tmp_path_factory.mktemp("tiny"), request.param)
+
+
+def reference(gguf_path: Path, token=" cat"):
+    """FFN slots, the tied/untied unembedding and the token ids by gguf-py and float64 numpy only."""
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+
+    reader = GGUFReader(str(gguf_path))
+    tokens = reader.fields["tokenizer.ggml.tokens"].contents()
+    eps = float(reader.fields["llama.attention.layer_norm_rms_epsilon"].contents())
+
+    def tensor(name):
+        t = next((t for t in reader.tensors if t.name == name), None)
+        if t is None:
+            return None
+        return dequantize(t.data, t.tensor_type).astype(np.float64).reshape(tuple(int(d) for d in reversed(t.shape)))
+
+    E = tensor("token_embd.weight")
+    W_U = tensor("output.weight")
+    W_U = E if W_U is None else W_U
+    gate, up, down = (tensor(f"blk.0.ffn_{n}.weight") for n in ("gate", "up", "down"))
+    norm = tensor("blk.0.ffn_norm.weight")
+
+    def h(row):
+        x = E[row]
+        xn = x / np.sqrt(np.mean(x * x) + eps) * norm
+        g = gate @ xn
+        return g / (1 + np.exp(-g)) * (up @ xn)
+
+    tid = tokens.index(token.replace(" ", "\u0120"))
+    a = h(tid)
+    return {"tokens": tokens, "token_id": tid, "a": a, "out": down @ a, "down": down, "W_U": W_U, "E": E, "h": h}
+
+
+def test_regrouping_and_top_slots_match_an_independent_implementation(tiny):
+    gguf, doc, tensors, rows = tiny
+    ref = reference(gguf)
+    run = lesson.run(doc, tensors, rows, " cat", " dog", top_k=5, n_tokens=3)
+    m = run.metrics
+    assert m["token_id"] == ref["token_id"]
+    np.testing.assert_allclose(run.slots.a, ref["a"], rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(run.slots.by_slots, ref["out"], rtol=1e-4, atol=1e-5)
+    # the slot-by-slot sum is the matvec up to float32 rounding, and exact in float64
+    assert m["regroup_rel_diff"] < 1e-5 and m["regroup_max_abs_diff_float64"] < 1e-12
+    assert m["ffn_out_length"] == pytest.approx(np.linalg.norm(ref["out"]), rel=1e-5)
+    want_top = np.argsort(-np.abs(ref["a"]))[:5]
+    assert plain(m["top_slots"]) == want_top.tolist()
+    assert [r["slot"] for r in run.top_slots] == want_top.tolist()
+    assert run.top_slots[0]["coefficient"] == pytest.approx(ref["a"][want_top[0]], rel=1e-4)
+    # rebuilding from every slot leaves nothing; from one slot, something
+    assert lesson.rebuild_error(run.slots, [run.slots.a.size])[run.slots.a.size] < 1e-6
+    assert 0 < m["rebuild_error_by_top_m"]["1"] < 1.5
+    # the batched keys used by the edit are the walk's h for the same token
+    s = run.slots
+    one = lesson.coefficients(np.asarray(tensors["token_embd.weight"][[m["token_id"]]]), s.walk.w_gate, s.w_up,
+                              s.ffn_norm, s.eps)[0]
+    np.testing.assert_allclose(one, s.a, rtol=1e-5, atol=1e-6)
+
+
+def test_value_vectors_are_read_through_the_right_unembedding(tiny):
+    gguf, doc, tensors, rows = tiny
+    ref = reference(gguf)
+    run = lesson.run(doc, tensors, rows, top_k=3, n_tokens=4)
+    tied = "output.weight" not in tensors
+    assert run.metrics["tied"] is tied
+    assert run.metrics["unembedding"] == ("token_embd.weight" if tied else "output.weight")
+    for row in run.value_vectors:
+        scores = ref["W_U"] @ ref["down"][:, row["slot"]]
+        want = [ref["tokens"][j] for j in np.argsort(-scores)[:4]]
+        got = [t.strip('"') for t in row["promotes"].split('" "')]
+        assert [w.replace("\u0120", " ") for w in want] == [g.strip('"') for g in got], row
+        assert row["writes_for_this_token"].startswith("+v" if row["coefficient"] >= 0 else "-v")
+
+
+def test_rome_edit_is_exact_rank_one_and_moves_keys_by_the_formula(tiny):
+    gguf, doc, tensors, rows = tiny
+    ref = reference(gguf)
+    run = lesson.run(doc, tensors, rows, " cat", " dog", seed=5, n_keys=20)
+    m, ro = run.metrics, run.rome
+    assert m["rome_target_rel_err"] < 1e-12 and m["rome_update_rank"] == 1
+    assert m["rome_drift_formula_rel_err"] < 1e-12 and m["rome_cov_target_max_abs_diff"] < 1e-10
+    # independent check of the drift for each key, from gguf-py weights
+    W, k = ref["down"], ref["a"]
+    dog = ref["tokens"].index("\u0120dog")
+    old = W @ k
+    v_star = old + np.linalg.norm(old) * ref["E"][dog] / np.linalg.norm(ref["E"][dog])
+    np.testing.assert_allclose(ro.v_star, v_star, rtol=1e-4, atol=1e-5)
+    for j, tid in enumerate(ro.key_ids):
+        kj = ref["h"](int(tid))
+        want = abs(k @ kj) / (k @ k) * np.linalg.norm(v_star - old)
+        assert ro.drift_length[j] == pytest.approx(want, rel=1e-3, abs=1e-6)
+    # named neighbours first (the target, then those the vocabulary holds), then 20 sampled keys
+    assert ro.key_names[:3] == ['" dog"', '" cats"', '" kitten"'] and m["rome_keys_sampled"] == 20
+    assert ref["token_id"] not in ro.key_ids.tolist() and len(set(ro.key_ids.tolist())) == ro.key_ids.size
+    assert m["rome_target_rank_after"] <= m["rome_target_rank_before"]
+    # the same seed draws the same keys; another seed, others
+    again = lesson.run(doc, tensors, rows, " cat", " dog", seed=5, n_keys=20).rome
+    other = lesson.run(doc, tensors, rows, " cat", " dog", seed=6, n_keys=20).rome
+    assert again.key_ids.tolist() == ro.key_ids.tolist() and other.key_ids.tolist() != ro.key_ids.tolist()
+
+
+def test_rome_formulas_on_a_toy():
+    W = np.array([[1.0, 0.0], [0.0, 1.0]])
+    k = np.array([1.0, 0.0])
+    v = np.array([0.0, 2.0])
+    W_hat = lesson.rome_edit(W, k, v)
+    np.testing.assert_allclose(W_hat @ k, v)
+    K = np.array([[0.0, 1.0], [1.0, 1.0], [-2.0, 0.0]])
+    np.testing.assert_allclose(lesson.drift(W, W_hat, K), lesson.predicted_drift(W, k, v, K))
+    np.testing.assert_allclose(lesson.drift(W, W_hat, K), [[0, 0], [-1, 2], [2, -4]])  # orthogonal key: no drift
+    C = lesson.key_covariance(K, ridge=0.1)
+    np.testing.assert_allclose(lesson.rome_edit_cov(W, k, v, C) @ k, v)
+    ids, fit = lesson.key_ids(10, [3], 4, seed=0)
+    assert len(ids) == 4 and len(fit) == 4 and not set(ids) & set(fit) and 3 not in set(ids) | set(fit)
+
+
+def test_toy_bank_and_silu():
+    t = lesson.toy_metrics()
+    assert np.round(t["toy_slot_coefficients"], 2).tolist() == [1.72, -0.01, -0.01, 0.10, 0.02, -0.75]
+    assert round(t["toy_slot1_coefficient"], 3) == 1.725
+    assert t["toy_slot_negative"] == ["British context", "function word next", "query, not a name"]
+    assert t["silu_min"] == pytest.approx(-0.2784645, abs=1e-7) and t["silu_argmin"] == pytest.approx(-1.27846, abs=1e-5)
+
+
+# --- parameter accounting -----------------------------------------------------------------------
+
+
+def test_llama3_8b_accounting_matches_the_published_numbers():
+    c = pc.count(pc.LLAMA3_8B)
+    assert c["block_total"] == 218_112_000 and c["block_ffn"] == 176_160_768 and c["block_attention"] == 41_943_040
+    assert c["block_norms"] == 8192 and c["block_ffn_gate"] == 58_720_256
+    assert round(100 * c["block_ffn_share"], 1) == 80.8 and round(100 * c["block_attention_share"], 1) == 19.2
+    assert c["total"] == 8_030_261_248 and c["ffn_total"] == 5_637_144_576
+    assert round(100 * c["ffn_share"], 1) == 70.2 and round(100 * c["embeddings_and_head_share"], 1) == 13.1
+    assert (c["slots"], c["weights_per_slot"], c["bytes_per_slot_bf16"], c["kib_per_slot_bf16"]) == (458_752, 12_288, 24_576, 24.0)
+    assert c["streamed_params"] == 7_504_924_672
+    assert round(c["ffn_gb_bf16"], 2) == 11.27 and round(c["streamed_gb_bf16"], 2) == 15.01
+    assert round(100 * c["ffn_share_of_streamed"]) == 75
+
+
+def test_gpt2_small_and_405b_accounting():
+    g = pc.count(pc.GPT2_SMALL)
+    assert g["total"] == 124_439_808  # the well-known GPT-2 small count (tied, learned positions)
+    assert g["block_total"] == 7_087_872 and round(g["block_ffn_share"], 2) == 0.67
+    assert g["lm_head"] == 0 and g["streamed_params"] == g["total"] - g["positions"]
+    big = pc.count(pc.LLAMA31_405B)
+    assert big["total"] == 405_853_388_800 and big["slots"] == 126 * 53248
+    table = pc.counts_table([pc.LLAMA3_8B, pc.GPT2_SMALL])
+    assert table[0] == {"quantity": "block_attn_q", "Llama-3-8B": 16_777_216, "GPT-2 small": 590_592}
+
+
+def test_tensor_roles():
+    assert pc.role("blk.3.ffn_down.weight") == "ffn_down" and pc.role("blk.0.attn_norm.weight") == "norms"
+    assert pc.role("blk.11.attn_q.bias") == "attn_q" and pc.role("token_embd.weight") == "token_embd"
+    assert pc.role("output.weight") == "lm_head" and pc.role("output_norm.weight") == "output_norm"
+    assert pc.role("rope_freqs.weight") == "other"
+
+
+def test_this_models_accounting_agrees_with_its_tensor_table(tiny):
+    gguf, doc, tensors, rows = tiny
+    meta = lesson.metadata_map(doc)
+    arch, acc = lesson.model_accounting(meta, rows, "tiny")
+    tied = "output.weight" not in tensors
+    assert arch.tied is tied and arch.gated_ffn and not arch.biases
+    assert (arch.d_model, arch.d_ff, arch.n_layers, arch.n_heads, arch.n_kv_heads) == (32, 64, 2, 4, 2)
+    assert acc["counts_match_table"] is True and acc["count_mismatches"] == {}
+    assert acc["total"] == acc["total_from_table"] == sum(r["elements"] for r in rows)
+    assert acc["block_ffn"] == 3 * 32 * 64 and acc["slots"] == 2 * 64
+    assert acc["lm_head"] == (0 if tied else len(meta["tokenizer.ggml.tokens"]) * 32)
+    file_bytes = sum(r["bytes"] for r in rows)
+    embd_bytes = next(r["bytes"] for r in rows if r["name"] == "token_embd.weight")
+    assert acc["streamed_bytes_in_file"] == (file_bytes if tied else file_bytes - embd_bytes)
+    # a table that disagrees with the metadata is reported, not hidden
+    broken = [dict(r, elements=r["elements"] + 1) if r["name"] == "blk.1.ffn_up.weight" else r for r in rows]
+    _, bad = lesson.model_accounting(meta, broken, "tiny")
+    assert bad["counts_match_table"] is False and "ffn_up" in bad["count_mismatches"]
+
+
+# --- claims, inputs, notebook -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model", ["tiny", "deepseek-coder-6.7b-instruct-q8_0"])
+def test_every_claim_is_reproduced_on_any_model(tiny, model):
+    gguf, doc, tensors, rows = tiny
+    m = lesson.compute(doc, tensors, rows)
+    results = lesson.evaluate_claims(m, model=model, metadata=doc)
+    assert len(results) >= 40 and {r.claim.metric for r in results} <= set(m)
+    assert all(not r.claim.requires for r in results)
+    bad = [(r.claim.claim_id, r.measured) for r in results if r.status != "reproduced"]
+    assert not bad, bad
+
+
+def test_bad_inputs_say_what_is_wrong(tiny):
+    gguf, doc, tensors, rows = tiny
+    with pytest.raises(TokenError, match="' mouse'"):
+        lesson.compute(doc, tensors, rows, " mouse")
+    with pytest.raises(TokenError, match="' zebra'"):
+        lesson.compute(doc, tensors, rows, " cat", " zebra")
+    partial = {k: tensors[k] for k in tensors if k != "blk.0.ffn_down.weight"}
+    with pytest.raises(LessonInputError, match="ffn_down"):
+        lesson.compute(doc, partial, rows)
+
+
+def test_metadata_map_accepts_the_document_or_the_map(tiny):
+    _, doc, _, _ = tiny
+    meta = lesson.metadata_map(doc)
+    assert meta["general.architecture"] == "llama" and lesson.metadata_map(meta) is meta
+
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "workflow" / "notebooks" / "05_what_the_ffn_stores.ipynb"
+WRITES = ["claims.csv", "metrics.json", "parameter_shares.png", "parameters.csv", "rome_drift.csv", "rome_drift.png",
+          "slot_coefficients.png", "top_slots.csv", "value_vectors.csv"]
+
+
+def test_notebook_runs_standalone_from_its_folder(tmp_path):
+    """papermill with the default parameters, from workflow/notebooks/ of a project with a finished extract."""
+    pytest.importorskip("papermill")
+    (tmp_path / "Snakefile").write_text("# project root marker\n")
+    gguf = write_tiny_llama(tmp_path / "tiny.gguf", tied=True)
+    base = tmp_path / "results" / "smollm2-135m" / "gguf"
+    extract(gguf, base, PATTERNS)
+    nb_dir = tmp_path / "workflow" / "notebooks"
+    nb_dir.mkdir(parents=True)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    cmd = [sys.executable, "-m", "papermill", "-k", "python3", "--cwd", str(nb_dir), str(NOTEBOOK),
+           str(tmp_path / "executed.ipynb")]
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = tmp_path / "results" / "smollm2-135m" / "lessons" / "05_what_the_ffn_stores"
+    assert sorted(p.name for p in out.iterdir()) == WRITES
+    got = json.loads((out / "metrics.json").read_text())
+    want = plain(lesson.compute(read_json(base / "metadata.json"), TensorFiles(base / "extract.json"),
+                                pc.read_tensor_table(base / "tensors.csv"), model="smollm2-135m"))
+    for key in want:
+        assert got[key] == want[key], key
+    assert got["is_specimen"] is False and got["model_sha256"] == json.loads((base / "extract.json").read_text())["gguf"]["sha256"]
+    with (out / "claims.csv").open(encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == list(claims.COLUMNS) and {r["status"] for r in rows} == {"reproduced"}
+    with (out / "rome_drift.csv").open(encoding="utf-8") as f:
+        drift = list(csv.DictReader(f))
+    assert drift and all(abs(float(r["drift_length"]) - float(r["formula_drift_length"])) < 1e-9 for r in drift)
+    for name in ("slot_coefficients.png", "rome_drift.png", "parameter_shares.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
