@@ -64,5 +64,54 @@ LESSON_HEADLINES = {
             "flops_per_token.png": "FLOPs per token for one whole block, by step: the matvecs dominate",
         },
     },
+    "04_vectors_neurons_nonlinearity": {
+        "title": "Lesson 4 \u00b7 Vectors, neurons and nonlinearity",
+        "numbers": [
+            ("a\u00b7b", "vec_dot_ab", ".1f"),
+            ("angle between a and b (degrees)", "vec_angle_ab_deg", ".2f"),
+            ("stretch then rotate, S R (row vectors, x W)", "stretch_then_rotate_flat", ".2f"),
+            ("MLP output for [1, 2]", "mlp_pos_output", ".2f"),
+            ("MLP output for [1, \u22122]", "mlp_neg_output", ".2f"),
+            ("fold: residual of the best affine fit, with ReLU", "fold_relu_affine_residual_rms", ".3f"),
+            ("fold: residual of the best affine fit, without ReLU", "fold_linear_affine_residual_rms", ".1e"),
+            ("linear pieces seen", "fold_gate_patterns", "d"),
+            ("Llama 3 8B MLP ops per token per layer", "llama3_8b_mlp_ops_per_layer", ",d"),
+            ("Llama 3 8B MLP ops per token, 32 layers", "llama3_8b_mlp_ops_per_token", ",d"),
+            ("Llama 3.1 405B MLP ops per token (exercise)", "llama31_405b_mlp_ops_per_token", ",d"),
+            ("405B tokens/s at 5e14 ops/s (exercise)", "llama31_405b_mlp_tokens_per_s", ".0f"),
+        ],
+        "figures": {
+            "activations.png": "ReLU, GELU, SiLU and tanh, with SiLU's minimum marked",
+            "composition.png": "A grid stretched by S, then turned by R (row vectors, x W); the single matrix S R lands "
+            "on the same points",
+            "fold.png": "Random points through the 2\u21923\u21922 MLP: input, output without ReLU (one affine map), "
+            "output with ReLU (folded)",
+        },
+    },
+    "05_what_the_ffn_stores": {
+        "title": "Lesson 5 \u00b7 What the FFN stores",
+        "numbers": [
+            ("slots in block 0", "slots_per_layer", ",d"),
+            ("regrouping \u03a3 a\u1d62v\u1d62 vs W_down\u00b7h, relative difference", "regroup_rel_diff", ".1e"),
+            ("top slot for the token", "top_slot", "d"),
+            ("its coefficient", "top_slot_coefficient", ".3f"),
+            ("slots needed for 90 % of the output", "slots_for_90pct_of_output", "d"),
+            ("model parameters", "model_total", ",d"),
+            ("FFN share of the model", "model_ffn_share", ".1%"),
+            ("FFN share of a block", "model_block_ffn_share", ".1%"),
+            ("Llama-3-8B parameters", "llama3_8b_total", ",d"),
+            ("Llama-3-8B FFN share", "llama3_8b_ffn_share", ".1%"),
+            ("rank-one edit: relative error at k*", "rome_target_rel_err", ".1e"),
+            ("median relative drift of other keys, C = I", "rome_relative_drift_median", ".3f"),
+            ("median relative drift of other keys, ROME's C", "rome_cov_relative_drift_median", ".4f"),
+            ("target token's rank before the edit", "rome_target_rank_before", ",d"),
+            ("target token's rank after the edit", "rome_target_rank_after", ",d"),
+        ],
+        "figures": {
+            "slot_coefficients.png": "Block 0 coefficients a\u1d62 for the token, the top ones marked, and the error "
+            "of rebuilding the FFN output from the largest terms",
+            "rome_drift.png": "Rank-one edit of block 0's W_down: each key's drift against its overlap with k*",
+            "parameter_shares.png": "Parameter shares by part: this model, Llama-3-8B and GPT-2 small",
+        },
+    },
 }
-

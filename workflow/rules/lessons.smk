@@ -51,6 +51,36 @@ LESSONS = {
             "flops_per_token.png",
         ],
     },
+    "04_vectors_neurons_nonlinearity": {
+        "reads": {},
+        "writes": [
+            "metrics.json",
+            "claims.csv",
+            "mlp_by_hand.csv",
+            "llama3_numbers.csv",
+            "activations.png",
+            "composition.png",
+            "fold.png",
+        ],
+    },
+    "05_what_the_ffn_stores": {
+        "reads": {
+            "metadata_json": "results/{model}/gguf/metadata.json",
+            "tensors_index": "results/{model}/gguf/extract.json",
+            "tensors_csv": "results/{model}/gguf/tensors.csv",
+        },
+        "writes": [
+            "metrics.json",
+            "claims.csv",
+            "top_slots.csv",
+            "value_vectors.csv",
+            "parameters.csv",
+            "rome_drift.csv",
+            "slot_coefficients.png",
+            "rome_drift.png",
+            "parameter_shares.png",
+        ],
+    },
 }
 
 
