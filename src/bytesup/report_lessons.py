@@ -69,9 +69,9 @@ LESSON_HEADLINES = {
         "numbers": [
             ("a\u00b7b", "vec_dot_ab", ".1f"),
             ("angle between a and b (degrees)", "vec_angle_ab_deg", ".2f"),
-            ("stretch then rotate, S R (row vectors, x W)", "stretch_then_rotate_flat", ".2f"),
-            ("MLP output for [1, 2]", "mlp_pos_output", ".2f"),
-            ("MLP output for [1, \u22122]", "mlp_neg_output", ".2f"),
+            ("stretch then rotate, S R (row vectors, x W)", "stretch_then_rotate_flat", None),
+            ("MLP output for [1, 2]", "mlp_pos_output", None),
+            ("MLP output for [1, \u22122]", "mlp_neg_output", None),
             ("fold: residual of the best affine fit, with ReLU", "fold_relu_affine_residual_rms", ".3f"),
             ("fold: residual of the best affine fit, without ReLU", "fold_linear_affine_residual_rms", ".1e"),
             ("linear pieces seen", "fold_gate_patterns", "d"),
