@@ -1,0 +1,362 @@
+"""Lesson 7 (decode is memory-bound): bytes per token, ceilings, roofline points, claims, and the notebook.
+
+Byte counts are checked against numbers worked out by hand from the published configurations, and on a
+tiny GGUF against gguf-py's own tensor table; timing inputs are synthetic, so nothing asserts a speed.
+"""
+
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bytesup import claims
+from bytesup import param_counts as pc
+from bytesup.extract import extract
+from bytesup.lessons import LessonInputError, plain, read_metadata
+from bytesup.lessons import decode_memory_bound as lesson
+from bytesup.synthetic import write_tiny_llama
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK = ROOT / "workflow" / "notebooks" / "07_decode_is_memory_bound.ipynb"
+PATTERNS = ["token_embd.weight", "blk.0.*", "output_norm.weight", "?output.weight"]
+WRITES = sorted(["metrics.json", "claims.csv", "tensor_reads.csv", "bytes_per_token.csv", "decode_ceilings.csv",
+                 "roofline_points.csv", "bytes_per_token.png", "roofline.png"])
+MODEL_INDEPENDENT = {c.claim_id for c in claims.load_claims(lesson.LESSON) if not c.requires}
+
+
+# --- synthetic timing files, shaped like bytesup.timing / bytesup.gpu write them -------------------
+
+
+def sweep_rows(bw_gbps, peak_gflops, dtype="fp32", rows=4096, cols=1024, sizes=(1, 2, 4, 8, 16, 32, 64, 128, 256)):
+    """A sweep whose times follow the roofline exactly: t = max(bytes / bandwidth, flops / peak)."""
+    itemsize = {"fp32": 4, "bf16": 2}[dtype]
+    out = []
+    for n in sizes:
+        flops = 2 * rows * cols * n
+        nbytes = (rows * cols + cols * n + rows * n) * itemsize
+        t = max(nbytes / (bw_gbps * 1e9), flops / (peak_gflops * 1e9))
+        out.append({"op": "matvec" if n == 1 else "matmul", "dtype": dtype, "n": n, "rows": rows, "cols": cols,
+                    "itemsize": itemsize, "weight_bytes": rows * cols * itemsize, "bytes": nbytes, "flops": flops,
+                    "median_s": t, "gbps": nbytes / t / 1e9, "gflops": flops / t / 1e9, "noisy": False})
+    t1 = out[0]["median_s"]
+    for r in out:
+        r["time_over_n1"] = r["median_s"] / t1
+    return out
+
+
+def cpu_summary(sweep, copy=50.0, machine="Test CPU"):
+    return {"status": "measured", "device": "cpu", "stream_copy_gbps": copy, "matvec_cold_gbps": sweep[0]["gbps"],
+            "matvec_warm_gbps": 3 * copy, "matmul_ratio_256_over_1": sweep[-1]["time_over_n1"],
+            "noisy": [], "machine": {"cpu_model": machine, "llc_bytes": 1 << 20}, "machine_shared": False}
+
+
+def gpu_files():
+    sweep = sweep_rows(3000, 40000, "fp32") + sweep_rows(3000, 400000, "bf16")
+    summary = {"status": "measured", "device": "cuda", "stream_copy_gbps": 4000.0,
+               "matvec_cold_gbps": sweep[0]["gbps"], "machine": {"name": "Test GPU"},
+               "by_dtype": {"fp32": {"matvec_cold_gbps": sweep[0]["gbps"]},
+                            "bf16": {"matvec_cold_gbps": sweep[9]["gbps"]}}}
+    return summary, sweep
+
+
+GPU_SKIPPED = {"status": "skipped", "skipped": "no CUDA device", "gpu_mode": "auto", "device": None,
+               "stream_copy_gbps": None, "matvec_cold_gbps": None}
+
+
+def as_csv_rows(rows):
+    """What csv.DictReader gives back: every value a string."""
+    return [{k: str(v) for k, v in r.items()} for r in rows]
+
+
+def write_csv(path: Path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["op"], lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+
+
+# --- 1. what a tensor costs ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind, n, expect", [("F32", 10, 40), ("BF16", 10, 20), ("F16", 3, 6), ("Q8_0", 32, 34),
+                                             ("Q8_0", 4096, 4352), ("Q4_1", 64, 40), ("Q4_0", 32, 18)])
+def test_type_bytes(kind, n, expect):
+    assert lesson.type_bytes(kind, n) == expect
+
+
+@pytest.mark.parametrize("kind, n", [("Q9_9", 32), ("Q8_0", 33)])
+def test_type_bytes_refuses(kind, n):
+    with pytest.raises(LessonInputError):
+        lesson.type_bytes(kind, n)
+
+
+def test_parse_shape():
+    assert lesson.parse_shape("49152x576") == (49152, 576)
+    assert lesson.parse_shape("576") == (576,)
+    assert lesson.parse_shape([3, 4]) == (3, 4)
+    with pytest.raises(LessonInputError):
+        lesson.parse_shape("a x b")
+
+
+# --- 2. the two published models, worked out by hand -----------------------------------------------
+
+
+def test_specimen_q8_0_table_by_hand():
+    rows = lesson.config_tensor_table(lesson.SPECIMEN)
+    assert len(rows) == 1 + 32 * 9 + 2  # token_embd, 9 per block, output_norm, output
+    matrices = 32 * (4 * 4096 * 4096 + 3 * 4096 * 11008) + 2 * 32256 * 4096
+    norms = (2 * 32 + 1) * 4096
+    assert sum(r["bytes"] for r in rows) == matrices // 32 * 34 + norms * 4 == 7_162_576_896
+    acc = lesson.account_layout(lesson.SPECIMEN)
+    row_bytes = 4096 // 32 * 34  # one Q8_0 row of the embedding table
+    assert acc.summary["bytes_per_token"] == 7_162_576_896 - 32256 * row_bytes + row_bytes == 7_022_203_136
+    assert acc.summary["ffn_bytes_per_token"] == 32 * 3 * 4096 * 11008 // 32 * 34
+    # 2 FLOPs per matrix weight read; the embedding row is a lookup, not a matvec
+    assert acc.summary["decode_flops_per_token"] == 2 * (matrices - 32256 * 4096)
+    assert lesson.kv_cache_bytes_per_context_token(lesson.DEEPSEEK_CODER_6_7B) == 32 * 2 * 32 * 128 * 2
+
+
+def test_llama3_8b_bf16_matches_text_001_and_param_counts():
+    s = lesson.account_layout(lesson.LLAMA3_8B_BF16).summary
+    streamed = pc.count(pc.LLAMA3_8B)["streamed_params"]  # param_counts leaves the embedding row out
+    assert s["weights_read"] == streamed + 4096 == 8_030_261_248 - 128256 * 4096 + 4096
+    assert s["bytes_per_token"] == 2 * s["weights_read"]
+    assert s["ffn_weights"] == 32 * 3 * 4096 * 14336
+    assert round(s["bytes_per_token_gb"], 2) == 15.01
+    assert round(s["ffn_bytes_per_token_gb"], 2) == 11.27
+    assert round(100 * s["ffn_share_of_bytes"]) == 75
+    assert lesson.kv_cache_bytes_per_context_token(pc.LLAMA3_8B) == 32 * 2 * 8 * 128 * 2
+
+
+def test_config_table_refuses_gpt2():
+    with pytest.raises(LessonInputError):
+        lesson.config_tensor_table(lesson.Layout("x", "GPT-2", pc.GPT2_SMALL, "F16", "F32"))
+
+
+# --- 3. the reading rule --------------------------------------------------------------------------
+
+
+def toy_table(tied):
+    rows = [{"name": "token_embd.weight", "type": "Q8_0", "shape": "10x64", "bytes": 10 * 68, "elements": 640},
+            {"name": "blk.0.ffn_up.weight", "type": "F32", "shape": "32x64", "bytes": 32 * 64 * 4, "elements": 2048},
+            {"name": "blk.0.ffn_norm.weight", "type": "F32", "shape": "64", "bytes": 256, "elements": 64},
+            {"name": "output_norm.weight", "type": "F32", "shape": "64", "bytes": 256, "elements": 64}]
+    if not tied:
+        rows.append({"name": "output.weight", "type": "F16", "shape": "10x64", "bytes": 1280, "elements": 640})
+    return rows
+
+
+def test_untied_reads_one_embedding_row():
+    reads = lesson.per_token_reads(toy_table(tied=False))
+    embd = [r for r in reads if r["name"].startswith("token_embd")]
+    assert len(embd) == 1 and embd[0]["bytes_read"] == 68 and embd[0]["elements_read"] == 64
+    s = lesson.summarize_reads(reads)
+    assert s["bytes_per_token"] == 68 + 8192 + 256 + 256 + 1280
+    assert s["file_tensor_bytes"] == 680 + 8192 + 256 + 256 + 1280
+    assert s["decode_flops_per_token"] == 2 * (2048 + 640)
+    assert s["bytes_by_group"]["output head"] == 1280
+
+
+def test_tied_head_reads_the_whole_table_once_more():
+    reads = lesson.per_token_reads(toy_table(tied=True))
+    head = [r for r in reads if r["part"] == "lm_head"]
+    assert [r["name"] for r in head] == ["token_embd.weight (tied output head)"]
+    s = lesson.summarize_reads(reads)
+    assert s["bytes_per_token"] == 68 + 680 + 8192 + 256 + 256
+    assert s["file_tensor_bytes"] == 680 + 8192 + 256 + 256  # the table counted once in the file
+    assert s["decode_flops_per_token"] == 2 * (2048 + 640)
+
+
+def test_ragged_lookup_table_is_refused():
+    rows = toy_table(tied=False)
+    rows[0]["bytes"] = 681
+    with pytest.raises(LessonInputError):
+        lesson.per_token_reads(rows)
+
+
+# --- 4. ceilings and the roofline ------------------------------------------------------------------
+
+
+def test_roofline_points_and_roofs():
+    sweep = sweep_rows(50, 200)
+    points, notes = lesson.roofline_points(as_csv_rows(sweep), "cpu")
+    assert notes == [] and [p["n"] for p in points] == [1, 2, 4, 8, 16, 32, 64, 128, 256]
+    p1 = points[0]
+    assert p1["intensity"] == pytest.approx(2 * 4096 * 1024 / ((4096 * 1024 + 1024 + 4096) * 4))
+    assert p1["gflops"] == pytest.approx(50 * p1["intensity"])  # on the sloped roof
+    rf = lesson.roofs(points, 50)
+    assert rf["peak_gflops"] == pytest.approx(200) and rf["ridge_intensity"] == pytest.approx(4.0)
+    m = lesson.point_metrics(points, "sweep")
+    assert m["sweep_work_256_over_1"] == 256
+    assert lesson.flops_per_weight_n1(as_csv_rows(sweep), points) == 2
+
+
+def test_roofline_points_work_out_missing_columns():
+    sweep = [{k: v for k, v in r.items() if k not in ("flops", "bytes", "gflops")} for r in sweep_rows(50, 200)]
+    points, notes = lesson.roofline_points(as_csv_rows(sweep), "cpu")
+    full, _ = lesson.roofline_points(as_csv_rows(sweep_rows(50, 200)), "cpu")
+    for p, q in zip(points, full):
+        assert p["derived"] == "flops bytes gflops"
+        assert p["intensity"] == pytest.approx(q["intensity"]) and p["gflops"] == pytest.approx(q["gflops"])
+    assert any("no column 'flops'" in n for n in notes) and any("worked out" in n for n in notes)
+    # with nothing to work from, a row is left out and said so
+    bare = [{"n": "1", "median_s": "0.1"}]
+    points, notes = lesson.roofline_points(bare, "cpu")
+    assert points == [] and any("not enough columns" in n for n in notes)
+
+
+def test_which_roof_binds():
+    summary = {"bytes_per_token": 1e9, "decode_flops_per_token": 2e9}
+    mem = lesson.roofline_ceiling(summary, {"bandwidth_gbps": 100.0, "peak_gflops": 1000.0})
+    assert mem["memory_ceiling_tps"] == pytest.approx(100) and mem["compute_ceiling_tps"] == pytest.approx(500)
+    assert mem["bound"] == "memory"
+    assert lesson.roofline_ceiling(summary, {"bandwidth_gbps": 100.0, "peak_gflops": 100.0})["bound"] == "compute"
+    assert lesson.roofline_ceiling(summary, {"bandwidth_gbps": None, "peak_gflops": 100.0})["bound"] is None
+
+
+def test_bandwidths_without_and_with_a_gpu():
+    sweep = sweep_rows(50, 200)
+    rows, notes = lesson.bandwidths(cpu_summary(sweep), GPU_SKIPPED)
+    gpu = [r for r in rows if r["bandwidth"].startswith("GPU")]
+    assert len(gpu) == 1 and gpu[0]["gbps"] is None and "no CUDA device" in gpu[0]["note"]
+    assert {r["gbps"] for r in rows if r["source"].startswith("course")} == {273.0, 128.0}
+    assert notes == ["GPU not measured: no CUDA device"]
+    rows, notes = lesson.bandwidths(cpu_summary(sweep), gpu_files()[0])
+    assert [r["bandwidth"] for r in rows if r["bandwidth"].startswith("GPU")] == [
+        "GPU copy (Test GPU)", "GPU matvec bf16, cold (N = 1)", "GPU matvec fp32, cold (N = 1)"]
+    assert notes == []
+
+
+def test_ceilings_are_bandwidth_over_bytes():
+    acc = lesson.account_layout(lesson.SPECIMEN)
+    rows = lesson.ceilings([acc], [{"source": "x", "bandwidth": "b", "gbps": 273.0, "note": ""},
+                                   {"source": "x", "bandwidth": "none", "gbps": None, "note": "n/a"}])
+    assert rows[0]["tokens_per_s_ceiling"] == pytest.approx(273e9 / 7_022_203_136)
+    assert rows[0]["ms_per_token_floor"] == pytest.approx(1e3 * 7_022_203_136 / 273e9)
+    assert rows[1]["tokens_per_s_ceiling"] is None
+
+
+# --- 5. the whole lesson on a tiny GGUF, against gguf-py -------------------------------------------
+
+
+@pytest.fixture(scope="module", params=[True, False], ids=["tied", "untied"])
+def tiny(request, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tiny")
+    gguf = write_tiny_llama(folder / "tiny.gguf", tied=request.param)
+    extract(gguf, folder / "gguf", PATTERNS)
+    return gguf, read_metadata(folder / "gguf" / "metadata.json"), pc.read_tensor_table(folder / "gguf" / "tensors.csv")
+
+
+def test_bytes_per_token_against_gguf_py(tiny):
+    from gguf import GGUFReader
+
+    gguf, meta, rows = tiny
+    reader = GGUFReader(str(gguf))
+    sizes = {t.name: int(t.n_bytes) for t in reader.tensors}
+    embd = next(t for t in reader.tensors if t.name == "token_embd.weight")
+    row = int(embd.n_bytes) // int(embd.shape[1])  # GGUF dims are innermost first: [width, vocab]
+    tied = "output.weight" not in sizes
+    expect = sum(sizes.values()) - sizes["token_embd.weight"] + row + (sizes["token_embd.weight"] if tied else 0)
+    m = lesson.compute(meta, rows, timing_summary=cpu_summary(sweep_rows(50, 200)),
+                       timing_sweep=as_csv_rows(sweep_rows(50, 200)), gpu_summary=GPU_SKIPPED)
+    assert m["model_bytes_per_token"] == expect
+    assert m["model_file_tensor_bytes"] == sum(sizes.values())
+    assert m["model_tied"] is tied
+    assert m["model_ceiling_stream_copy_tps"] == pytest.approx(50e9 / expect)
+    assert m["roofline_cpu_ridge_intensity"] == pytest.approx(4.0)
+
+
+def test_claims_on_another_model(tiny):
+    _, meta, rows = tiny
+    sweep = sweep_rows(50, 200)
+    m = lesson.compute(meta, rows, timing_summary=cpu_summary(sweep), timing_sweep=as_csv_rows(sweep),
+                       gpu_summary=GPU_SKIPPED)
+    results = lesson.evaluate_claims(m, model="tiny", metadata=meta)
+    status = {r.claim.claim_id: r.status for r in results}
+    assert {status[c] for c in MODEL_INDEPENDENT} == {"reproduced"}
+    assert {s for c, s in status.items() if c not in MODEL_INDEPENDENT} == {"specimen differs"}
+    assert len(status) == 14
+
+
+def test_claims_without_a_sweep_are_not_reproduced(tiny):
+    _, meta, rows = tiny
+    m = lesson.compute(meta, rows, timing_summary={}, timing_sweep=[], gpu_summary={})
+    status = {r.claim.claim_id: r.status for r in lesson.evaluate_claims(m, model="tiny", metadata=meta)}
+    assert status["matvec.flops_per_weight"] == status["matmul.work_256_over_1"] == "not reproduced"
+    assert status["llama3_8b.bytes_per_token"] == "reproduced"
+    assert any("stream_copy_gbps" in n for n in m["notes"]) and m["timing_missing"]
+
+
+def test_specimen_on_the_course_machine_is_compared(tiny):
+    """With the specimen's tensor table and the course's machine, nothing is 'specimen differs'."""
+    _, meta, _ = tiny
+    rows = lesson.config_tensor_table(lesson.SPECIMEN)
+    sweep = sweep_rows(128, 1000, rows=11008, cols=4096)
+    summary = cpu_summary(sweep, copy=273.0, machine="NVIDIA DGX Spark (GB10)")
+    summary["matmul_ratio_256_over_1"] = 20.0
+    summary["matvec_cold_gbps"] = 128.0
+    m = lesson.compute(meta, rows, timing_summary=summary, timing_sweep=as_csv_rows(sweep), gpu_summary=GPU_SKIPPED)
+    assert m["model_bytes_equal_specimen_config"] is True
+    results = lesson.evaluate_claims(m, model="deepseek-coder-6.7b-instruct-q8_0", metadata=meta)
+    assert {r.status for r in results} == {"reproduced"}
+
+
+# --- 6. the notebook, standalone, on a tiny model with a measured GPU -------------------------------
+
+
+def test_notebook_runs_standalone_from_its_folder(tmp_path):
+    pytest.importorskip("papermill")
+    (tmp_path / "Snakefile").write_text("# project root marker\n")
+    gguf = write_tiny_llama(tmp_path / "tiny.gguf", tied=True)
+    base = tmp_path / "results" / "smollm2-135m" / "gguf"
+    extract(gguf, base, PATTERNS)
+    timing = tmp_path / "results" / "timing" / "smollm2-135m"
+    sweep = sweep_rows(50, 200)
+    (timing / "cpu").mkdir(parents=True)
+    (timing / "cpu" / "summary.json").write_text(json.dumps(cpu_summary(sweep)))
+    write_csv(timing / "cpu" / "sweep.csv", sweep)
+    gsum, gsweep = gpu_files()
+    (timing / "gpu").mkdir(parents=True)
+    (timing / "gpu" / "summary.json").write_text(json.dumps(gsum))
+    write_csv(timing / "gpu" / "sweep.csv", gsweep)
+    nb_dir = tmp_path / "workflow" / "notebooks"
+    nb_dir.mkdir(parents=True)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    cmd = [sys.executable, "-m", "papermill", "-k", "python3", "--cwd", str(nb_dir), str(NOTEBOOK),
+           str(tmp_path / "executed.ipynb")]
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+
+    out = tmp_path / "results" / "smollm2-135m" / "lessons" / lesson.LESSON
+    assert sorted(p.name for p in out.iterdir()) == WRITES
+    got = json.loads((out / "metrics.json").read_text())
+    want = plain(lesson.compute(read_metadata(base / "metadata.json"), pc.read_tensor_table(base / "tensors.csv"),
+                                timing_summary=cpu_summary(sweep), timing_sweep=as_csv_rows(sweep),
+                                gpu_summary=gsum, gpu_sweep=as_csv_rows(gsweep), model="smollm2-135m"))
+    for key in want:
+        if isinstance(want[key], float):
+            assert got[key] == pytest.approx(want[key], rel=1e-12), key
+        else:
+            assert got[key] == want[key], key
+    assert got["is_specimen"] is False and got["gpu_status"] == "measured"
+    assert got["roofline_gpu_ridge_intensity"] == pytest.approx(400000 / 4000)
+    with (out / "roofline_points.csv").open(encoding="utf-8") as f:
+        points = list(csv.DictReader(f))
+    assert len(points) == 27 and {p["device"] for p in points} == {"cpu", "gpu"}
+    with (out / "claims.csv").open(encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == list(claims.COLUMNS)
+    assert {r["status"] for r in rows if r["claim_id"] in MODEL_INDEPENDENT} == {"reproduced"}
+    assert {r["status"] for r in rows if r["claim_id"] not in MODEL_INDEPENDENT} == {"specimen differs"}
+    with (out / "tensor_reads.csv").open(encoding="utf-8") as f:
+        reads = list(csv.DictReader(f))
+    assert sum(int(r["bytes_read"]) for r in reads) == got["model_bytes_per_token"]
+    for name in ("bytes_per_token.png", "roofline.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert math.isfinite(got["model_bytes_per_token_gb"])
