@@ -12,10 +12,10 @@ configfile: "config/config.yaml"
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/lessons.smk"
 include: "workflow/rules/fetch.smk"
 include: "workflow/rules/extract.smk"
 include: "workflow/rules/timing.smk"
-include: "workflow/rules/lessons.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -390,9 +390,11 @@ def run_script(tmp_path, name, spec):
     return out
 
 
-def test_workflow_script_writes_the_record_and_logs(tmp_path, blob):
-    src = tmp_path / "mine.gguf"
-    src.write_bytes(blob)
+def test_workflow_script_writes_the_record_and_logs(tmp_path):
+    from bytesup.synthetic import write_tiny_llama
+
+    src = write_tiny_llama(tmp_path / "mine.gguf")
+    blob = src.read_bytes()
     out = run_script(tmp_path, "local", {"source": "path", "path": str(src), "sha256": sha(blob)})
 
     assert (out / "local.gguf").read_bytes() == blob
@@ -410,4 +412,14 @@ def test_workflow_script_failure_exits_with_the_one_line_error(tmp_path, blob):
     assert exit_.value.code == 1
     log = (tmp_path / "fetch.log").read_text()
     assert log.startswith("ERROR sha256 mismatch for ") and sha(blob) in log
+    assert not (tmp_path / "resources" / "models" / "local.gguf").exists()
+
+
+def test_workflow_script_refuses_a_file_that_is_not_a_valid_gguf(tmp_path, blob):
+    src = tmp_path / "mine.gguf"
+    src.write_bytes(blob)  # right checksum, but random bytes after the magic
+    with pytest.raises(SystemExit):
+        run_script(tmp_path, "local", {"source": "path", "path": str(src), "sha256": sha(blob)})
+    log = (tmp_path / "fetch.log").read_text()
+    assert "unsupported GGUF version" in log and "at byte 4" in log
     assert not (tmp_path / "resources" / "models" / "local.gguf").exists()

@@ -110,6 +110,14 @@ class GGUFFormatError(ValueError):
         super().__init__(message)
 
 
+class UnsupportedTypeError(GGUFFormatError):
+    """A well-formed tensor of a type nothing here can dequantize; `.tensor` names it."""
+
+    def __init__(self, path, tensor: str, what: str, *, offset: int | None = None):
+        self.tensor = tensor
+        super().__init__(path, what, offset=offset, field=f"tensor {tensor!r}")
+
+
 class TensorNotFoundError(KeyError):
     """No tensor of that name in the file; the message suggests close names."""
 
@@ -503,11 +511,11 @@ class GGUFFile:
         try:
             return dequantize(self.raw(name), info.type_name, info.shape)
         except NotImplementedError:
-            raise GGUFFormatError(
+            raise UnsupportedTypeError(
                 self.path,
+                name,
                 f"ggml type {info.ggml_type} ({info.type_name}) cannot be dequantized by bytesup or gguf.quants",
                 offset=info.offset,
-                field=f"tensor {name!r}",
             ) from None
 
     def byte_accounting(self) -> dict:

@@ -114,4 +114,28 @@ LESSON_HEADLINES = {
             "parameter_shares.png": "Parameter shares by part: this model, Llama-3-8B and GPT-2 small",
         },
     },
+    "07_decode_is_memory_bound": {
+        "title": "Lesson 7 \u00b7 Why decode is memory-bound",
+        "numbers": [
+            ("bytes read per generated token, this model (GB)", "model_bytes_per_token_gb", ".4f"),
+            ("FFN share of those bytes", "model_ffn_share_of_bytes", ".1%"),
+            ("tokens/s ceiling at STREAM copy bandwidth", "model_ceiling_stream_copy_tps", ".0f"),
+            ("tokens/s ceiling at cold matvec bandwidth", "model_ceiling_matvec_cold_tps", ".0f"),
+            ("deepseek-coder-6.7b Q8_0: bytes per token (GB)", "deepseek_q8_0_bytes_per_token_gb", ".2f"),
+            ("deepseek-coder-6.7b Q8_0: ceiling on this machine (tokens/s)", "deepseek_q8_0_ceiling_stream_copy_tps", ".1f"),
+            ("deepseek-coder-6.7b Q8_0: ceiling at the DGX Spark's quoted peak (tokens/s)",
+             "deepseek_q8_0_ceiling_course_peak_tps", ".1f"),
+            ("Llama-3-8B bf16: bytes per token (GB)", "llama3_8b_bf16_bytes_per_token_gb", ".2f"),
+            ("Llama-3-8B bf16: FFN bytes per token (GB)", "llama3_8b_bf16_ffn_bytes_per_token_gb", ".2f"),
+            ("CPU roofline ridge (FLOP/byte)", "roofline_cpu_ridge_intensity", ".2f"),
+            ("CPU measured peak (GFLOP/s)", "roofline_cpu_peak_gflops", ".0f"),
+            ("time for 256 tokens / time for 1", "timing_matmul_ratio_256_over_1", ".1f"),
+        ],
+        "figures": {
+            "bytes_per_token.png": "Bytes one generated token reads (batch 1, weights only), by tensor group: this "
+            "model, deepseek-coder-6.7b Q8_0 and Llama-3-8B bf16",
+            "roofline.png": "This run's timing sweep on a roofline: measured STREAM copy bandwidth (sloped roof) and "
+            "the sweep's best GFLOP/s (flat roof, a measured peak)",
+        },
+    },
 }

@@ -11,6 +11,7 @@ rule extract:
         tensors_dir=directory("results/{model}/gguf/tensors"),
     params:
         patterns=config["extract"]["tensors"],
+        needed_by={lesson: LESSONS[lesson].get("tensors", []) for lesson in config["lessons"]},
     log:
         "logs/extract/{model}.log",
     resources:

@@ -1,8 +1,9 @@
 # Stage 3: one papermill notebook per lesson. The source notebook is an input, the
 # executed notebook and every figure and table it writes are outputs.
 
-# Per lesson: the files it reads (notebook parameter name -> path) and the files it
-# writes into its folder results/{model}/lessons/<lesson>/.
+# Per lesson: the files it reads (notebook parameter name -> path), the tensors it needs
+# from the extract stage (so a tensor that cannot be read names the lessons it stops),
+# and the files it writes into its folder results/{model}/lessons/<lesson>/.
 LESSONS = {
     "01_gguf_on_disk": {
         "reads": {
@@ -21,6 +22,7 @@ LESSONS = {
         ],
     },
     "02_tokens_and_embeddings": {
+        "tensors": ["token_embd.weight"],
         "reads": {
             "metadata_json": "results/{model}/gguf/metadata.json",
             "tensors_index": "results/{model}/gguf/extract.json",
@@ -36,6 +38,7 @@ LESSONS = {
         ],
     },
     "03_ffn_by_hand": {
+        "tensors": ["token_embd.weight", "blk.0.ffn_*"],
         "reads": {
             "metadata_json": "results/{model}/gguf/metadata.json",
             "tensors_index": "results/{model}/gguf/extract.json",
@@ -64,6 +67,7 @@ LESSONS = {
         ],
     },
     "05_what_the_ffn_stores": {
+        "tensors": ["token_embd.weight", "blk.0.ffn_*", "?output.weight"],
         "reads": {
             "metadata_json": "results/{model}/gguf/metadata.json",
             "tensors_index": "results/{model}/gguf/extract.json",
@@ -79,6 +83,26 @@ LESSONS = {
             "slot_coefficients.png",
             "rome_drift.png",
             "parameter_shares.png",
+        ],
+    },
+    "07_decode_is_memory_bound": {
+        "reads": {
+            "metadata_json": "results/{model}/gguf/metadata.json",
+            "tensors_csv": "results/{model}/gguf/tensors.csv",
+            "timing_summary": "results/timing/{model}/cpu/summary.json",
+            "timing_sweep": "results/timing/{model}/cpu/sweep.csv",
+            "gpu_summary": "results/timing/{model}/gpu/summary.json",
+            "gpu_sweep": "results/timing/{model}/gpu/sweep.csv",
+        },
+        "writes": [
+            "metrics.json",
+            "claims.csv",
+            "tensor_reads.csv",
+            "bytes_per_token.csv",
+            "decode_ceilings.csv",
+            "roofline_points.csv",
+            "bytes_per_token.png",
+            "roofline.png",
         ],
     },
 }

