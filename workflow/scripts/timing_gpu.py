@@ -5,34 +5,22 @@ it. Without a CUDA device, gpu: auto (or off) writes a 'skipped' summary and hea
 CSVs; gpu: on ends the job with one line saying what is missing.
 """
 
-import logging
 import sys
 
 from bytesup.gguf_file import GGUFFormatError
+from bytesup.joblog import job_logging
 from bytesup.gpu import GPUUnavailable, run_gpu
 from bytesup.timing import TimingError, write_results
 
 
 def main(sm) -> None:
-    logger = logging.getLogger("bytesup")
-    handlers = [logging.StreamHandler(sys.stderr)]
-    if sm.log:
-        handlers.append(logging.FileHandler(sm.log[0], mode="w"))
-    for handler in handlers:
-        handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
-        logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
+    with job_logging(sm.log[0] if sm.log else None) as logger:
         try:
             result = run_gpu(sm.input.gguf, dict(sm.params.timing, seed=sm.params.seed), mode=sm.params.mode)
         except (GGUFFormatError, TimingError, GPUUnavailable) as err:
             logger.error("%s", err)
             sys.exit(1)
         write_results(result, sm.output.summary, {"sweep": sm.output.sweep, "stream": sm.output.stream})
-    finally:
-        for handler in handlers:
-            logger.removeHandler(handler)
-            handler.close()
 
 
 main(snakemake)  # noqa: F821  (injected by Snakemake's script directive)
