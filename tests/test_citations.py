@@ -43,6 +43,15 @@ def test_format_value():
     assert format_value([7.0, -1.0]) == "[7, -1]"
 
 
+def test_format_value_shows_non_printable_characters_escaped():
+    # a browser reads "\r" as "\n"; shown escaped, the report says exactly what the file holds
+    assert format_value("a\rb") == "a\\rb"
+    assert format_value(["x\n", "\x1b[31m"]) == "[x\\n, \\x1b[31m]"
+    assert format_value("Ġcat") == "Ġcat"
+    assert format_value("a long text", "cut:6") == "a lon\u2026"
+    assert format_value({"b": 1, "a": [2]}) == '{"a": [2], "b": 1}'
+
+
 def test_ledger_records_sha_rule_and_each_citation(files):
     metrics, _ = files
     ledger = Ledger()

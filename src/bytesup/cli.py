@@ -1,6 +1,7 @@
 """The `bytesup` command.
 
     bytesup inspect MODEL.gguf [--json] [--no-tensors]
+    bytesup verify report/<date>/ | report/<date>.zip [--root PROJECT]
 
 A subcommand is a function that adds its parser (setting `run`) plus one line in
 COMMANDS. Expected failures (missing file, malformed GGUF) print one line,
@@ -172,13 +173,42 @@ def _open(path: str) -> GGUFFile:
         raise CommandError(f"{printable(path)}: {err.strerror or err}") from None
 
 
+# -- verify -----------------------------------------------------------------------------
+
+
+def add_verify(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "verify", help="re-hash a report's files and re-read every number it cites",
+        description="Re-hash every file a dated report cites and re-read every cited number, comparing it"
+                    " with index.html, report.md and manifest.json. Exit 0 with one line when all agree;"
+                    " 1 with one line per difference otherwise; 2 when PATH is not a report.",
+    )
+    p.add_argument("path", help="a report folder (report/<date>/) or its archive (report/<date>.zip)")
+    p.add_argument("--root", help="where the cited paths start (default: the archive's root, or two folders"
+                                  " above a report folder: the project)")  # fmt: skip
+    p.set_defaults(run=run_verify)
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    from bytesup.verify import VerifyError, verify_path
+
+    try:
+        result = verify_path(args.path, args.root)
+    except VerifyError as err:
+        raise CommandError(str(err)) from None
+    for problem in result.problems:
+        print(printable(problem))
+    print(printable(result.summary()))
+    return 0 if result.ok else 1
+
+
 # -- main -------------------------------------------------------------------------------
 
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_inspect]
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_inspect, add_verify]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bytesup", description="Look inside GGUF model files.")
+    parser = argparse.ArgumentParser(prog="bytesup", description="Look inside GGUF model files; check dated reports.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in COMMANDS:

@@ -6,10 +6,14 @@ this module, so upstream outputs never depend on them.
 
 from __future__ import annotations
 
+import base64
+import datetime
 import hashlib
 import importlib.metadata
+import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -67,10 +71,72 @@ def memory_bytes() -> int | None:
 
 
 def blas_info() -> list[dict]:
+    """The BLAS (and OpenMP) libraries numpy loads, with their thread counts (threadpoolctl)."""
+    import numpy  # noqa: F401  threadpoolctl lists only libraries already loaded
     from threadpoolctl import threadpool_info
 
     keep = ("user_api", "internal_api", "version", "num_threads", "architecture", "threading_layer")
     return [{k: info.get(k) for k in keep} for info in threadpool_info()]
+
+
+def config_sha256(config: dict) -> str:
+    """The sha256 of the config as canonical JSON (sorted keys), as the manifest records it."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def gpus() -> list[dict]:
+    """The GPUs nvidia-smi sees on this machine (name, driver, memory); [] when none or no nvidia-smi."""
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return []
+    try:
+        out = subprocess.run([exe, "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=20, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    found = []
+    for line in out.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 3:
+            mib = int(parts[2]) if parts[2].isdigit() else None
+            found.append({"name": parts[0], "driver": parts[1], "memory_mib": mib})
+    return found
+
+
+def _timestamp(seconds) -> str | None:
+    if not isinstance(seconds, (int, float)):
+        return None
+    return datetime.datetime.fromtimestamp(seconds).astimezone().isoformat(timespec="seconds")
+
+
+def job_times(path: str, snakemake_dir: str | Path = ".snakemake") -> dict:
+    """When the Snakemake job that wrote `path` started and ended, from Snakemake's own record.
+
+    Snakemake keeps one JSON record per output in .snakemake/metadata/, named by the
+    url-safe base64 of the path (split into '@'-prefixed folders past the file-name limit).
+    Returns {"job_started": iso or None, "job_finished": iso or None}; None when there is no
+    record (another Snakemake version, a file made outside Snakemake).
+    """
+    times = {"job_started": None, "job_finished": None}
+    name = base64.urlsafe_b64encode(str(path).encode()).decode()
+    meta = Path(snakemake_dir) / "metadata"
+    try:
+        limit = os.pathconf(meta, "PC_NAME_MAX") or 255
+    except (OSError, ValueError, AttributeError):
+        limit = 255
+    parts = [name[i : i + limit - 1] for i in range(0, len(name), limit - 1)]
+    record = meta.joinpath(*(["@" + p for p in parts[:-1]] + parts[-1:]))
+    try:
+        data = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return times
+    times["job_started"] = _timestamp(data.get("starttime"))
+    times["job_finished"] = _timestamp(data.get("endtime"))
+    return times
+
+
+def now() -> str:
+    return datetime.datetime.now().astimezone().isoformat(timespec="seconds")
 
 
 def machine() -> dict:
@@ -83,5 +149,6 @@ def machine() -> dict:
         "cores": os.cpu_count(),
         "memory_bytes": memory_bytes(),
         "blas": blas_info(),
-        "load_average": list(load) if load else None,
+        "load_average": [round(x, 2) for x in load] if load else None,
+        "gpus": gpus(),
     }

@@ -1,23 +1,39 @@
 """The dated report: summary, one section per lesson, timing, course claims, provenance.
 
 `build()` is given the run's outputs (each with the rule that wrote it) and writes
-index.html, report.md and manifest.json. Every number it prints is a Citation read from
-one of those files; the manifest lists each file's sha256 and each citation, so
-`bytesup verify` can re-check both.
+index.html, report.md, manifest.json and claims.csv (every lesson's claims in one table)
+into a folder. Every number it prints is a Citation read from one of those files, or from
+the manifest itself for facts about the run (machine, versions, times); the manifest lists
+each cited file's sha256 and each citation, so `bytesup verify` can re-check both.
+
+`publish()` moves the folder into place, keeps an earlier report of the same date aside
+(report/<date>.1/, .2/, ...; never overwritten), and writes the archive report/<date>.zip:
+the report folder plus every cited file at its path relative to the project, so the
+Markdown's relative figure links and `bytesup verify` work wherever it is unpacked.
 """
 
 from __future__ import annotations
 
 import csv
-import hashlib
+import datetime
 import json
 import os
-from dataclasses import asdict
-from pathlib import Path
+import zipfile
+from pathlib import Path, PurePosixPath
 
-from bytesup.citations import Ledger, read_value
+from bytesup import provenance
+from bytesup.citations import SELF, CitationError, Ledger
+from bytesup.claims import COLUMNS as CLAIM_COLUMNS
+from bytesup.claims import STATUSES as CLAIM_STATUSES
 from bytesup.report_doc import Doc
 from bytesup.report_lessons import LESSON_HEADLINES
+
+FORMAT = "bytesup-report/1"
+REPORT_FILES = ("index.html", "report.md", "manifest.json", "claims.csv")
+CLAIMS_FILE = "claims.csv"  # inside the report folder: every lesson's claims, one table
+TABLE_ROWS = 40  # a long CSV shows its first rows (the file, in the archive, holds them all)
+CELL_CHARS = 100  # longer cells are cut, with an ellipsis (claims are never cut)
+SUMMARY_NUMBERS_PER_LESSON = 4
 
 TIMING_HEADLINES = [
     ("STREAM copy bandwidth (GB/s)", "stream_copy_gbps", ".1f"),
@@ -26,191 +42,377 @@ TIMING_HEADLINES = [
     ("matvec bandwidth as a fraction of STREAM copy", "matvec_fraction_of_copy", "%"),
     ("time(N=256) / time(N=1)", "matmul_ratio_256_over_1", ".1f"),
 ]
-
-CLAIM_STATUSES = ("reproduced", "specimen differs", "not reproduced")
+TIMING_CONTEXT = [
+    ("other processes' share of the CPU during timing", "other_processes_cpu_fraction", "%"),
+    ("machine shared with other work", "machine_shared", None),
+]
 
 
 def _css_status(status: str) -> str:
     return "status-" + status.replace(" ", "-")
 
 
-def _csv_rows(path: str) -> list[dict]:
+def _csv_rows(path: str | Path) -> tuple[list[str], list[dict]]:
     with open(path, newline="", encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))
+        reader = csv.DictReader(fh)
+        rows = list(reader)
+        return list(reader.fieldnames or []), rows
 
 
-def _csv_table(doc: Doc, path: str, cite_columns: set[str] | None = None, css=None) -> None:
-    """A CSV file as a table; numeric cells (or the named columns) are citations."""
-    rows = _csv_rows(path)
-    if not rows:
-        doc.para(f"({path} has no rows.)")
-        return
-    header = list(rows[0])
+def _json(path: str | Path) -> dict:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+# -- sections ---------------------------------------------------------------------------------
+
+
+def csv_table(doc: Doc, path: str, caption: str, max_rows: int | None = TABLE_ROWS,
+              cut: int | None = CELL_CHARS, css=None) -> None:
+    """A CSV file as a table with one footnote; every non-empty cell is a citation of the file."""
+    L = doc.ledger
+    header, rows = _csv_rows(L.location(path))
+    shown = rows if max_rows is None else rows[:max_rows]
+    note = L.note(path, None, "table")
     body, classes = [], []
-    for i, row in enumerate(rows):
+    for i, row in enumerate(shown):
         cells, cls = [], []
         for col in header:
-            raw = row[col]
-            numeric = read_value(path, f"{i}/{col}") if raw != "" else ""
-            wanted = col in cite_columns if cite_columns is not None else not isinstance(numeric, str)
-            cells.append(doc.ledger.cite(path, f"{i}/{col}") if wanted and raw != "" else raw)
+            raw = row.get(col) or ""
+            fmt = f"cut:{cut}" if cut and len(raw) > cut else None
+            cells.append(L.cite(path, f"{i}/{col}", fmt, note=note) if raw != "" else "")
             cls.append(css(col, raw) if css else "")
         body.append(cells)
         classes.append(cls)
-    doc.table(header, body, classes)
+    doc.table(header, body, classes, note=note, caption=caption)
+    if len(shown) < len(rows):
+        doc.para("The table shows the first rows of ", L.cite(path, "rows"), "; the file holds all of them.")
 
 
-def _summary(doc: Doc, run: dict) -> None:
+def _numbers_spec(lesson: str, metrics_path: str, ledger: Ledger) -> list[tuple[str, str, str | None]]:
+    """(label, key, format) of a lesson's headline numbers: report_lessons, else every top-level scalar."""
+    spec = LESSON_HEADLINES.get(lesson, {}).get("numbers")
+    if spec:
+        return list(spec)
+    data = _json(ledger.location(metrics_path))
+    return [(k, k, None) for k, v in data.items() if isinstance(v, (int, float, bool)) and v is not None]
+
+
+def _summary(doc: Doc, run: dict, manifest: dict) -> None:
     L = doc.ledger
     rec = run["model_record"]
-    doc.heading(2, "Summary", "summary")
+    doc.heading(2, "Summary", anchor="summary")
+    gpus = manifest["machine"].get("gpus") or []
+    gpu = [L.cite(SELF, "machine/gpus/0/name")] if gpus else ["none on this machine"]
     doc.para(
-        "Model ", L.cite(rec, "name"), " (source ", L.cite(rec, "source"), ", ",
-        L.cite(rec, "size"), " bytes, sha256 ", L.cite(rec, "sha256"), "), run on ",
-        run["machine"]["cpu_model"], " on ", run["date"], " (machine details under Provenance).",
+        "Model ", L.cite(rec, "name"), " (source ", L.cite(rec, "source"), ", ", L.cite(rec, "size"),
+        " bytes, sha256 ", L.cite(rec, "sha256"), "). Report of ", L.cite(SELF, "date"), ", written on ",
+        L.cite(SELF, "machine/cpu_model"), " with ", L.cite(SELF, "machine/cores"), " logical CPUs; GPU: ", *gpu,
+        ". Facts about the machine and the software are read from this report's manifest.json (see Provenance).",
     )
     rows = []
     for lesson, files in run["lessons"].items():
-        for label, key, fmt in LESSON_HEADLINES.get(lesson, {}).get("numbers", [])[:4]:
+        if "metrics.json" not in files:
+            continue
+        for label, key, fmt in _numbers_spec(lesson, files["metrics.json"], L)[:SUMMARY_NUMBERS_PER_LESSON]:
             rows.append([f"{lesson}: {label}", L.cite(files["metrics.json"], key, fmt)])
     cpu = run["timing"].get("cpu_summary")
     if cpu:
+        data = _json(L.location(cpu))
         for label, key, fmt in TIMING_HEADLINES:
-            rows.append([f"timing: {label}", L.cite(cpu, key, fmt)])
+            if data.get(key) is not None:
+                rows.append([f"timing, CPU: {label}", L.cite(cpu, key, fmt)])
+    gpu_summary = run["timing"].get("gpu_summary")
+    if gpu_summary:
+        data = _json(L.location(gpu_summary))
+        if "skipped" in data:
+            rows.append(["timing, GPU", ["no GPU on this run: ", L.cite(gpu_summary, "skipped")]])
+        elif data.get("matvec_fraction_of_copy") is not None:
+            rows.append(["timing, GPU: matvec bandwidth as a fraction of device copy",
+                         L.cite(gpu_summary, "matvec_fraction_of_copy", "%")])
+    for status in CLAIM_STATUSES:
+        rows.append([f"course claims: {status}", L.cite(CLAIMS_FILE, f"count/status={status}")])
+    rows.append(["course claims: all", L.cite(CLAIMS_FILE, "rows")])
+    doc.table(["headline", "value"], rows)
+
+
+def _model_file(doc: Doc, run: dict) -> None:
+    """What the extract stage read from the GGUF: architecture, counts, shape keys, the hash it checked."""
+    L = doc.ledger
+    extract = {Path(p).name: p for p, rule in run["sources"].items() if rule == "extract"}
+    meta, index, tensors = extract.get("metadata.json"), extract.get("extract.json"), extract.get("tensors.csv")
+    rows = []
+
+    def add(label: str, path: str | None, key: str, fmt: str | None = None) -> None:
+        if path:
+            try:
+                L.read(path, key)
+            except CitationError:
+                return
+            rows.append([label, L.cite(path, key, fmt)])
+
+    arch = None
+    if meta:
+        try:
+            arch = L.read(meta, "metadata/general.architecture")
+        except CitationError:
+            pass
+    add("architecture", meta, "metadata/general.architecture")
+    add("name in the file", meta, "metadata/general.name")
+    add("GGUF version", meta, "gguf/version")
+    add("metadata keys", meta, "gguf/metadata_count")
+    add("tensors", tensors, "rows")
+    if isinstance(arch, str) and "/" not in arch:
+        for label, key in (("blocks", "block_count"), ("embedding length", "embedding_length"),
+                           ("feed-forward length", "feed_forward_length"), ("vocabulary", "vocab_size")):
+            add(label, meta, f"metadata/{arch}.{key}")
+    add("sha256 of the file the extract stage read", index, "gguf/sha256")
     if rows:
-        doc.table(["headline", "value"], rows)
+        doc.heading(3, "The model file")
+        doc.table(["quantity", "value"], rows)
 
 
 def _lesson(doc: Doc, lesson: str, files: dict) -> None:
     L = doc.ledger
     spec = LESSON_HEADLINES.get(lesson, {})
-    doc.heading(2, spec.get("title", lesson), lesson)
-    metrics = files["metrics.json"]
-    numbers = spec.get("numbers", [])
-    if numbers:
-        doc.table(["quantity", "value"], [[label, L.cite(metrics, key, fmt)] for label, key, fmt in numbers])
-    for name, caption in spec.get("figures", {}).items():
+    doc.heading(2, spec.get("title", lesson), anchor=lesson)
+    metrics = files.get("metrics.json")
+    if metrics:
+        numbers = _numbers_spec(lesson, metrics, L)
+        if numbers:
+            doc.table(["quantity", "value"], [[label, L.cite(metrics, key, fmt)] for label, key, fmt in numbers])
+    captions = dict(spec.get("figures", {}))
+    for name in sorted(files):
+        if name.endswith(".png") and name not in captions:
+            captions[name] = name  # a figure report_lessons does not name yet still shows, under its file name
+    for name, caption in captions.items():
         if name in files:
-            doc.figure(files[name], caption, os.path.relpath(files[name], doc_dir(doc)))
+            doc.figure(files[name], caption, os.path.relpath(files[name], doc.out_dir))
     for name, path in files.items():
         if name.endswith(".csv") and name != "claims.csv":
-            doc.heading(3, f"Table {name}")
-            _csv_table(doc, path)
+            csv_table(doc, path, f"Table {name}")
     if "claims.csv" in files:
+        path = files["claims.csv"]
         doc.heading(3, "The course's numbers against this run")
-        _csv_table(
-            doc, files["claims.csv"], cite_columns={"measured"},
-            css=lambda col, raw: _css_status(raw) if col == "status" else "",
-        )
-
-
-def doc_dir(doc: Doc) -> str:
-    return getattr(doc, "out_dir", ".")
+        counts = []
+        for status in CLAIM_STATUSES:
+            counts += [", " if counts else "", L.cite(path, f"count/status={status}"), f" {status}"]
+        doc.para("Of ", L.cite(path, "rows"), " claims: ", *counts, ".")
+        csv_table(doc, path, "Claims", max_rows=None, cut=None,
+                  css=lambda col, raw: _css_status(raw) if col == "status" else "")
 
 
 def _timing(doc: Doc, timing: dict) -> None:
     L = doc.ledger
-    doc.heading(2, "Timing", "timing")
+    doc.heading(2, "Timing", anchor="timing")
     cpu = timing.get("cpu_summary")
     if cpu:
+        data = _json(L.location(cpu))
         doc.heading(3, "CPU")
-        doc.table(["quantity", "value"], [[label, L.cite(cpu, key, fmt)] for label, key, fmt in TIMING_HEADLINES])
-        targets = read_value(cpu, "targets") if "targets" in json.loads(Path(cpu).read_text()) else []
+        rows = [[label, L.cite(cpu, key, fmt)] for label, key, fmt in TIMING_HEADLINES + TIMING_CONTEXT
+                if key in data and data[key] is not None]
+        if rows:
+            doc.table(["quantity", "value"], rows)
+        targets = data.get("targets") or []
         if targets:
-            doc.heading(3, "Targets")
             rows, css = [], []
-            for i, _ in enumerate(targets):
+            for i, target in enumerate(targets):
                 rows.append([L.cite(cpu, f"targets/{i}/name"), L.cite(cpu, f"targets/{i}/target"),
-                             L.cite(cpu, f"targets/{i}/measured", ".3g"), L.cite(cpu, f"targets/{i}/met")])
-                css.append(["", "", "", "met-yes" if targets[i].get("met") else "met-no"])
-            doc.table(["target", "goal", "measured", "met"], rows, css)
-        for name in ("sweep_csv", "dequant_csv", "stream_csv"):
+                             L.cite(cpu, f"targets/{i}/measured", ".3g") if target.get("measured") is not None
+                             else "not measured", L.cite(cpu, f"targets/{i}/met")])
+                css.append(["", "", "", "met-yes" if target.get("met") else "met-no"])
+            doc.table(["target", "goal", "measured", "met"], rows, css, caption="Targets")
+        for name in ("sweep_csv", "stream_csv", "dequant_csv"):
             if timing.get(name):
-                doc.heading(3, f"Table {Path(timing[name]).name}")
-                _csv_table(doc, timing[name])
+                csv_table(doc, timing[name], f"Table {Path(timing[name]).name}")
     gpu = timing.get("gpu_summary")
     if gpu:
         doc.heading(3, "GPU")
-        data = json.loads(Path(gpu).read_text())
+        data = _json(L.location(gpu))
         if "skipped" in data:
             doc.para("No GPU on this run: ", L.cite(gpu, "skipped"), ".")
         else:
-            doc.table(["quantity", "value"],
-                      [[label, L.cite(gpu, key, fmt)] for label, key, fmt in TIMING_HEADLINES if key in data])
+            if isinstance(data.get("machine"), dict) and data["machine"].get("name"):
+                doc.para("Device: ", L.cite(gpu, "machine/name"), ".")
+            rows = [[label, L.cite(gpu, key, fmt)] for label, key, fmt in TIMING_HEADLINES + TIMING_CONTEXT
+                    if data.get(key) is not None]
+            if rows:
+                doc.table(["quantity", "value"], rows)
+            for name in ("gpu_sweep_csv", "gpu_stream_csv"):
+                if timing.get(name):
+                    csv_table(doc, timing[name], f"Table GPU {Path(timing[name]).name}")
 
 
 def _claims_overall(doc: Doc, lessons: dict) -> None:
     L = doc.ledger
-    doc.heading(2, "Course claims overall", "claims")
+    doc.heading(2, "Course claims overall", anchor="claims")
     rows = []
     for lesson, files in lessons.items():
         if "claims.csv" in files:
             path = files["claims.csv"]
             rows.append([lesson] + [L.cite(path, f"count/status={s}") for s in CLAIM_STATUSES] + [L.cite(path, "rows")])
-    if rows:
-        doc.table(["lesson", *CLAIM_STATUSES, "claims"], rows)
-    else:
-        doc.para("No lesson in this run writes a claims table.")
+    rows.append(["all lessons"] + [L.cite(CLAIMS_FILE, f"count/status={s}") for s in CLAIM_STATUSES]
+                + [L.cite(CLAIMS_FILE, "rows")])
+    doc.table(["lesson", *CLAIM_STATUSES, "claims"], rows)
+    doc.para("Every lesson's claims, in one table: ", CLAIMS_FILE, " in this report's folder.")
+
+
+PROVENANCE_FACTS = [
+    ("report date", "date", None),
+    ("report started", "report/started", None),
+    ("report finished", "report/finished", None),
+    ("first cited output: job started", "run/outputs_started", None),
+    ("last cited output: job finished", "run/outputs_finished", None),
+    ("git describe --always --dirty", "git_describe", None),
+    ("config sha256 (canonical JSON)", "config_sha256", None),
+    ("config", "config", "json"),
+    ("model name", "model/name", None),
+    ("model source", "model/source", None),
+    ("model sha256", "model/sha256", None),
+    ("model size (bytes)", "model/size", None),
+    ("Python", "machine/python", None),
+    ("operating system", "machine/os", None),
+    ("host name", "machine/hostname", None),
+    ("CPU", "machine/cpu_model", None),
+    ("logical CPUs", "machine/cores", None),
+    ("memory (bytes)", "machine/memory_bytes", None),
+    ("load average (1, 5, 15 min) at report time", "machine/load_average", None),
+]
 
 
 def _provenance(doc: Doc, manifest: dict) -> None:
-    doc.heading(2, "Provenance", "provenance")
-    m = manifest["machine"]
-    facts = [
-        ("date", manifest["date"]), ("git describe", manifest["git_describe"]),
-        ("config sha256", manifest["config_sha256"]), ("python", m["python"]), ("os", m["os"]),
-        ("cpu", m["cpu_model"]), ("cores", m["cores"]), ("memory bytes", m["memory_bytes"]),
-        ("BLAS", "; ".join(f"{b.get('internal_api')} {b.get('version')} ({b.get('num_threads')} threads)" for b in m["blas"])),
-        ("load average", m["load_average"]), ("started", manifest["started"]),
-    ] + [(f"package {k}", v) for k, v in manifest["packages"].items()]
-    doc.table(["fact (from manifest.json)", "value"], [[k, str(v)] for k, v in facts])
-    doc.heading(3, "Files cited")
-    doc.table(["file", "sha256", "bytes", "rule"],
-              [[f["path"], f["sha256"], str(f["bytes"]), f["rule"]] for f in manifest["files"]])
+    L = doc.ledger
+    doc.heading(2, "Provenance", anchor="provenance")
+    doc.para("Every value below is read from this report's manifest.json, under the key shown.")
+
+    def present(key: str) -> bool:
+        try:
+            L.read(SELF, key)
+            return True
+        except CitationError:
+            return False
+
+    facts = list(PROVENANCE_FACTS)
+    for i, _ in enumerate(manifest["machine"].get("blas") or []):
+        facts += [(f"BLAS {i}: {part}", f"machine/blas/{i}/{key}", None) for part, key in
+                  (("library", "internal_api"), ("version", "version"), ("threads in the report job", "num_threads"),
+                   ("threading layer", "threading_layer"))]
+    for i, _ in enumerate(manifest["machine"].get("gpus") or []):
+        facts += [(f"GPU {i}: {part}", f"machine/gpus/{i}/{key}", None) for part, key in
+                  (("name", "name"), ("driver", "driver"), ("memory (MiB)", "memory_mib"))]
+    facts += [(f"package {name}", f"packages/{name}", None) for name in manifest["packages"]]
+    note = L.note(SELF, None, "table")
+    rows = [[label, L.cite(SELF, key, fmt, note=note), key] for label, key, fmt in facts if present(key)]
+    if not manifest["machine"].get("gpus"):
+        rows.append(["GPU", "none (nvidia-smi found none on the machine that wrote the report)", "machine/gpus"])
+    doc.table(["fact", "value", "key in manifest.json"], rows, note=note, caption="The run")
+
+    note = L.note(SELF, None, "table")
+    rows = []
+    for i, f in enumerate(manifest["files"]):
+        rows.append([L.cite(SELF, f"files/{i}/{k}", note=note) for k in ("path", "bytes", "sha256", "rule")]
+                    + [L.cite(SELF, f"files/{i}/job_finished", note=note) if f.get("job_finished") else ""])
+    doc.table(["file", "bytes", "sha256", "rule", "written (Snakemake's record)"], rows, note=note,
+              caption="Files cited (key files/<row>/<column> in manifest.json; paths marked in_report are inside"
+                      " this report's folder)")
+
+
+# -- the whole report ------------------------------------------------------------------------
+
+
+def write_claims(lessons: dict, path: Path) -> None:
+    """Every lesson's claims.csv, one after the other, in one table (the report cites its counts)."""
+    columns, rows = list(CLAIM_COLUMNS), []
+    for files in lessons.values():
+        if "claims.csv" in files:
+            header, lesson_rows = _csv_rows(files["claims.csv"])
+            columns += [c for c in header if c not in columns]
+            rows += lesson_rows
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, columns, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _jsonable(value):
+    return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+
+def _span(times: list[str | None], pick) -> str | None:
+    parsed = [datetime.datetime.fromisoformat(t) for t in times if t]
+    return pick(parsed).isoformat(timespec="seconds") if parsed else None
 
 
 def build(run: dict, out_dir: str | Path) -> dict:
-    """Write index.html, report.md and manifest.json for one run; returns the manifest.
+    """Write index.html, report.md, manifest.json and claims.csv for one run; returns the manifest.
 
     `run` holds: date, started, config, machine, packages, git_describe, model_record (path),
     sources ({path: rule} of every file that may be cited), lessons ({lesson: {file name: path}}),
-    timing ({cpu_summary, sweep_csv, dequant_csv, stream_csv, gpu_summary: paths}).
+    timing ({cpu_summary, sweep_csv, dequant_csv, stream_csv, gpu_summary, gpu_*_csv: paths}),
+    and optionally job_times ({path: {job_started, job_finished}}, from Snakemake's records).
+    Paths are relative to the current directory, the project root. Markdown figure links are
+    relative to `out_dir`, so it must sit where the report will be read (or at the same depth).
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    ledger = Ledger()
+    ledger = Ledger(report_dir=out_dir)
     for path, rule in run["sources"].items():
         ledger.add_source(path, rule)
+    write_claims(run["lessons"], out_dir / CLAIMS_FILE)
+    ledger.add_source(CLAIMS_FILE, "report", in_report=True)
+
+    record = _json(run["model_record"])
+    manifest = _jsonable({
+        "format": FORMAT,
+        "date": run["date"],
+        "started": run["started"],
+        "report": {"started": run["started"], "finished": None},
+        "git_describe": run["git_describe"],
+        "config": run["config"],
+        "config_sha256": provenance.config_sha256(run["config"]),
+        "model": {"record": run["model_record"], **{k: record.get(k) for k in ("name", "source", "sha256", "size")}},
+        "machine": run["machine"],
+        "packages": run["packages"],
+    })
+    ledger.add_document(SELF, manifest, "report")
     doc = Doc(ledger, f"llm-bytes-up report \u00b7 {run['date']}")
     doc.out_dir = str(out_dir)
 
-    config_json = json.dumps(run["config"], sort_keys=True)
-    manifest = {
-        "date": run["date"],
-        "started": run["started"],
-        "git_describe": run["git_describe"],
-        "config": run["config"],
-        "config_sha256": hashlib.sha256(config_json.encode()).hexdigest(),
-        "machine": run["machine"],
-        "packages": run["packages"],
-    }
-
-    doc.heading(1, f"llm-bytes-up report \u00b7 {run['date']}")
-    _summary(doc, run)
+    doc.heading(1, "llm-bytes-up report \u00b7 ", ledger.cite(SELF, "date"))
+    _summary(doc, run, manifest)
+    _model_file(doc, run)
     for lesson, files in run["lessons"].items():
         _lesson(doc, lesson, files)
     _timing(doc, run["timing"])
     _claims_overall(doc, run["lessons"])
-    manifest["files"] = [asdict(s) for s in ledger.sources.values()]
+
+    job_times = run.get("job_times", {})
+    files = []
+    for src in ledger.cited_files():
+        times = job_times.get(src.path, {})
+        files.append({"path": src.path, "sha256": src.sha256, "bytes": src.bytes, "rule": src.rule,
+                      "in_report": src.in_report, "job_started": times.get("job_started"),
+                      "job_finished": times.get("job_finished")})
+    manifest["files"] = files
+    manifest["run"] = {
+        "outputs_started": _span([f["job_started"] for f in files], min),
+        "outputs_finished": _span([f["job_finished"] for f in files], max),
+    }
+    uncited = sorted(set(run["sources"]) - {f["path"] for f in files})
+    manifest["inputs_not_cited"] = uncited
+    manifest["report"]["finished"] = provenance.now()
     _provenance(doc, manifest)
     doc.notes()
 
     manifest["citations"] = [
-        {"id": c.id, "file": c.file, "key": c.key, "format": c.fmt, "text": c.text} for c in ledger.citations
+        {"id": c.id, "file": c.file, "key": c.key, "format": c.fmt, "text": c.text, "note": c.note}
+        for c in ledger.citations
     ]
+    manifest["notes"] = [{"id": n.id, "file": n.file, "key": n.key, "kind": n.kind} for n in ledger.notes]
+    manifest["tables"] = doc.tables
+    manifest["figures"] = doc.figures
     _write(out_dir / "index.html", doc.render_html())
     _write(out_dir / "report.md", doc.render_md())
-    _write(out_dir / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True, default=str) + "\n")
+    _write(out_dir / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
     return manifest
 
 
@@ -218,3 +420,69 @@ def _write(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
+
+
+# -- publishing: keep an earlier report of the same date, write the archive -------------------
+
+
+def aside_name(final: Path, archive: Path) -> tuple[Path, Path]:
+    """The first free report/<date>.<n>/ and report/<date>.<n>.zip, n = 1, 2, ..."""
+    n = 1
+    while True:
+        folder = final.with_name(f"{final.name}.{n}")
+        zipped = archive.with_name(f"{final.name}.{n}.zip")
+        if not folder.exists() and not zipped.exists():
+            return folder, zipped
+        n += 1
+
+
+def keep_aside(final: Path, archive: Path) -> Path | None:
+    """Move an earlier report of this date (folder and archive) to report/<date>.<n>; return where.
+
+    An empty folder (Snakemake creates the output folder before the job runs) is removed.
+    """
+    has_folder = final.is_dir() and any(final.iterdir())
+    if final.is_dir() and not has_folder:
+        final.rmdir()
+    if not has_folder and not archive.exists():
+        return None
+    folder, zipped = aside_name(final, archive)
+    if has_folder:
+        os.replace(final, folder)
+    if archive.exists():
+        os.replace(archive, zipped)
+    return folder
+
+
+def publish(stage: Path, final: Path, archive: Path) -> Path | None:
+    """Put a built report (in `stage`, a sibling of `final`) in place and write its archive.
+
+    Returns where an earlier report of the same date was kept, or None.
+    """
+    kept = keep_aside(final, archive)
+    os.replace(stage, final)
+    write_archive(final, archive)
+    return kept
+
+
+def _safe_member(path: str) -> str:
+    p = PurePosixPath(path)
+    if p.is_absolute() or ".." in p.parts or not p.parts:
+        raise ValueError(f"{path}: a cited path must be relative to the project and stay inside it")
+    return str(p)
+
+
+def write_archive(report_dir: Path, archive: Path, root: Path = Path(".")) -> None:
+    """report/<date>/ (every file in it) plus every cited file at its project-relative path."""
+    manifest = _json(report_dir / "manifest.json")
+    prefix = PurePosixPath("report") / report_dir.name
+    tmp = archive.with_name(archive.name + ".tmp")
+    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for path in sorted(report_dir.iterdir()):
+            if path.is_file():
+                zf.write(path, str(prefix / path.name))
+        for entry in manifest["files"]:
+            if not entry.get("in_report"):
+                member = _safe_member(entry["path"])
+                zf.write(root / member, member)
+    os.replace(tmp, archive)

@@ -1,37 +1,37 @@
 # Stage 5: the dated report. Dates, hostnames and versions enter here and nowhere upstream.
-
-
-def report_inputs(wildcards):
-    """Every file the report may cite, by the rule that writes it (rule name -> paths)."""
-    m = MODEL
-    by_rule = {
-        "fetch": [f"resources/models/{m}.json"],
-        "extract": [f"results/{m}/gguf/metadata.json", f"results/{m}/gguf/tensors.csv", f"results/{m}/gguf/extract.json"],
-        "timing_cpu": expand(rules.timing_cpu.output, model=m),
-        "timing_gpu": expand(rules.timing_gpu.output, model=m),
-    }
-    for lesson in config["lessons"]:
-        outs = lesson_outputs(lesson, m)
-        outs.pop("notebook")
-        by_rule[f"lesson_{lesson}"] = list(outs.values())
-    return by_rule
-
-
-def report_input_files(wildcards):
-    return [path for paths in report_inputs(wildcards).values() for path in paths]
+#
+# A second run on the same date keeps the first: the outputs are flagged update(), so
+# Snakemake does not delete them before the job, and the script moves the earlier
+# report/<date>/ and report/<date>.zip aside to report/<date>.<n>/ and report/<date>.<n>.zip
+# (n = 1, 2, ...) before putting the new one in place. With nothing changed, the outputs are
+# newer than every input and `snakemake -n` has nothing to do. docs/report.md has the rest.
 
 
 rule report:
     input:
         report_input_files,
     output:
-        html="report/{date}/index.html",
-        md="report/{date}/report.md",
-        manifest="report/{date}/manifest.json",
+        html=update(
+            report(
+                "report/{date}/index.html",
+                caption="../report/dated_report.rst",
+                category="Dated report",
+            )
+        ),
+        md=update("report/{date}/report.md"),
+        manifest=update("report/{date}/manifest.json"),
+        claims=update(
+            report(
+                "report/{date}/claims.csv",
+                caption="../report/claims.rst",
+                category="Dated report",
+            )
+        ),
+        archive=update("report/{date}.zip"),
     params:
-        sources=lambda wc: {p: rule for rule, ps in report_inputs(wc).items() for p in ps},
+        sources=report_sources,
         model=MODEL,
-        lessons=lambda wc: {lesson: lesson_outputs(lesson, MODEL) for lesson in config["lessons"]},
+        lessons=report_lessons,
     log:
         "logs/report/{date}.log",
     localrule: True

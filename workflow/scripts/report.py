@@ -1,7 +1,14 @@
-"""Build the dated report from the run's outputs (called by the report rule)."""
+"""Build the dated report from the run's outputs (called by the report rule).
 
-import datetime
+The report is built in report/.<date>.building/ (same depth, so relative links hold), then
+moved into place by bytesup.report.publish, which keeps an earlier report of the same date
+aside as report/<date>.<n>/ (and its archive as report/<date>.<n>.zip) instead of
+overwriting it. The rule's outputs are flagged update(), so Snakemake leaves the earlier
+report where it is until this script has moved it.
+"""
+
 import logging
+import shutil
 import sys
 from pathlib import Path
 
@@ -10,6 +17,7 @@ from bytesup import provenance, report
 sm = snakemake  # noqa: F821  (injected by Snakemake's script directive)
 logging.basicConfig(filename=sm.log[0], level=logging.INFO, format="%(message)s")
 
+started = provenance.now()
 model = sm.params.model
 sources = dict(sm.params.sources)
 lessons = {
@@ -21,21 +29,38 @@ for path in sources:
     p = Path(path)
     if p.parts[:2] == ("results", "timing"):
         kind = p.parent.name  # cpu or gpu
-        timing[f"{kind}_summary" if p.name == "summary.json" else p.stem + "_csv" if kind == "cpu" else f"gpu_{p.stem}_csv"] = path
+        if p.name == "summary.json":
+            timing[f"{kind}_summary"] = path
+        else:
+            timing[f"{p.stem}_csv" if kind == "cpu" else f"gpu_{p.stem}_csv"] = path
 
-machine = provenance.machine()
 run = {
     "date": sm.wildcards.date,
-    "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+    "started": started,
     "config": sm.config,
-    "machine": machine,
+    "machine": provenance.machine(),
     "packages": provenance.package_versions(),
     "git_describe": provenance.git_describe(),
     "model_record": f"resources/models/{model}.json",
     "sources": sources,
     "lessons": lessons,
     "timing": timing,
+    "job_times": {path: provenance.job_times(path) for path in sources},
 }
-manifest = report.build(run, Path(sm.output.html).parent)
+
+final = Path(sm.output.html).parent
+stage = final.with_name(f".{final.name}.building")
+shutil.rmtree(stage, ignore_errors=True)
+try:
+    manifest = report.build(run, stage)
+    kept = report.publish(stage, final, Path(sm.output.archive))
+except Exception:
+    shutil.rmtree(stage, ignore_errors=True)
+    raise
 logging.info("report: %d files cited, %d numbers", len(manifest["files"]), len(manifest["citations"]))
-print(f"report written to {sm.output.html}", file=sys.stderr)
+if manifest["inputs_not_cited"]:
+    logging.info("inputs the report does not cite: %s", ", ".join(manifest["inputs_not_cited"]))
+if kept:
+    logging.info("the earlier report of %s was kept as %s", sm.wildcards.date, kept)
+    print(f"earlier report of {sm.wildcards.date} kept as {kept}/ (and {kept}.zip)", file=sys.stderr)
+print(f"report written to {sm.output.html} (archive {sm.output.archive})", file=sys.stderr)

@@ -1,0 +1,299 @@
+"""The dated report from a run's files: sections, citations for every number, provenance,
+hostile text kept inert, the archive, and a second report of the same date kept aside."""
+
+from __future__ import annotations
+
+import json
+import re
+import zipfile
+from html.parser import HTMLParser
+from pathlib import Path, PurePosixPath
+
+import pytest
+
+from bytesup import provenance, report
+from bytesup.citations import SELF
+from bytesup.report_doc import esc_md
+from bytesup.report_lessons import LESSON_HEADLINES
+from bytesup.verify import verify_path
+from report_helpers import DATE, HOSTILE, LESSON, MODEL, build_and_publish, chdir, fake_run
+
+
+@pytest.fixture
+def built(tmp_path):
+    root = tmp_path / "project"
+    run = fake_run(root)
+    return root, run, build_and_publish(root, run)
+
+
+class _Text(HTMLParser):
+    """Text of the page outside cited numbers, footnote markers, the footnotes, headers and style."""
+
+    SKIP = {"style", "title", "th", "caption"}
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.stack: list[str] = []
+        self.out: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        cls = (a.get("class") or "").split()
+        mark = tag in self.SKIP or "cite" in cls or "ref" in cls or "notes" in cls
+        self.stack.append("skip" if mark else tag)
+
+    def handle_startendtag(self, tag, attrs):
+        pass
+
+    def handle_endtag(self, tag):
+        if self.stack:
+            self.stack.pop()
+
+    def handle_data(self, data):
+        if "skip" not in self.stack:
+            self.out.append(data)
+
+
+def uncited_text(html: str) -> str:
+    parser = _Text()
+    parser.feed(html.split("<body>", 1)[1])
+    return " ".join(parser.out)
+
+
+def _root(report_dir: Path) -> Path:
+    return report_dir.parent.parent
+
+
+def labels() -> list[str]:
+    """Words the report's code writes: quantity labels, titles, captions (numbers there name things)."""
+    out = [label for label, _, _ in report.TIMING_HEADLINES + report.TIMING_CONTEXT + report.PROVENANCE_FACTS]
+    for spec in LESSON_HEADLINES.values():
+        out += [spec.get("title", ""), *(n[0] for n in spec.get("numbers", [])), *spec.get("figures", {}).values()]
+    return sorted(out, key=len, reverse=True)
+
+
+def test_every_number_in_the_text_is_a_citation(built):
+    _, run, report_dir = built
+    text = uncited_text((report_dir / "index.html").read_text())
+    metric_keys = list(json.loads((_root(report_dir) / run["lessons"][LESSON]["metrics.json"]).read_text()))
+    # a lesson report_lessons does not list is labelled by its metric keys, names that may hold digits
+    names = [LESSON, "gate_histogram.png", "flops_per_token.csv", "sha256", "manifest.json", "BLAS 0",
+             "files/<row>/<column>"]
+    for label in labels() + sorted(metric_keys, key=len, reverse=True) + names:
+        text = text.replace(label, "")
+    text = re.sub(r"[a-z_]+/[a-z_/0-9]+", "", text)  # manifest keys shown beside provenance values
+    assert not re.search(r"\d", text), re.findall(r".{0,40}\d.{0,20}", text)[:5]
+
+
+def test_sections_and_their_numbers(built):
+    _, run, report_dir = built
+    html = (report_dir / "index.html").read_text()
+    for anchor in ("summary", LESSON, "timing", "claims", "provenance", "notes"):
+        assert f'id="{anchor}"' in html
+    md = (report_dir / "report.md").read_text()
+    assert "No GPU on this run: no CUDA device[^" in md
+    manifest = json.loads((report_dir / "manifest.json").read_text())
+    texts = {(c["file"], c["key"]): c["text"] for c in manifest["citations"]}
+    claims = f"results/{MODEL}/lessons/{LESSON}/claims.csv"
+    assert texts[(claims, "count/status=reproduced")] == "2"
+    assert texts[(claims, "count/status=specimen differs")] == "1"
+    assert texts[(claims, "count/status=not reproduced")] == "0"
+    assert texts[("claims.csv", "rows")] == "3"  # every lesson's claims, in the report's own claims.csv
+    assert texts[(f"results/{MODEL}/lessons/{LESSON}/metrics.json", "x_rms")] == "0.0854512"
+    assert texts[(f"results/timing/{MODEL}/cpu/summary.json", "matvec_fraction_of_copy")] == "76.0 %"
+    assert texts[(SELF, "machine/cpu_model")] == "Test CPU"
+    gguf = f"results/{MODEL}/gguf"
+    assert texts[(f"{gguf}/metadata.json", "metadata/llama.block_count")] == "2"
+    assert texts[(f"{gguf}/metadata.json", "metadata/general.name")] == HOSTILE
+    assert texts[(f"{gguf}/tensors.csv", "rows")] == "3"
+    assert texts[(f"{gguf}/extract.json", "gguf/sha256")] == "ab" * 32
+    # a long table shows its first rows and cites how many there are
+    table = f"results/{MODEL}/lessons/{LESSON}/flops_per_token.csv"
+    assert texts[(table, "rows")] == "50"
+    assert (table, f"{report.TABLE_ROWS - 1}/flops") in texts and (table, f"{report.TABLE_ROWS}/flops") not in texts
+
+
+def test_citation_markup_names_file_key_sha_and_rule(built):
+    _, _, report_dir = built
+    manifest = json.loads((report_dir / "manifest.json").read_text())
+    html = (report_dir / "index.html").read_text()
+    metrics = f"results/{MODEL}/lessons/{LESSON}/metrics.json"
+    entry = next(f for f in manifest["files"] if f["path"] == metrics)
+    c = next(c for c in manifest["citations"] if c["file"] == metrics and c["key"] == "x_rms")
+    span = re.search(rf'<span class="cite" id="c{c["id"]}"[^>]*>', html).group(0)
+    assert f'title="{metrics} \u2192 x_rms \u00b7 sha256 {entry["sha256"][:12]} \u00b7 rule lesson_{LESSON}"' in span
+    assert f'data-file="{metrics}"' in span and 'data-key="x_rms"' in span
+    note = re.search(rf'<li id="n{c["note"]}"[^>]*>([^<]*)</li>', html).group(1)
+    assert note == f"{metrics} \u2192 x_rms (sha256 {entry['sha256'][:12]}, rule lesson_{LESSON})"
+    md = (report_dir / "report.md").read_text()
+    assert f"[^{c['note']}]: {esc_md(note)}" in md and "x\\_rms" in esc_md(note)
+
+
+def test_manifest_holds_the_provenance(built):
+    root, run, report_dir = built
+    m = json.loads((report_dir / "manifest.json").read_text())
+    assert m["git_describe"] == "abc1234-dirty"
+    assert m["config"] == run["config"] and m["config_sha256"] == provenance.config_sha256(run["config"])
+    assert m["model"] == {"record": f"resources/models/{MODEL}.json", "name": MODEL, "source": "path",
+                          "sha256": "ab" * 32, "size": 22080}
+    for key in ("python", "os", "cpu_model", "cores", "memory_bytes", "blas", "gpus", "load_average"):
+        assert key in m["machine"]
+    assert m["packages"]["snakemake"] == "9.0"
+    assert m["report"]["started"] == "2026-01-02T10:00:00+00:00" and m["report"]["finished"]
+    assert m["run"] == {"outputs_started": "2026-01-02T09:00:00+00:00", "outputs_finished": "2026-01-02T09:01:00+00:00"}
+    paths = {f["path"] for f in m["files"]}
+    assert set(run["sources"]) <= paths | set(m["inputs_not_cited"])
+    for f in m["files"]:
+        base = report_dir if f["in_report"] else root
+        assert provenance.sha256_file(base / f["path"]) == f["sha256"]
+        assert (base / f["path"]).stat().st_size == f["bytes"]
+        assert f["rule"]
+    assert {"claims.csv"} == {f["path"] for f in m["files"] if f["in_report"]}
+
+
+class _Tags(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+
+def test_hostile_text_is_inert(built):
+    _, _, report_dir = built
+    html = (report_dir / "index.html").read_text()
+    assert "<script" not in html.lower()
+    parser = _Tags()
+    parser.feed(html)
+    tags = parser.tags
+    assert {t for t, _ in tags} <= {"html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "p", "span",
+                                     "a", "table", "caption", "thead", "tbody", "tr", "th", "td", "figure", "img",
+                                     "figcaption", "ol", "li", "ul"}
+    assert not [(t, a) for t, a in tags for name in a if name.startswith("on")]
+    assert all(a["href"].startswith("#") for t, a in tags if "href" in a)
+    assert all(a["src"].startswith("data:image/png;base64,") for t, a in tags if "src" in a)
+    assert [a.get("content") for t, a in tags if t == "meta" and a.get("http-equiv")] == [
+        "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"]
+    md = (report_dir / "report.md").read_text()
+    figure_links = re.findall(r"\]\(<[^>]+>\)", md)
+    stripped = md
+    for link in figure_links:
+        stripped = stripped.replace(link, "")
+    assert "<" not in stripped.replace("&lt;", "") and "](" not in stripped
+    assert len(figure_links) == 1
+
+
+def test_hostile_text_is_shown_not_dropped(built):
+    _, _, report_dir = built
+    import html as html_lib
+
+    text = html_lib.unescape(re.sub(r"<[^>]+>", "", (report_dir / "index.html").read_text()))
+    assert HOSTILE in text
+
+
+def test_archive_holds_the_report_and_every_cited_file(built):
+    root, _, report_dir = built
+    manifest = json.loads((report_dir / "manifest.json").read_text())
+    with zipfile.ZipFile(root / "report" / f"{DATE}.zip") as zf:
+        names = set(zf.namelist())
+    assert {f"report/{DATE}/{name}" for name in report.REPORT_FILES} <= names
+    assert {f["path"] for f in manifest["files"] if not f["in_report"]} <= names
+    for fig in manifest["figures"]:
+        target = PurePosixPath(f"report/{DATE}") / fig["md_link"]
+        parts = []
+        for part in target.parts:
+            parts = parts[:-1] if part == ".." else parts + [part]
+        assert "/".join(parts) in names  # the Markdown's relative link resolves inside the archive
+
+
+def test_a_second_report_of_the_same_date_keeps_the_first(tmp_path):
+    root = tmp_path / "project"
+    run = fake_run(root)
+    first = build_and_publish(root, run)
+    first_html = (first / "index.html").read_text()
+    run["started"] = "2026-01-02T11:00:00+00:00"
+    build_and_publish(root, run)
+    kept = root / "report" / f"{DATE}.1"
+    assert (kept / "index.html").read_text() == first_html
+    assert (root / "report" / f"{DATE}.1.zip").is_file()
+    build_and_publish(root, run)
+    assert (root / "report" / f"{DATE}.2" / "manifest.json").is_file()
+    assert sorted(p.name for p in (root / "report").iterdir()) == [
+        DATE, f"{DATE}.1", f"{DATE}.1.zip", f"{DATE}.2", f"{DATE}.2.zip", f"{DATE}.zip"]
+    for name in (f"{DATE}.zip", f"{DATE}.1.zip", f"{DATE}.2.zip", f"{DATE}.1"):
+        assert verify_path(root / "report" / name).ok, name
+
+
+def test_an_empty_output_folder_is_replaced_not_kept(tmp_path):
+    root = tmp_path / "project"
+    run = fake_run(root)
+    (root / "report" / DATE).mkdir(parents=True)  # Snakemake makes the output folder before the job
+    build_and_publish(root, run)
+    assert sorted(p.name for p in (root / "report").iterdir()) == [DATE, f"{DATE}.zip"]
+
+
+def test_a_cited_path_outside_the_project_is_refused(tmp_path):
+    root = tmp_path / "project"
+    run = fake_run(root)
+    outside = tmp_path / "outside.json"
+    outside.write_text('{"x": 1}')
+    run["sources"]["../outside.json"] = "fetch"
+    run["lessons"][LESSON]["metrics.json"] = "../outside.json"
+    with pytest.raises(ValueError, match="must be relative to the project"):
+        build_and_publish(root, run)
+
+
+def test_job_times_come_from_snakemakes_record(tmp_path):
+    import base64
+
+    meta = tmp_path / ".snakemake" / "metadata"
+    meta.mkdir(parents=True)
+    name = base64.urlsafe_b64encode(b"results/x.json").decode()
+    (meta / name).write_text(json.dumps({"starttime": 1767348000.0, "endtime": 1767348060.5}))
+    with chdir(tmp_path):
+        times = provenance.job_times("results/x.json")
+        assert provenance.job_times("results/none.json") == {"job_started": None, "job_finished": None}
+    assert times["job_started"].endswith(("+00:00", "Z")) or "T" in times["job_started"]
+    assert times["job_started"] < times["job_finished"]
+
+
+def test_build_paths_are_relative_to_the_project(built):
+    root, _, report_dir = built
+    md = (report_dir / "report.md").read_text()
+    link = re.search(r"\]\(<([^>]+)>\)", md).group(1)
+    assert link == f"../../results/{MODEL}/lessons/{LESSON}/gate_histogram.png"
+    assert (report_dir / link).resolve() == (root / f"results/{MODEL}/lessons/{LESSON}/gate_histogram.png").resolve()
+    assert not Path(root / "report" / f".{DATE}.building").exists()
+
+
+def test_a_measured_gpu_is_reported_and_verifies(tmp_path):
+    root = tmp_path / "project"
+    run = fake_run(root)
+    gpu = run["timing"]["gpu_summary"]
+    (root / gpu).write_text(json.dumps({
+        "status": "measured", "device": "cuda:0", "stream_copy_gbps": 3900.5, "stream_triad_gbps": 3950.1,
+        "matvec_cold_gbps": 3100.0, "matvec_fraction_of_copy": 0.79, "matmul_ratio_256_over_1": 1.9,
+        "machine": {"type": "cuda", "name": "NVIDIA H200", "driver": "550.54"},
+    }))
+    sweep = f"results/timing/{MODEL}/gpu/sweep.csv"
+    (root / sweep).write_text("op,dtype,n,gbps\nmatvec,fp32,1,3100.0\n")
+    run["sources"][sweep] = "timing_gpu"
+    run["timing"]["gpu_sweep_csv"] = sweep
+    run["machine"]["gpus"] = [{"name": "NVIDIA H200", "driver": "550.54", "memory_mib": 143771}]
+    report_dir = build_and_publish(root, run)
+    md = (report_dir / "report.md").read_text()
+    assert "Device: NVIDIA H200[^" in md and "No GPU on this run" not in md
+    assert "| timing, GPU: matvec bandwidth as a fraction of device copy | 79.0 %[^" in md
+    assert "GPU: NVIDIA H200[^" in md  # the summary's machine line, from the manifest
+    manifest = json.loads((report_dir / "manifest.json").read_text())
+    keys = {c["key"] for c in manifest["citations"] if c["file"] == SELF}
+    assert {"machine/gpus/0/name", "machine/gpus/0/driver", "machine/gpus/0/memory_mib"} <= keys
+    assert sweep in {f["path"] for f in manifest["files"]}
+    assert verify_path(report_dir).ok
+
+
+def test_a_lessons_claims_are_counted_in_words_and_numbers(built):
+    _, _, report_dir = built
+    md = (report_dir / "report.md").read_text()
+    assert re.search(r"claims: 2\[\^\d+\] reproduced, 1\[\^\d+\] specimen differs, 0\[\^\d+\] not reproduced\.", md)

@@ -1,0 +1,90 @@
+"""The report rule in the DAG (tiny synthetic model): the dated folder and archive verify, a
+second run on the same date keeps the first, `snakemake -n` then has nothing to do, and
+`snakemake --report` builds Snakemake's own report with captions that quote the real
+parameters."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from bytesup.synthetic import write_tiny_llama
+from bytesup.verify import verify_path
+from workflow_helpers import copy_project, sha256, snakemake, write_config
+
+DATE = "2026-01-07"
+QUICK_TIMING = {"batch_sizes": [1, 4, 256], "repeats": 3, "warmup": 1,
+                "min_weight_bytes": 1 << 20, "stream_bytes": 8 << 20, "dequant_bytes": 1 << 20}
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    project = copy_project(tmp_path_factory.mktemp("report-project"))
+    gguf = write_tiny_llama(project / "tiny.gguf")
+    write_config(project, model="tiny", timing=QUICK_TIMING, report_date=DATE,
+                 models={"tiny": {"source": "path", "path": str(gguf), "sha256": sha256(gguf)}})
+    snakemake(project)
+    return project
+
+
+def bytesup(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    cli = Path(sys.executable).with_name("bytesup")
+    return subprocess.run([str(cli), *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def test_the_dated_report_and_its_archive_verify_with_the_console_script(project):
+    report = project / "report" / DATE
+    assert sorted(p.name for p in report.iterdir()) == ["claims.csv", "index.html", "manifest.json", "report.md"]
+    for target in (f"report/{DATE}", f"report/{DATE}.zip"):
+        proc = bytesup("verify", target, cwd=project)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert len(proc.stdout.splitlines()) == 1 and proc.stdout.startswith("verify: OK: ")
+    manifest = json.loads((report / "manifest.json").read_text())
+    rules = {f["rule"] for f in manifest["files"]}
+    assert {"fetch", "timing_cpu", "timing_gpu", "lesson_03_ffn_by_hand", "report"} <= rules
+    assert all(f["job_finished"] for f in manifest["files"] if not f["in_report"])  # Snakemake's own record
+    assert manifest["run"]["outputs_started"] <= manifest["report"]["started"] <= manifest["report"]["finished"]
+
+
+def test_a_tampered_output_fails_verify(project, tmp_path):
+    with zipfile.ZipFile(project / "report" / f"{DATE}.zip") as zf:
+        zf.extractall(tmp_path)
+    metrics = tmp_path / "results/tiny/lessons/03_ffn_by_hand/metrics.json"
+    data = json.loads(metrics.read_text())
+    data["x_rms"] = data["x_rms"] * 2
+    metrics.write_text(json.dumps(data))
+    proc = bytesup("verify", f"report/{DATE}", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "results/tiny/lessons/03_ffn_by_hand/metrics.json: sha256" in proc.stdout
+    assert "03_ffn_by_hand/metrics.json \u2192 x_rms): the file gives" in proc.stdout
+
+
+def test_a_second_run_on_the_same_date_keeps_the_first(project):
+    first = (project / "report" / DATE / "manifest.json").read_text()
+    snakemake(project, "--forcerun", "report")
+    kept = project / "report" / f"{DATE}.1"
+    assert (kept / "manifest.json").read_text() == first
+    assert verify_path(project / "report" / f"{DATE}.1.zip").ok
+    assert verify_path(project / "report" / DATE).ok
+    assert json.loads((project / "report" / DATE / "manifest.json").read_text())["report"]["started"] >= \
+        json.loads(first)["report"]["started"]
+    proc = snakemake(project, "-n")
+    assert "Nothing to be done" in proc.stdout + proc.stderr
+
+
+def test_snakemakes_own_report_quotes_the_real_parameters(project):
+    snakemake(project, "--report", "snakemake-report.zip")
+    with zipfile.ZipFile(project / "snakemake-report.zip") as zf:
+        names = zf.namelist()
+        page = zf.read(next(n for n in names if n.endswith("/report.html"))).decode()
+    assert any(n.endswith("/index.html") for n in names)  # the dated report is in it
+    record = json.loads((project / "resources/models/tiny.json").read_text())
+    assert f"dated report of {DATE} for model" in page and record["sha256"] in page
+    figures = [n for n in names if n.endswith(".png")]
+    assert {"gate_histogram.png", "flops_per_token.png"} <= {Path(n).name for n in figures}
+    assert "Block 0" in page and "\\u2423cat" in page  # the gate figure's caption, with the followed token
