@@ -61,22 +61,13 @@ def sha256(path: Path) -> str:
 
 
 def check_manifest(report_dir: Path, project: Path) -> dict:
-    """Every file the manifest lists exists with the recorded sha256 and size; every citation re-reads."""
-    from bytesup.citations import format_value, read_value
+    """`bytesup verify`: every cited file re-hashes, every cited number re-reads as printed."""
+    from bytesup.verify import verify_path
 
-    manifest = json.loads((report_dir / "manifest.json").read_text())
-    assert manifest["files"], "the manifest cites no file"
-    for entry in manifest["files"]:
-        path = project / entry["path"]
-        assert sha256(path) == entry["sha256"], entry["path"]
-        assert path.stat().st_size == entry["bytes"]
-        assert entry["rule"]
-    html = (report_dir / "index.html").read_text()
-    for c in manifest["citations"]:
-        value = read_value(project / c["file"], c["key"])
-        assert format_value(value, c["format"]) == c["text"], c
-        assert f'id="c{c["id"]}"' in html
-    return manifest
+    result = verify_path(report_dir, project)
+    assert result.ok, "\n".join(result.problems[:20])
+    assert result.files and result.numbers
+    return json.loads((report_dir / "manifest.json").read_text())
 
 
 def independent_ffn(gguf_path: Path, token_text: str = " cat") -> dict:

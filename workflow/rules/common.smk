@@ -46,4 +46,53 @@ def gguf_path(wildcards=None):
 
 
 def report_targets():
-    return [f"report/{REPORT_DATE}/{name}" for name in ("index.html", "report.md", "manifest.json")]
+    names = ("index.html", "report.md", "manifest.json", "claims.csv")
+    return [f"report/{REPORT_DATE}/{name}" for name in names] + [f"report/{REPORT_DATE}.zip"]
+
+
+# --- fetch ---------------------------------------------------------------------------
+
+
+def fetch_inputs(wildcards):
+    """A local model is an input, so replacing the file reruns everything downstream."""
+    spec = model_spec(config, wildcards.model)
+    return [spec["path"]] if spec["source"] == "path" else []
+
+
+def fetch_spec(wildcards):
+    return model_spec(config, wildcards.model)
+
+
+# --- report --------------------------------------------------------------------------
+
+
+def report_inputs(wildcards):
+    """Every file the report may cite, by the rule that writes it (rule name -> paths)."""
+    m = MODEL
+    by_rule = {
+        "fetch": [f"resources/models/{m}.json"],
+        "extract": [
+            f"results/{m}/gguf/metadata.json",
+            f"results/{m}/gguf/tensors.csv",
+            f"results/{m}/gguf/extract.json",
+        ],
+        "timing_cpu": expand(rules.timing_cpu.output, model=m),
+        "timing_gpu": expand(rules.timing_gpu.output, model=m),
+    }
+    for lesson in config["lessons"]:
+        outs = lesson_outputs(lesson, m)
+        outs.pop("notebook")
+        by_rule[f"lesson_{lesson}"] = list(outs.values())
+    return by_rule
+
+
+def report_input_files(wildcards):
+    return [path for paths in report_inputs(wildcards).values() for path in paths]
+
+
+def report_sources(wildcards):
+    return {p: rule for rule, ps in report_inputs(wildcards).items() for p in ps}
+
+
+def report_lessons(wildcards):
+    return {lesson: lesson_outputs(lesson, MODEL) for lesson in config["lessons"]}

@@ -1,12 +1,6 @@
 # Stage 1: the GGUF file, checked against its pinned sha256 before it becomes visible.
 
 
-def fetch_inputs(wildcards):
-    """A local model is an input, so replacing the file reruns everything downstream."""
-    spec = model_spec(config, wildcards.model)
-    return [spec["path"]] if spec["source"] == "path" else []
-
-
 rule fetch:
     input:
         fetch_inputs,
@@ -15,7 +9,7 @@ rule fetch:
         record="resources/models/{model}.json",
     params:
         name=lambda wc: wc.model,
-        spec=lambda wc: model_spec(config, wc.model),
+        spec=fetch_spec,
     log:
         "logs/fetch/{model}.log",
     retries: 1

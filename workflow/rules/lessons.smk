@@ -1,5 +1,7 @@
 # Stage 3: one papermill notebook per lesson. The source notebook is an input, the
 # executed notebook and every figure and table it writes are outputs.
+from pathlib import Path
+
 
 # Per lesson: the files it reads (notebook parameter name -> path), the tensors it needs
 # from the extract stage (so a tensor that cannot be read names the lessons it stops),
@@ -116,6 +118,22 @@ def lesson_outputs(lesson, model="{model}"):
     return files
 
 
+def lesson_rule_outputs(lesson):
+    """lesson_outputs with every figure flagged for `snakemake --report`, captioned by
+    workflow/report/<lesson>.<figure>.rst when there is one, else lesson_figure.rst."""
+    outs = {}
+    for name, path in lesson_outputs(lesson).items():
+        if path.endswith(".png"):
+            stem = Path(path).stem
+            caption = f"{lesson}.{stem}.rst"
+            if not Path(workflow.basedir, "workflow", "report", caption).is_file():
+                caption = "lesson_figure.rst"
+            path = report(path, caption=f"../report/{caption}", category="Lessons", subcategory=lesson,
+                          labels={"lesson": lesson, "figure": stem})
+        outs[name] = path
+    return outs
+
+
 for _lesson, _spec in LESSONS.items():
 
     rule:
@@ -126,7 +144,7 @@ for _lesson, _spec in LESSONS.items():
             model_record="resources/models/{model}.json",
             **_spec["reads"],
         output:
-            **lesson_outputs(_lesson),
+            **lesson_rule_outputs(_lesson),
         params:
             lesson=_lesson,
             out_dir=f"results/{{model}}/lessons/{_lesson}",
