@@ -201,9 +201,38 @@ def _lesson(doc: Doc, lesson: str, files: dict) -> None:
                   css=lambda col, raw: _css_status(raw) if col == "status" else "")
 
 
-def _timing(doc: Doc, timing: dict) -> None:
+# The course's own measurements on its DGX Spark (lesson 3's claims), shown beside this run's.
+COURSE_MACHINE_CLAIMS = (
+    ("time(N=256) / time(N=1)", "timing.matmul_ratio_256_over_1"),
+    ("cold matvec bandwidth (GB/s)", "timing.matvec_gbps"),
+    ("memory bandwidth peak (GB/s; the course quotes a datasheet figure, this run measures STREAM copy)",
+     "timing.peak_gbps"),
+)
+
+
+def _course_machine(doc: Doc, lessons: dict) -> None:
+    """The course's DGX Spark figures beside this machine's, both read from lesson 3's claims.csv."""
+    claims = lessons.get("03_ffn_by_hand", {}).get("claims.csv")
+    if not claims:
+        return
+    L = doc.ledger
+    _, rows = _csv_rows(L.location(claims))
+    index = {row["claim_id"]: i for i, row in enumerate(rows)}
+    table = [[label, L.cite(claims, f"{index[cid]}/published"), L.cite(claims, f"{index[cid]}/measured")]
+             for label, cid in COURSE_MACHINE_CLAIMS if cid in index]
+    if table:
+        doc.table(["quantity", "course, DGX Spark CPU", "this run"], table,
+                  caption="The course's machine beside this one")
+
+
+def _timing(doc: Doc, timing: dict, lessons: dict) -> None:
     L = doc.ledger
     doc.heading(2, "Timing", anchor="timing")
+    if timing.get("sweep_png"):
+        doc.figure(timing["sweep_png"], "Matvec (N = 1) against matmul on real FFN weights: median time and GFLOP/s "
+                   "per N, with this run's STREAM copy bandwidth and best GFLOP/s as lines",
+                   os.path.relpath(timing["sweep_png"], doc.out_dir))
+    _course_machine(doc, lessons)
     cpu = timing.get("cpu_summary")
     if cpu:
         data = _json(L.location(cpu))
@@ -382,7 +411,7 @@ def build(run: dict, out_dir: str | Path) -> dict:
     _model_file(doc, run)
     for lesson, files in run["lessons"].items():
         _lesson(doc, lesson, files)
-    _timing(doc, run["timing"])
+    _timing(doc, run["timing"], run["lessons"])
     _claims_overall(doc, run["lessons"])
 
     job_times = run.get("job_times", {})

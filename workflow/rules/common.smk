@@ -78,6 +78,7 @@ def report_inputs(wildcards):
         ],
         "timing_cpu": expand(rules.timing_cpu.output, model=m),
         "timing_gpu": expand(rules.timing_gpu.output, model=m),
+        "timing_figure": expand(rules.timing_figure.output, model=m),
     }
     for lesson in config["lessons"]:
         outs = lesson_outputs(lesson, m)

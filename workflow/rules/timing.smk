@@ -46,3 +46,24 @@ rule timing_gpu:
         gpu=1 if config["gpu"] == "on" else 0,
     script:
         "../scripts/timing_gpu.py"
+
+
+rule timing_figure:
+    input:
+        cpu_summary="results/timing/{model}/cpu/summary.json",
+        cpu_sweep="results/timing/{model}/cpu/sweep.csv",
+        gpu_summary="results/timing/{model}/gpu/summary.json",
+        gpu_sweep="results/timing/{model}/gpu/sweep.csv",
+    output:
+        report(
+            "results/timing/{model}/sweep.png",
+            caption="../report/timing_sweep.rst",
+            category="Timing",
+        ),
+    log:
+        "logs/timing/{model}/figure.log",
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    script:
+        "../scripts/timing_figure.py"

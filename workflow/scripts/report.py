@@ -29,7 +29,9 @@ for path in sources:
     p = Path(path)
     if p.parts[:2] == ("results", "timing"):
         kind = p.parent.name  # cpu or gpu
-        if p.name == "summary.json":
+        if p.suffix == ".png":
+            timing[f"{p.stem}_png"] = path
+        elif p.name == "summary.json":
             timing[f"{kind}_summary"] = path
         else:
             timing[f"{p.stem}_csv" if kind == "cpu" else f"gpu_{p.stem}_csv"] = path
