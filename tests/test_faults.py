@@ -15,12 +15,8 @@ from pathlib import Path
 import pytest
 
 from bytesup.synthetic import write_tiny_llama
-from workflow_helpers import copy_project, sha256, snakemake, write_config
+from workflow_helpers import QUICK_TIMING, copy_project, sha256, snakemake, write_config
 
-QUICK_TIMING = {
-    "batch_sizes": [1, 4, 256], "repeats": 3, "warmup": 1,
-    "min_weight_bytes": 1 << 20, "stream_bytes": 8 << 20, "dequant_bytes": 1 << 20,
-}
 
 
 def tiny_project(root: Path, gguf: Path | None = None, **config) -> Path:

@@ -15,17 +15,13 @@ import time
 import pytest
 
 from bytesup.synthetic import write_tiny_llama
-from workflow_helpers import copy_project, sha256, snakemake, write_config
+from workflow_helpers import QUICK_TIMING, copy_project, sha256, snakemake, write_config
 
-QUICK_TIMING = {
-    "batch_sizes": [1, 4, 256], "repeats": 3, "warmup": 1,
-    "min_weight_bytes": 1 << 20, "stream_bytes": 8 << 20, "dequant_bytes": 1 << 20,
-}
 ALL_LESSONS = {
     "lesson_01_gguf_on_disk", "lesson_02_tokens_and_embeddings", "lesson_03_ffn_by_hand",
     "lesson_04_vectors_neurons_nonlinearity", "lesson_05_what_the_ffn_stores", "lesson_07_decode_is_memory_bound",
 }
-EVERY_STAGE = {"fetch", "extract", "timing_cpu", "timing_gpu", "report", "all"} | ALL_LESSONS
+EVERY_STAGE = {"fetch", "extract", "timing_cpu", "timing_gpu", "timing_figure", "report", "all"} | ALL_LESSONS
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +82,8 @@ def test_editing_one_lesson_notebook_reruns_that_lesson_and_the_report(project):
 def test_editing_timing_settings_reruns_timing_the_lessons_reading_it_and_the_report(project):
     write_config(project, timing={**QUICK_TIMING, "repeats": 4})
     assert set(planned_jobs(project)) == {
-        "timing_cpu", "timing_gpu", "lesson_03_ffn_by_hand", "lesson_07_decode_is_memory_bound", "report", "all",
+        "timing_cpu", "timing_gpu", "timing_figure", "lesson_03_ffn_by_hand", "lesson_07_decode_is_memory_bound",
+        "report", "all",
     }
 
 

@@ -9,14 +9,10 @@ import pytest
 
 from bytesup.synthetic import write_tiny_llama
 from workflow_helpers import (
+    QUICK_TIMING,
     assert_metrics_match, check_manifest, copy_project, independent_ffn, sha256, snakemake, write_config,
 )
 
-# Small enough that the timing job takes seconds on a tiny model.
-QUICK_TIMING = {
-    "batch_sizes": [1, 4, 256], "repeats": 3, "warmup": 1,
-    "min_weight_bytes": 1 << 20, "stream_bytes": 8 << 20, "dequant_bytes": 1 << 20,
-}
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,12 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT_FILES = ("Snakefile", "config", "workflow")
 
+# Timing settings small enough that the timing jobs take seconds on a tiny model.
+QUICK_TIMING = {
+    "batch_sizes": [1, 4, 256], "repeats": 3, "warmup": 1,
+    "min_weight_bytes": 1 << 20, "stream_bytes": 8 << 20, "dequant_bytes": 1 << 20,
+}
+
 
 def copy_project(dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
