@@ -1,9 +1,11 @@
-"""environment.yml (conda) and pyproject.toml list the same dependencies."""
+"""The conda environments (environment.yml, the rules' workflow/envs/bytesup.yaml) and
+pyproject.toml list the same dependencies."""
 
 import re
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -14,10 +16,11 @@ def _split(requirement: str) -> tuple[str, str]:
     return re.sub(r"[-_.]+", "-", name).lower(), spec.replace(" ", "")
 
 
-def test_environment_yml_agrees_with_pyproject():
+@pytest.mark.parametrize("env_file, editable", [("environment.yml", "."), ("workflow/envs/bytesup.yaml", "../..")])
+def test_conda_environments_agree_with_pyproject(env_file, editable):
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     wanted = dict(_split(r) for r in project["dependencies"])
-    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    env = yaml.safe_load((ROOT / env_file).read_text())
     listed = {}
     for dep in env["dependencies"]:
         items = dep["pip"] if isinstance(dep, dict) else [dep]
@@ -28,4 +31,4 @@ def test_environment_yml_agrees_with_pyproject():
             if name != "python":
                 listed[name] = spec
     assert listed == wanted
-    assert any(isinstance(d, dict) and "--editable ." in d["pip"] for d in env["dependencies"])
+    assert any(isinstance(d, dict) and f"--editable {editable}" in d["pip"] for d in env["dependencies"])

@@ -17,5 +17,7 @@ rule extract:
     resources:
         mem_mb=4000,
         runtime=60,
+    conda:
+        "../envs/bytesup.yaml"
     script:
         "../scripts/extract.py"

@@ -16,5 +16,7 @@ rule fetch:
     resources:
         mem_mb=1000,
         runtime=240,
+    conda:
+        "../envs/bytesup.yaml"
     script:
         "../scripts/fetch.py"

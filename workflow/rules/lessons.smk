@@ -156,5 +156,7 @@ for _lesson, _spec in LESSONS.items():
         resources:
             mem_mb=4000,
             runtime=30,
+        conda:
+            "../envs/bytesup.yaml"
         script:
             "../scripts/run_notebook.py"

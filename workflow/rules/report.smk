@@ -35,5 +35,7 @@ rule report:
     log:
         "logs/report/{date}.log",
     localrule: True
+    conda:
+        "../envs/bytesup.yaml"
     script:
         "../scripts/report.py"

@@ -22,6 +22,8 @@ rule timing_cpu:
     resources:
         mem_mb=8000,
         runtime=30,
+    conda:
+        "../envs/bytesup.yaml"
     script:
         "../scripts/timing_cpu.py"
 
@@ -44,6 +46,8 @@ rule timing_gpu:
         mem_mb=8000,
         runtime=30,
         gpu=1 if config["gpu"] == "on" else 0,
+    conda:
+        "../envs/bytesup.yaml"
     script:
         "../scripts/timing_gpu.py"
 
@@ -65,5 +69,7 @@ rule timing_figure:
     resources:
         mem_mb=1000,
         runtime=5,
+    conda:
+        "../envs/bytesup.yaml"
     script:
         "../scripts/timing_figure.py"
