@@ -279,7 +279,7 @@ def test_hostile_gguf_report_markdown_and_verify(hostile_report):
     from bytesup.verify import verify_path
 
     md = (hostile_report / "report.md").read_text()
-    figure_links = re.findall(r"\]\(<\.\./\.\./results/hostile/[^<>()\s]+\.png>\)", md)
+    figure_links = re.findall(r"\]\(<\.\./\.\./results/(?:timing/)?hostile/[^<>()\s]+\.png>\)", md)
     rest = md
     for link in figure_links:
         rest = rest.replace(link, "")
