@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from bytesup import timing
+from bytesup.machine import cpu_model
 from bytesup.timing import MiB, summarize, sweep_row, time_rotation
 
 log = logging.getLogger(__name__)
@@ -139,7 +140,7 @@ def device_facts(torch, device: str) -> dict:
     dev = torch.device(device)
     if dev.type != "cuda":
         llc, source = timing.llc_bytes()
-        return {"type": dev.type, "name": f"{timing.cpu_model()} (CPU twin of the GPU job)", "driver": None,
+        return {"type": dev.type, "name": f"{cpu_model()} (CPU twin of the GPU job)", "driver": None,
                 "memory_bytes": None, "cache_bytes": llc, "cache_source": source,
                 "torch_threads": torch.get_num_threads()}
     index = dev.index if dev.index is not None else torch.cuda.current_device()

@@ -18,6 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bytesup.machine import blas_info, cpu_model
+
 PACKAGES = (
     "bytesup", "snakemake", "numpy", "gguf", "pandas", "matplotlib", "papermill",
     "huggingface_hub", "threadpoolctl", "jsonschema", "torch",
@@ -53,30 +55,11 @@ def package_versions(names=PACKAGES) -> dict[str, str]:
     return versions
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith(("model name", "hardware", "cpu model")):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def memory_bytes() -> int | None:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return None
-
-
-def blas_info() -> list[dict]:
-    """The BLAS (and OpenMP) libraries numpy loads, with their thread counts (threadpoolctl)."""
-    import numpy  # noqa: F401  threadpoolctl lists only libraries already loaded
-    from threadpoolctl import threadpool_info
-
-    keep = ("user_api", "internal_api", "version", "num_threads", "architecture", "threading_layer")
-    return [{k: info.get(k) for k in keep} for info in threadpool_info()]
 
 
 def config_sha256(config: dict) -> str:

@@ -38,6 +38,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from bytesup.machine import blas_info, cpu_model
+
 log = logging.getLogger(__name__)
 
 MiB = 1 << 20
@@ -116,26 +118,6 @@ def llc_bytes() -> tuple[int, str]:
         if value and value > 0:
             return int(value), f"sysconf {name}"
     return ASSUMED_LLC_BYTES, "assumed (not readable on this machine)"
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith(("model name", "hardware", "processor\t: arm")):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine()
-
-
-def blas_info() -> list[dict]:
-    """The BLAS libraries numpy calls, with kernel and thread count (threadpoolctl)."""
-    from threadpoolctl import threadpool_info
-
-    keep = ("user_api", "internal_api", "prefix", "version", "architecture", "threading_layer", "num_threads")
-    return [{k: lib.get(k) for k in keep} for lib in threadpool_info() if lib.get("user_api") == "blas"]
 
 
 def machine_facts(threads: int) -> dict:
