@@ -12,10 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 
 from bytesup.synthetic import write_tiny_llama
-from workflow_helpers import QUICK_TIMING, copy_project, sha256, snakemake, write_config
+from workflow_helpers import QUICK_TIMING, copy_project, env_with_venv, sha256, snakemake, write_config
 
 
 
@@ -32,12 +31,6 @@ def failing(project: Path, *args: str) -> str:
     proc = snakemake(project, *args, check=False)
     assert proc.returncode != 0, proc.stdout[-2000:]
     return proc.stdout + proc.stderr
-
-
-def env_with_venv() -> dict:
-    env = dict(os.environ)
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    return env
 
 
 def test_bad_config_stops_before_anything_with_one_line(tmp_path):

@@ -7,9 +7,6 @@ tiny GGUF against gguf-py's own tensor table; timing inputs are synthetic, so no
 import csv
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +17,7 @@ from bytesup.extract import extract
 from bytesup.lessons import LessonInputError, plain, read_metadata
 from bytesup.lessons import decode_memory_bound as lesson
 from bytesup.synthetic import write_tiny_llama
+from workflow_helpers import run_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "workflow" / "notebooks" / "07_decode_is_memory_bound.ipynb"
@@ -327,11 +325,7 @@ def test_notebook_runs_standalone_from_its_folder(tmp_path):
     write_csv(timing / "gpu" / "sweep.csv", gsweep)
     nb_dir = tmp_path / "workflow" / "notebooks"
     nb_dir.mkdir(parents=True)
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    cmd = [sys.executable, "-m", "papermill", "-k", "python3", "--cwd", str(nb_dir), str(NOTEBOOK),
-           str(tmp_path / "executed.ipynb")]
-    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
+    run_notebook(NOTEBOOK, tmp_path / "executed.ipynb", cwd=nb_dir)
 
     out = tmp_path / "results" / "smollm2-135m" / "lessons" / lesson.LESSON
     assert sorted(p.name for p in out.iterdir()) == WRITES

@@ -2,9 +2,6 @@
 
 import csv
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +10,7 @@ import pytest
 from bytesup import claims
 from bytesup.lessons import LessonInputError, TensorFiles, metadata_values, plain, read_metadata, write_metrics
 from bytesup.lessons import ffn_by_hand as lesson
+from workflow_helpers import run_notebook
 
 N_EMBD, N_FF, VOCAB = 32, 80, ["<|endoftext|>", "a", "Ġthe", "Ġcat", "Ġdog", "cat"]
 REQUIRED = [
@@ -235,11 +233,7 @@ def test_notebook_runs_standalone_from_its_folder(tmp_path):
     write_inputs(tmp_path / "results" / "smollm2-135m" / "gguf", meta, tensors)
     nb_dir = tmp_path / "workflow" / "notebooks"
     nb_dir.mkdir(parents=True)
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    cmd = [sys.executable, "-m", "papermill", "-k", "python3", "--cwd", str(nb_dir), str(NOTEBOOK),
-           str(tmp_path / "executed.ipynb")]
-    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
+    run_notebook(NOTEBOOK, tmp_path / "executed.ipynb", cwd=nb_dir)
     out = tmp_path / "results" / "smollm2-135m" / "lessons" / "03_ffn_by_hand"
     assert sorted(p.name for p in out.iterdir()) == [
         "claims.csv", "flops_per_token.csv", "flops_per_token.png", "gate_histogram.png",

@@ -2,9 +2,6 @@
 
 import csv
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +14,7 @@ from bytesup.lessons import LessonInputError, TensorFiles, plain, read_json
 from bytesup.lessons import ffn_stores as lesson
 from bytesup.synthetic import write_tiny_llama
 from bytesup.tokens import TokenError
+from workflow_helpers import run_notebook
 
 PATTERNS = ["token_embd.weight", "blk.0.*", "output_norm.weight", "?output.weight"]
 
@@ -255,11 +253,7 @@ def test_notebook_runs_standalone_from_its_folder(tmp_path):
     extract(gguf, base, PATTERNS)
     nb_dir = tmp_path / "workflow" / "notebooks"
     nb_dir.mkdir(parents=True)
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    cmd = [sys.executable, "-m", "papermill", "-k", "python3", "--cwd", str(nb_dir), str(NOTEBOOK),
-           str(tmp_path / "executed.ipynb")]
-    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
+    run_notebook(NOTEBOOK, tmp_path / "executed.ipynb", cwd=nb_dir)
     out = tmp_path / "results" / "smollm2-135m" / "lessons" / "05_what_the_ffn_stores"
     assert sorted(p.name for p in out.iterdir()) == WRITES
     got = json.loads((out / "metrics.json").read_text())

@@ -3,9 +3,6 @@
 import csv
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +11,7 @@ import pytest
 from bytesup import claims
 from bytesup.lessons import plain
 from bytesup.lessons import vectors_neurons as lesson
+from workflow_helpers import run_notebook
 
 
 @pytest.fixture(scope="module")
@@ -164,11 +162,7 @@ def test_notebook_runs_standalone_from_its_folder(tmp_path):
     (tmp_path / "Snakefile").write_text("# project root marker\n")
     nb_dir = tmp_path / "workflow" / "notebooks"
     nb_dir.mkdir(parents=True)
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    cmd = [sys.executable, "-m", "papermill", "-k", "python3", "--cwd", str(nb_dir), str(NOTEBOOK),
-           str(tmp_path / "executed.ipynb"), "-p", "seed", "3"]
-    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
+    run_notebook(NOTEBOOK, tmp_path / "executed.ipynb", cwd=nb_dir, seed=3)
     out = tmp_path / "results" / "smollm2-135m" / "lessons" / "04_vectors_neurons_nonlinearity"
     assert sorted(p.name for p in out.iterdir()) == WRITES
     got = json.loads((out / "metrics.json").read_text())

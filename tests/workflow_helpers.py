@@ -51,15 +51,31 @@ def write_config(project: Path, **overrides) -> dict:
 
 
 def snakemake(project: Path, *args: str, timeout: int = 900, check: bool = True) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     proc = subprocess.run(
         [sys.executable, "-m", "snakemake", "--cores", "2", *args],
-        cwd=project, env=env, capture_output=True, text=True, timeout=timeout,
+        cwd=project, env=env_with_venv(), capture_output=True, text=True, timeout=timeout,
     )
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
     return proc
+
+
+def run_notebook(notebook: Path, executed: Path, *, cwd: Path, **parameters) -> None:
+    """Execute a notebook with papermill and the pinned python3 kernel, as a user would from `cwd`."""
+    args = [a for name, value in parameters.items() for a in ("-p", name, str(value))]
+    proc = subprocess.run(
+        [sys.executable, "-m", "papermill", "-k", "python3", "--no-progress-bar", "--cwd", str(cwd),
+         str(notebook), str(executed), *args],
+        env=env_with_venv(), capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def env_with_venv() -> dict:
+    """The environment with this Python's bin folder first, so the python3 kernel is this Python."""
+    env = dict(os.environ)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    return env
 
 
 def sha256(path: Path) -> str:
