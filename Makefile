@@ -9,19 +9,14 @@ export PATH := $(abspath $(BIN)):$(PATH)
 
 .PHONY: report test lint clean-results
 
+# .installed-core: the project; .installed-test: the project with its [test] extra.
 $(VENV)/.installed-%: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[$*]'
+	$(BIN)/python -m pip install --quiet -e '.$(if $(filter core,$*),,[$*])'
 	touch $@
 
-$(VENV)/.installed: pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e .
-	touch $@
-
-report: $(VENV)/.installed
+report: $(VENV)/.installed-core
 	$(BIN)/snakemake --cores $(CORES)
 
 test: $(VENV)/.installed-test
