@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +14,7 @@ from bytesup import claims
 from bytesup.gguf_file import GGUFFile
 from bytesup.lessons import gguf_on_disk as lesson
 from bytesup.synthetic import write_tiny_llama
+from workflow_helpers import run_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "workflow" / "notebooks" / "01_gguf_on_disk.ipynb"
@@ -228,12 +226,8 @@ def test_notebook_runs_on_a_tiny_model(tmp_path):
     record = tmp_path / "tiny.json"
     record.write_text(json.dumps({"name": "tiny", "sha256": ""}), encoding="utf-8")
     out = tmp_path / "out"
-    env = dict(os.environ, PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
-    cmd = [str(Path(sys.executable).parent / "papermill"), "-k", "python3", "--no-progress-bar", str(NOTEBOOK),
-           str(tmp_path / "run.ipynb"), "-p", "model", "tiny", "-p", "model_gguf", str(gguf),
-           "-p", "model_record", str(record), "-p", "out_dir", str(out)]  # fmt: skip
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_notebook(NOTEBOOK, tmp_path / "run.ipynb", cwd=ROOT,
+                 model="tiny", model_gguf=gguf, model_record=record, out_dir=out)
     expected = {"metrics.json", "claims.csv", "metadata_table.csv", "tensor_table.csv", "byte_accounting.csv",
                 "bytes_by_type.csv", "bytes_by_type.png", "q8_0_block.csv", "q4_1_block.csv"}  # fmt: skip
     assert expected <= {p.name for p in out.iterdir()}

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +15,7 @@ from bytesup.gguf_file import GGUFFile
 from bytesup.lessons import LessonInputError, TensorFiles, read_json
 from bytesup.lessons import tokens_and_embeddings as lesson
 from bytesup.synthetic import write_tiny_llama
+from workflow_helpers import run_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "workflow" / "notebooks" / "02_tokens_and_embeddings.ipynb"
@@ -179,13 +177,9 @@ def test_notebook_runs_on_a_tiny_model(tiny, tmp_path):
     record = tmp_path / "tiny.json"
     record.write_text(json.dumps({"name": "tiny", "sha256": ""}), encoding="utf-8")
     out = tmp_path / "out"
-    env = dict(os.environ, PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
-    cmd = [str(Path(sys.executable).parent / "papermill"), "-k", "python3", "--no-progress-bar", str(NOTEBOOK),
-           str(tmp_path / "run.ipynb"), "-p", "model", "tiny", "-p", "metadata_json", str(metadata_json),
-           "-p", "tensors_index", str(index), "-p", "model_gguf", str(gguf), "-p", "model_record", str(record),
-           "-p", "out_dir", str(out)]  # fmt: skip
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_notebook(NOTEBOOK, tmp_path / "run.ipynb", cwd=ROOT, model="tiny",
+                 metadata_json=metadata_json, tensors_index=index,
+                 model_gguf=gguf, model_record=record, out_dir=out)
     expected = {"metrics.json", "claims.csv", "token_row.csv", "nearest_neighbours.csv",
                 "random_vector_variants.csv", "cosine_random_vs_nearest.png"}  # fmt: skip
     assert expected <= {p.name for p in out.iterdir()}
