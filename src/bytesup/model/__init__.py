@@ -1,0 +1,1 @@
+"""The network: architectures, weights, forward pass, tokenizer, generation."""
