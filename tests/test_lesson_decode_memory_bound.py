@@ -13,6 +13,7 @@ import pytest
 
 from bytesup import claims
 from bytesup import param_counts as pc
+from bytesup.model import configs
 from bytesup.extract import extract
 from bytesup.lessons import LessonInputError, plain, read_metadata
 from bytesup.lessons import decode_memory_bound as lesson
@@ -20,11 +21,11 @@ from bytesup.synthetic import write_tiny_llama
 from workflow_helpers import run_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOK = ROOT / "workflow" / "notebooks" / "07_decode_is_memory_bound.ipynb"
+NOTEBOOK = ROOT / "workflow" / "notebooks" / "capstone_decode_is_memory_bound.ipynb"
 PATTERNS = ["token_embd.weight", "blk.0.*", "output_norm.weight", "?output.weight"]
 WRITES = sorted(["metrics.json", "claims.csv", "tensor_reads.csv", "bytes_per_token.csv", "decode_ceilings.csv",
                  "roofline_points.csv", "bytes_per_token.png", "roofline.png"])
-MODEL_INDEPENDENT = {c.claim_id for c in claims.load_claims(lesson.LESSON) if not c.requires}
+MODEL_INDEPENDENT = {c.claim_id for c in claims.load_claims(lesson.SPEC.id) if not c.requires}
 
 
 # --- synthetic timing files, shaped like bytesup.timing / bytesup.gpu write them -------------------
@@ -122,19 +123,19 @@ def test_specimen_q8_0_table_by_hand():
 
 def test_llama3_8b_bf16_matches_text_001_and_param_counts():
     s = lesson.account_layout(lesson.LLAMA3_8B_BF16).summary
-    streamed = pc.count(pc.LLAMA3_8B)["streamed_params"]  # param_counts leaves the embedding row out
+    streamed = pc.count(configs.LLAMA3_8B)["streamed_params"]  # param_counts leaves the embedding row out
     assert s["weights_read"] == streamed + 4096 == 8_030_261_248 - 128256 * 4096 + 4096
     assert s["bytes_per_token"] == 2 * s["weights_read"]
     assert s["ffn_weights"] == 32 * 3 * 4096 * 14336
     assert round(s["bytes_per_token_gb"], 2) == 15.01
     assert round(s["ffn_bytes_per_token_gb"], 2) == 11.27
     assert round(100 * s["ffn_share_of_bytes"]) == 75
-    assert lesson.kv_cache_bytes_per_context_token(pc.LLAMA3_8B) == 32 * 2 * 8 * 128 * 2
+    assert lesson.kv_cache_bytes_per_context_token(configs.LLAMA3_8B) == 32 * 2 * 8 * 128 * 2
 
 
 def test_config_table_refuses_gpt2():
     with pytest.raises(LessonInputError):
-        lesson.config_tensor_table(lesson.Layout("x", "GPT-2", pc.GPT2_SMALL, "F16", "F32"))
+        lesson.config_tensor_table(lesson.Layout("x", "GPT-2", configs.GPT2_SMALL, "F16", "F32"))
 
 
 # --- 3. the reading rule --------------------------------------------------------------------------
@@ -327,7 +328,7 @@ def test_notebook_runs_standalone_from_its_folder(tmp_path):
     nb_dir.mkdir(parents=True)
     run_notebook(NOTEBOOK, tmp_path / "executed.ipynb", cwd=nb_dir)
 
-    out = tmp_path / "results" / "smollm2-135m" / "lessons" / lesson.LESSON
+    out = tmp_path / "results" / "smollm2-135m" / "lessons" / lesson.SPEC.id
     assert sorted(p.name for p in out.iterdir()) == WRITES
     got = json.loads((out / "metrics.json").read_text())
     want = plain(lesson.compute(read_metadata(base / "metadata.json"), pc.read_tensor_table(base / "tensors.csv"),

@@ -9,6 +9,7 @@ import pytest
 
 from bytesup import claims
 from bytesup import param_counts as pc
+from bytesup.model import configs
 from bytesup.extract import extract
 from bytesup.lessons import LessonInputError, TensorFiles, plain, read_json
 from bytesup.lessons import ffn_stores as lesson
@@ -158,7 +159,7 @@ def test_toy_bank_and_silu():
 
 
 def test_llama3_8b_accounting_matches_the_published_numbers():
-    c = pc.count(pc.LLAMA3_8B)
+    c = pc.count(configs.LLAMA3_8B)
     assert c["block_total"] == 218_112_000 and c["block_ffn"] == 176_160_768 and c["block_attention"] == 41_943_040
     assert c["block_norms"] == 8192 and c["block_ffn_gate"] == 58_720_256
     assert round(100 * c["block_ffn_share"], 1) == 80.8 and round(100 * c["block_attention_share"], 1) == 19.2
@@ -171,13 +172,13 @@ def test_llama3_8b_accounting_matches_the_published_numbers():
 
 
 def test_gpt2_small_and_405b_accounting():
-    g = pc.count(pc.GPT2_SMALL)
+    g = pc.count(configs.GPT2_SMALL)
     assert g["total"] == 124_439_808  # the well-known GPT-2 small count (tied, learned positions)
     assert g["block_total"] == 7_087_872 and round(g["block_ffn_share"], 2) == 0.67
     assert g["lm_head"] == 0 and g["streamed_params"] == g["total"] - g["positions"]
-    big = pc.count(pc.LLAMA31_405B)
+    big = pc.count(configs.LLAMA31_405B)
     assert big["total"] == 405_853_388_800 and big["slots"] == 126 * 53248
-    table = pc.counts_table([pc.LLAMA3_8B, pc.GPT2_SMALL])
+    table = pc.counts_table([configs.LLAMA3_8B, configs.GPT2_SMALL])
     assert table[0] == {"quantity": "block_attn_q", "Llama-3-8B": 16_777_216, "GPT-2 small": 590_592}
 
 
@@ -239,7 +240,7 @@ def test_metadata_map_accepts_the_document_or_the_map(tiny):
     assert meta["general.architecture"] == "llama" and lesson.metadata_map(meta) is meta
 
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "workflow" / "notebooks" / "05_what_the_ffn_stores.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[1] / "workflow" / "notebooks" / "03b_what_the_ffn_stores.ipynb"
 WRITES = ["claims.csv", "metrics.json", "parameter_shares.png", "parameters.csv", "rome_drift.csv", "rome_drift.png",
           "slot_coefficients.png", "top_slots.csv", "value_vectors.csv"]
 
@@ -254,7 +255,7 @@ def test_notebook_runs_standalone_from_its_folder(tmp_path):
     nb_dir = tmp_path / "workflow" / "notebooks"
     nb_dir.mkdir(parents=True)
     run_notebook(NOTEBOOK, tmp_path / "executed.ipynb", cwd=nb_dir)
-    out = tmp_path / "results" / "smollm2-135m" / "lessons" / "05_what_the_ffn_stores"
+    out = tmp_path / "results" / "smollm2-135m" / "lessons" / "03b_what_the_ffn_stores"
     assert sorted(p.name for p in out.iterdir()) == WRITES
     got = json.loads((out / "metrics.json").read_text())
     want = plain(lesson.compute(read_json(base / "metadata.json"), TensorFiles(base / "extract.json"),

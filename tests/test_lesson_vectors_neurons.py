@@ -151,7 +151,7 @@ def test_figures_are_deterministic(tmp_path):
     save_figure(lesson.plot_composition(), tmp_path / "comp.png")
 
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "workflow" / "notebooks" / "04_vectors_neurons_nonlinearity.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[1] / "workflow" / "notebooks" / "00_vectors_neurons_nonlinearity.ipynb"
 WRITES = ["activations.png", "claims.csv", "composition.png", "fold.png", "llama3_numbers.csv", "metrics.json",
           "mlp_by_hand.csv"]
 
@@ -163,7 +163,7 @@ def test_notebook_runs_standalone_from_its_folder(tmp_path):
     nb_dir = tmp_path / "workflow" / "notebooks"
     nb_dir.mkdir(parents=True)
     run_notebook(NOTEBOOK, tmp_path / "executed.ipynb", cwd=nb_dir, seed=3)
-    out = tmp_path / "results" / "smollm2-135m" / "lessons" / "04_vectors_neurons_nonlinearity"
+    out = tmp_path / "results" / "smollm2-135m" / "lessons" / "00_vectors_neurons_nonlinearity"
     assert sorted(p.name for p in out.iterdir()) == WRITES
     got = json.loads((out / "metrics.json").read_text())
     want = plain(lesson.compute(seed=3))

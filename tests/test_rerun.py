@@ -19,7 +19,7 @@ from workflow_helpers import QUICK_TIMING, copy_project, sha256, snakemake, writ
 
 ALL_LESSONS = {
     "lesson_01_gguf_on_disk", "lesson_02_tokens_and_embeddings", "lesson_03_ffn_by_hand",
-    "lesson_04_vectors_neurons_nonlinearity", "lesson_05_what_the_ffn_stores", "lesson_07_decode_is_memory_bound",
+    "lesson_00_vectors_neurons_nonlinearity", "lesson_03b_what_the_ffn_stores", "lesson_capstone_decode_is_memory_bound",
 }
 EVERY_STAGE = {"fetch", "extract", "timing_cpu", "timing_gpu", "timing_figure", "report", "all"} | ALL_LESSONS
 
@@ -64,7 +64,7 @@ def edit_notebook(path):
 def test_touching_without_changing_reruns_nothing(project):
     """Snakemake compares an input's checksum before trusting a newer mtime."""
     later = time.time() + 5
-    os.utime(project / "workflow/notebooks/04_vectors_neurons_nonlinearity.ipynb", (later, later))
+    os.utime(project / "workflow/notebooks/00_vectors_neurons_nonlinearity.ipynb", (later, later))
     assert planned_jobs(project) == {}
 
 
@@ -75,14 +75,14 @@ def test_nothing_changed_does_nothing_in_seconds(project):
 
 
 def test_editing_one_lesson_notebook_reruns_that_lesson_and_the_report(project):
-    edit_notebook(project / "workflow/notebooks/04_vectors_neurons_nonlinearity.ipynb")
-    assert planned_jobs(project) == {"lesson_04_vectors_neurons_nonlinearity": 1, "report": 1, "all": 1}
+    edit_notebook(project / "workflow/notebooks/00_vectors_neurons_nonlinearity.ipynb")
+    assert planned_jobs(project) == {"lesson_00_vectors_neurons_nonlinearity": 1, "report": 1, "all": 1}
 
 
 def test_editing_timing_settings_reruns_timing_the_lessons_reading_it_and_the_report(project):
     write_config(project, timing={**QUICK_TIMING, "repeats": 4})
     assert set(planned_jobs(project)) == {
-        "timing_cpu", "timing_gpu", "timing_figure", "lesson_03_ffn_by_hand", "lesson_07_decode_is_memory_bound",
+        "timing_cpu", "timing_gpu", "timing_figure", "lesson_03_ffn_by_hand", "lesson_capstone_decode_is_memory_bound",
         "report", "all",
     }
 
@@ -99,6 +99,6 @@ def test_another_model_reruns_everything_for_that_model_only(project):
 
 def test_forcerun_one_stage_reruns_it_and_what_depends_on_it(project):
     assert set(planned_jobs(project, "--forcerun", "extract")) == {
-        "extract", "lesson_02_tokens_and_embeddings", "lesson_03_ffn_by_hand", "lesson_05_what_the_ffn_stores",
-        "lesson_07_decode_is_memory_bound", "report", "all",
+        "extract", "lesson_02_tokens_and_embeddings", "lesson_03_ffn_by_hand", "lesson_03b_what_the_ffn_stores",
+        "lesson_capstone_decode_is_memory_bound", "report", "all",
     }

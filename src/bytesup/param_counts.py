@@ -12,8 +12,8 @@ output head. Every count below follows from a handful of numbers in the model's 
 
 Biases, where a model has them (GPT-2), add one number per output of every matrix.
 
-The published configurations below are what the course's texts quote; the counts are checked
-against the totals the texts print (Llama-3-8B: 8,030,261,248) in the tests.
+The published configurations the course's texts quote live in bytesup.model.configs; the counts
+are checked against the totals the texts print (Llama-3-8B: 8,030,261,248) in the tests.
 
 Bytes streamed per generated token (batch 1): every matrix is read once, except a lookup table
 (token embedding, learned positions), of which one row is read. A tied model uses its embedding
@@ -25,44 +25,12 @@ from __future__ import annotations
 import csv
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
+
+from bytesup.model.configs import Architecture
 
 BF16_BYTES = 2
 
-
-@dataclass(frozen=True)
-class Architecture:
-    name: str
-    d_model: int
-    d_ff: int
-    n_layers: int
-    vocab: int
-    n_heads: int
-    n_kv_heads: int
-    head_dim: int
-    gated_ffn: bool = True  # SwiGLU: gate, up and down matrices; False: up and down only
-    biases: bool = False  # GPT-2 style: a bias vector after every matrix
-    norm_vectors: int = 1  # numbers per element of a norm: 1 (RMSNorm gain), 2 (LayerNorm gain + bias)
-    tied: bool = False  # the output head reuses the token embedding table
-    n_positions: int = 0  # learned absolute positions (GPT-2); 0 for rotary models
-    source: str = ""
-
-
-# Published configurations (the models' config.json files on their hubs).
-LLAMA3_8B = Architecture(
-    "Llama-3-8B", d_model=4096, d_ff=14336, n_layers=32, vocab=128256, n_heads=32, n_kv_heads=8, head_dim=128,
-    source="meta-llama/Meta-Llama-3-8B config.json",
-)
-LLAMA31_405B = Architecture(
-    "Llama-3.1-405B", d_model=16384, d_ff=53248, n_layers=126, vocab=128256, n_heads=128, n_kv_heads=8,
-    head_dim=128, source="meta-llama/Llama-3.1-405B config.json",
-)
-GPT2_SMALL = Architecture(
-    "GPT-2 small", d_model=768, d_ff=3072, n_layers=12, vocab=50257, n_heads=12, n_kv_heads=12, head_dim=64,
-    gated_ffn=False, biases=True, norm_vectors=2, tied=True, n_positions=1024, source="openai-community/gpt2 config.json",
-)
-PUBLISHED = {a.name: a for a in (LLAMA3_8B, LLAMA31_405B, GPT2_SMALL)}
 
 BLOCK_PARTS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down", "norms")
 ATTENTION = ("attn_q", "attn_k", "attn_v", "attn_output")

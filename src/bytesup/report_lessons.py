@@ -64,7 +64,7 @@ LESSON_HEADLINES = {
             "flops_per_token.png": "FLOPs per token for one whole block, by step: the matvecs dominate",
         },
     },
-    "04_vectors_neurons_nonlinearity": {
+    "00_vectors_neurons_nonlinearity": {
         "title": "Lesson 4 \u00b7 Vectors, neurons and nonlinearity",
         "numbers": [
             ("a\u00b7b", "vec_dot_ab", ".1f"),
@@ -88,7 +88,7 @@ LESSON_HEADLINES = {
             "output with ReLU (folded)",
         },
     },
-    "05_what_the_ffn_stores": {
+    "03b_what_the_ffn_stores": {
         "title": "Lesson 5 \u00b7 What the FFN stores",
         "numbers": [
             ("slots in block 0", "slots_per_layer", ",d"),
@@ -114,7 +114,7 @@ LESSON_HEADLINES = {
             "parameter_shares.png": "Parameter shares by part: this model, Llama-3-8B and GPT-2 small",
         },
     },
-    "07_decode_is_memory_bound": {
+    "capstone_decode_is_memory_bound": {
         "title": "Lesson 7 \u00b7 Why decode is memory-bound",
         "numbers": [
             ("bytes read per generated token, this model (GB)", "model_bytes_per_token_gb", ".4f"),

@@ -56,7 +56,7 @@ LESSONS = {
             "flops_per_token.png",
         ],
     },
-    "04_vectors_neurons_nonlinearity": {
+    "00_vectors_neurons_nonlinearity": {
         "reads": {},
         "writes": [
             "metrics.json",
@@ -68,7 +68,7 @@ LESSONS = {
             "fold.png",
         ],
     },
-    "05_what_the_ffn_stores": {
+    "03b_what_the_ffn_stores": {
         "tensors": ["token_embd.weight", "blk.0.ffn_*", "?output.weight"],
         "reads": {
             "metadata_json": "results/{model}/gguf/metadata.json",
@@ -87,7 +87,7 @@ LESSONS = {
             "parameter_shares.png",
         ],
     },
-    "07_decode_is_memory_bound": {
+    "capstone_decode_is_memory_bound": {
         "reads": {
             "metadata_json": "results/{model}/gguf/metadata.json",
             "tensors_csv": "results/{model}/gguf/tensors.csv",

@@ -1,18 +1,22 @@
-"""Per-lesson compute functions, and the small helpers every lesson notebook shares.
+"""The lessons: one module each, with its SPEC (bytesup.lessons.spec), and the registry of them.
 
-A lesson module exposes ``compute(metadata, tensors, ...) -> dict`` of metrics; its notebook
-reads the extract stage's files, calls it, and writes what it returns with the helpers below,
-so that every lesson writes metrics.json, tables and figures the same deterministic way:
-sorted keys, plain Python numbers, no timestamps, fixed figure size and resolution.
+A lesson module declares ``SPEC`` and exposes the computations its notebook calls; the notebook
+writes what they return with the helpers below, so that every lesson writes metrics.json,
+tables and figures the same deterministic way: sorted keys, plain Python numbers, no
+timestamps, fixed figure size and resolution (``figure()`` makes a figure of that size).
 
-Published numbers for each lesson live in ``claims/<lesson>.yaml`` (see bytesup.claims).
+``registry()`` finds every module of this package that has a SPEC, in course order.
+Published numbers for each lesson live in ``claims/<lesson id>.yaml`` (see bytesup.claims).
 """
 
 from __future__ import annotations
 
 import csv
+import functools
+import importlib
 import json
 import math
+import pkgutil
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -20,6 +24,31 @@ import numpy as np
 
 FIGSIZE = (7.0, 4.0)  # inches; every lesson figure has the same size ...
 DPI = 120  # ... and resolution, so PNG bytes depend only on the data
+
+
+@functools.cache
+def registry() -> dict:
+    """Lesson id -> LessonSpec for every lesson module here, in course order (position, then id)."""
+    from bytesup.lessons.spec import LessonSpec
+
+    specs = []
+    for info in pkgutil.iter_modules(__path__):
+        spec = getattr(importlib.import_module(f"{__name__}.{info.name}"), "SPEC", None)
+        if isinstance(spec, LessonSpec):
+            specs.append(spec)
+    ids = [s.id for s in specs]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"two lesson modules declare the same id: {sorted(ids)}")
+    return {s.id: s for s in sorted(specs, key=lambda s: (s.position, s.id))}
+
+
+def lesson_module(lesson_id: str):
+    """The module that declares a lesson's SPEC."""
+    for info in pkgutil.iter_modules(__path__):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        if getattr(getattr(module, "SPEC", None), "id", None) == lesson_id:
+            return module
+    raise KeyError(f"no lesson {lesson_id!r}; known: {', '.join(registry())}")
 
 
 class LessonInputError(ValueError):
@@ -132,6 +161,16 @@ def write_table(rows: Sequence[Mapping], path: str | Path, columns: Sequence[str
         for row in rows:
             writer.writerow({k: ("" if v is None else plain(v)) for k, v in row.items()})
     return path
+
+
+def figure(nrows: int = 1, ncols: int = 1, **kwargs):
+    """A new matplotlib figure of the lessons' one size (no screen needed): (fig, axes)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(nrows, ncols, figsize=kwargs.pop("figsize", FIGSIZE), **kwargs)
 
 
 def save_figure(fig, path: str | Path) -> Path:

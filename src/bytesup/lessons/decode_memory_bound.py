@@ -36,23 +36,45 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from bytesup import claims as claims_mod
 from bytesup import param_counts as pc
+from bytesup.model import configs
+from bytesup.model.configs import DEEPSEEK_CODER_6_7B, llama_tensor_shapes
+from bytesup.lessons.spec import CAPSTONE, Headline, LessonSpec
 from bytesup.lessons import FIGSIZE, LessonInputError
-from bytesup.lessons.ffn_by_hand import _course_machine, dims, read_timing  # noqa: F401  (read_timing: notebook)
+from bytesup.ffn_walk import dims
+from bytesup.timing_results import course_machine, read_timing  # noqa: F401  (read_timing: the notebook)
 
-LESSON = "07_decode_is_memory_bound"
-
-# The course's specimen from its published configuration (deepseek-ai/deepseek-coder-6.7b-instruct,
-# config.json: hidden_size 4096, intermediate_size 11008, 32 layers, 32 attention heads and as many
-# key/value heads, vocab_size 32256, tie_word_embeddings false). param_counts has no entry for it.
-DEEPSEEK_CODER_6_7B = pc.Architecture(
-    "deepseek-coder-6.7b", d_model=4096, d_ff=11008, n_layers=32, vocab=32256, n_heads=32, n_kv_heads=32,
-    head_dim=128, source="deepseek-ai/deepseek-coder-6.7b-instruct config.json",
+SPEC = LessonSpec(
+    id='capstone_decode_is_memory_bound',
+    title='Why LLM decode is memory-bound',
+    kind=CAPSTONE,
+    position=8,
+    source=(
+        'The capstone of the LLM Basics series'
+    ),
+    reads=('metadata_json', 'tensors_csv', 'timing_summary', 'timing_sweep', 'gpu_summary', 'gpu_sweep'),
+    tables=('tensor_reads.csv', 'bytes_per_token.csv', 'decode_ceilings.csv', 'roofline_points.csv'),
+    figures={
+        'bytes_per_token.png': 'Bytes one generated token reads (batch 1, weights only), by tensor group: this model, deepseek-coder-6.7b Q8_0 and Llama-3-8B bf16',
+        'roofline.png': "This run's timing sweep on a roofline: measured STREAM copy bandwidth (sloped roof) and the sweep's best GFLOP/s (flat roof, a measured peak)",
+    },
+    headlines=(
+        Headline('model_bytes_per_token_gb', 'bytes read per generated token, this model', unit='GB', fmt='.4f'),
+        Headline('model_ffn_share_of_bytes', 'FFN share of those bytes', fmt='.1%'),
+        Headline('model_ceiling_stream_copy_tps', 'tokens/s ceiling at STREAM copy bandwidth', fmt='.0f'),
+        Headline('model_ceiling_matvec_cold_tps', 'tokens/s ceiling at cold matvec bandwidth', fmt='.0f'),
+        Headline('deepseek_q8_0_bytes_per_token_gb', 'deepseek-coder-6.7b Q8_0: bytes per token', unit='GB', fmt='.2f'),
+        Headline('deepseek_q8_0_ceiling_stream_copy_tps', 'deepseek-coder-6.7b Q8_0: ceiling on this machine', unit='tokens/s', fmt='.1f'),
+        Headline('deepseek_q8_0_ceiling_course_peak_tps', "deepseek-coder-6.7b Q8_0: ceiling at the DGX Spark's quoted peak", unit='tokens/s', fmt='.1f'),
+        Headline('llama3_8b_bf16_bytes_per_token_gb', 'Llama-3-8B bf16: bytes per token', unit='GB', fmt='.2f'),
+        Headline('llama3_8b_bf16_ffn_bytes_per_token_gb', 'Llama-3-8B bf16: FFN bytes per token', unit='GB', fmt='.2f'),
+        Headline('roofline_cpu_ridge_intensity', 'CPU roofline ridge', unit='FLOP/byte', fmt='.2f'),
+        Headline('roofline_cpu_peak_gflops', 'CPU measured peak', unit='GFLOP/s', fmt='.0f'),
+        Headline('timing_matmul_ratio_256_over_1', 'time for 256 tokens / time for 1', fmt='.1f'),
+    ),
 )
-
 
 @dataclass(frozen=True)
 class Layout:
@@ -60,14 +82,14 @@ class Layout:
 
     key: str  # prefix of this model's keys in metrics.json
     label: str  # for tables and figures
-    arch: pc.Architecture
+    arch: configs.Architecture
     matrices: str  # ggml type of every 2-D tensor
     vectors: str  # ggml type of the norm vectors
 
 
 SPECIMEN = Layout("deepseek_q8_0", "deepseek-coder-6.7b Q8_0", DEEPSEEK_CODER_6_7B, "Q8_0", "F32")
 # The published checkpoint stores every tensor, norms included, as bfloat16.
-LLAMA3_8B_BF16 = Layout("llama3_8b_bf16", "Llama-3-8B bf16", pc.LLAMA3_8B, "BF16", "BF16")
+LLAMA3_8B_BF16 = Layout("llama3_8b_bf16", "Llama-3-8B bf16", configs.LLAMA3_8B, "BF16", "BF16")
 PUBLISHED_LAYOUTS = (SPECIMEN, LLAMA3_8B_BF16)
 MODEL_KEY = "model"  # this run's model
 
@@ -78,14 +100,11 @@ GB = 1e9  # decimal, as the course and STREAM count
 
 
 def type_bytes(type_name: str, elements: int) -> int:
-    """Bytes of `elements` weights stored as `type_name` (F32 4, BF16 2, Q8_0 34 per block of 32 ...)."""
+    """configs.type_bytes, with a lesson's one-line error."""
     try:
-        block, size = GGML_QUANT_SIZES[GGMLQuantizationType[type_name]]
-    except KeyError:
-        raise LessonInputError(f"unknown ggml type {type_name!r}; expected a name like F32, BF16, Q8_0") from None
-    if elements % block:
-        raise LessonInputError(f"{elements} weights do not fill whole {type_name} blocks of {block}")
-    return elements // block * size
+        return configs.type_bytes(type_name, elements)
+    except ValueError as err:
+        raise LessonInputError(str(err)) from None
 
 
 def config_tensor_table(layout: Layout) -> list[dict]:
@@ -94,20 +113,10 @@ def config_tensor_table(layout: Layout) -> list[dict]:
     Rows have the columns of the extract stage's tensors.csv that the accounting reads: name,
     type, shape (tuple), bytes, elements.
     """
-    a = layout.arch
-    if a.biases or a.n_positions or not a.gated_ffn:
-        raise LessonInputError(f"{a.name}: only llama-style layouts (no biases, rotary positions, SwiGLU)")
-    q, kv = a.n_heads * a.head_dim, a.n_kv_heads * a.head_dim
-    per_block = {
-        "attn_norm": (a.d_model,), "attn_q": (q, a.d_model), "attn_k": (kv, a.d_model), "attn_v": (kv, a.d_model),
-        "attn_output": (a.d_model, q), "ffn_norm": (a.d_model,), "ffn_gate": (a.d_ff, a.d_model),
-        "ffn_up": (a.d_ff, a.d_model), "ffn_down": (a.d_model, a.d_ff),
-    }
-    shapes = [("token_embd.weight", (a.vocab, a.d_model))]
-    shapes += [(f"blk.{i}.{part}.weight", shape) for i in range(a.n_layers) for part, shape in per_block.items()]
-    shapes.append(("output_norm.weight", (a.d_model,)))
-    if not a.tied:
-        shapes.append(("output.weight", (a.vocab, a.d_model)))
+    try:
+        shapes = llama_tensor_shapes(layout.arch)
+    except ValueError as err:
+        raise LessonInputError(str(err)) from None
     rows = []
     for name, shape in shapes:
         kind = layout.matrices if len(shape) == 2 else layout.vectors
@@ -199,13 +208,13 @@ def summarize_reads(reads: Sequence[Mapping]) -> dict:
     }
 
 
-def kv_cache_bytes_per_context_token(a: pc.Architecture, cache_type: str = "F16") -> int:
-    """Bytes of K and V one token of context adds to the cache (llama.cpp's default cache type F16).
+def kv_cache_bytes_per_context_token(a: configs.Architecture, cache_type: str = "F16") -> int:
+    """Bytes of K and V one token of context adds to the cache (configs.kv_bytes_per_token).
 
     Decode reads the whole cache for every new token, so at context length T add T times this to
     the weights' bytes. Not part of `bytes_per_token`, which counts weights only.
     """
-    return a.n_layers * 2 * a.n_kv_heads * a.head_dim * type_bytes(cache_type, 1)
+    return configs.kv_bytes_per_token(a, cache_type)
 
 
 @dataclass
@@ -268,7 +277,7 @@ def fmt(value, spec: str = ".1f", missing: str = "n/a") -> str:
 
 def published(claim_id: str) -> float:
     """A number as the course prints it, read from this lesson's claims file (never retyped)."""
-    for c in claims_mod.load_claims(LESSON):
+    for c in claims_mod.load_claims(SPEC.id):
         if c.claim_id == claim_id:
             return float(claims_mod.parse_published(c.published))
     raise KeyError(claim_id)
@@ -448,7 +457,7 @@ def timing_metrics(cpu: Mapping, cpu_sweep: Sequence[Mapping], gpu: Mapping) -> 
     out["timing_cpu_model"] = machine.get("cpu_model")
     llc = _num(machine.get("llc_bytes"))
     out["timing_llc_bytes"] = int(llc) if llc else None
-    out["timing_course_machine"] = _course_machine(cpu)
+    out["timing_course_machine"] = course_machine(cpu)
     out["timing_noisy"] = [str(v) for v in cpu.get("noisy", [])] if isinstance(cpu.get("noisy"), list) else []
     out["timing_machine_shared"] = cpu.get("machine_shared")
     out["gpu_status"] = gpu.get("status") or "missing"
@@ -521,9 +530,9 @@ def run(
         d["head_dim"] + d["value_dim"]) * 2  # F16 cache
     # cross-checks: Llama-3-8B against param_counts (which counts no lookup row), the specimen's
     # tensors as the file would list them against this run's table when the run is the specimen
-    m["llama3_8b_param_counts_streamed"] = pc.count(pc.LLAMA3_8B)["streamed_params"]
+    m["llama3_8b_param_counts_streamed"] = pc.count(configs.LLAMA3_8B)["streamed_params"]
     m["llama3_8b_matches_param_counts"] = (
-        m["llama3_8b_bf16_weights_read"] - pc.LLAMA3_8B.d_model == m["llama3_8b_param_counts_streamed"])
+        m["llama3_8b_bf16_weights_read"] - configs.LLAMA3_8B.d_model == m["llama3_8b_param_counts_streamed"])
     m["model_bytes_equal_specimen_config"] = mine.summary["bytes_per_token"] == others[0].summary["bytes_per_token"]
 
     # the course's own arithmetic (text 000): the specimen's ffn_gate in float32, 128 of 273 GB/s
@@ -573,7 +582,7 @@ def evaluate_claims(metrics: Mapping, *, model: str, sha256: str = "", metadata:
     """Check the lesson's published claims against this run's metrics."""
     extra = ["dgx-spark"] if metrics.get("timing_course_machine") else []
     context = claims_mod.run_context(model, sha256, metadata, extra=extra)
-    return claims_mod.check_all(claims_mod.load_claims(LESSON), metrics, context)
+    return claims_mod.check_all(claims_mod.load_claims(SPEC.id), metrics, context)
 
 
 # --- figures -------------------------------------------------------------------------------------

@@ -17,22 +17,50 @@ with a plain Python loop, whose floats are 64-bit.
 
 from __future__ import annotations
 
-import csv
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from bytesup import claims as claims_mod
-from bytesup.layers import FFNTrace, ffn, matvec, matvec_naive, rms, silu
-from bytesup.lessons import FIGSIZE, LessonInputError
-from bytesup.tokens import lookup
+from bytesup.layers import matvec, matvec_naive, rms, silu
+from bytesup.ffn_walk import BLOCK, Walk, dims, walk  # noqa: F401  (Walk, BLOCK: the notebook)
+from bytesup.timing_results import _num, course_machine, read_timing  # noqa: F401  (read_timing: the notebook)
+from bytesup.lessons.spec import SERIES, Headline, LessonSpec
+from bytesup.lessons import FIGSIZE
 from bytesup.vectors import angle_deg, angle_from_cosine, cosine, dot, length
 
-LESSON = "03_ffn_by_hand"
-BLOCK = 0
+SPEC = LessonSpec(
+    id='03_ffn_by_hand',
+    title='A layer is matrix multiplication',
+    kind=SERIES,
+    position=3,
+    source=(
+        'Lesson 3 of the LLM Basics series, "A layer is matrix multiplication"'
+    ),
+    reads=('metadata_json', 'tensors_index', 'timing_summary', 'timing_sweep'),
+    tensors=('token_embd.weight', 'blk.0.ffn_*'),
+    tables=('flops_per_token.csv', 'matvec_vs_matmul.csv'),
+    figures={
+        'gate_histogram.png': "Block 0's gate values g for the followed token, and the SiLU valve each one sets",
+        'flops_per_token.png': 'FLOPs per token for one whole block, by step: the matvecs dominate',
+    },
+    headlines=(
+        Headline('token_id', 'token id of the followed token'),
+        Headline('x_rms', 'RMS of its embedding x', fmt='.4g'),
+        Headline('x_length', 'length |x|', fmt='.4g'),
+        Headline('gate_first', 'first gate output, numpy', fmt='.6f'),
+        Headline('gate_first_naive', 'first gate output, plain Python loop', fmt='.6f'),
+        Headline('gate_negative_fraction', 'gate values that are negative', fmt='%'),
+        Headline('silu_abs_below_0_1_fraction', 'valves with |SiLU(g)| < 0.1', fmt='%'),
+        Headline('silu_abs_below_0_01_fraction', 'valves with |SiLU(g)| < 0.01', fmt='%'),
+        Headline('out_length', 'length of the FFN output |out|', fmt='.3g'),
+        Headline('cosine_x_y', 'cosine(x, y) across the block', fmt='.3f'),
+        Headline('angle_deg', 'angle between x and y', unit='degrees', fmt='.1f'),
+    ),
+    config_keys=('token',),
+    architectures=('llama',),
+)
 
 # The course's specimen as the text states it; used only to recheck the text's own arithmetic
 # and to give the FLOPs table a column for the specimen (the text says attn_k and attn_v are
@@ -60,33 +88,8 @@ def tensor_names(block: int = BLOCK) -> list[str]:
 # --- 1. dimensions ---------------------------------------------------------------------------
 
 
-def _meta(metadata: Mapping, key: str, default=None):
-    if key in metadata:
-        return metadata[key]
-    if default is not None:
-        return default
-    raise LessonInputError(f"metadata.json: no key {key!r}; is this a GGUF of a llama-style model?")
 
 
-def dims(metadata: Mapping) -> dict:
-    """The model's sizes, read with the architecture's prefix (llama.embedding_length, ...)."""
-    arch = _meta(metadata, "general.architecture")
-    n_embd = int(_meta(metadata, f"{arch}.embedding_length"))
-    n_head = int(_meta(metadata, f"{arch}.attention.head_count"))
-    # Grouped-query attention stores fewer key/value heads; absent means "as many as query heads".
-    n_head_kv = int(_meta(metadata, f"{arch}.attention.head_count_kv", n_head))
-    head_dim = int(_meta(metadata, f"{arch}.attention.key_length", n_embd // n_head))
-    return {
-        "architecture": arch,
-        "embedding_length": n_embd,
-        "feed_forward_length": int(_meta(metadata, f"{arch}.feed_forward_length")),
-        "block_count": int(_meta(metadata, f"{arch}.block_count")),
-        "head_count": n_head,
-        "head_count_kv": n_head_kv,
-        "head_dim": head_dim,
-        "value_dim": int(_meta(metadata, f"{arch}.attention.value_length", head_dim)),
-        "rms_epsilon": float(_meta(metadata, f"{arch}.attention.layer_norm_rms_epsilon")),
-    }
 
 
 # --- 2. the toys, checkable by hand -------------------------------------------------------------
@@ -134,53 +137,10 @@ def course_arithmetic() -> dict:
 # --- 3. one token through block 0's FFN ---------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Walk:
-    token: str
-    token_id: int
-    vocab_form: str
-    x: np.ndarray  # the token's embedding row, float32
-    w_gate: np.ndarray
-    trace: FFNTrace
 
 
-def _weights(tensors: Mapping, d: dict, block: int) -> dict[str, np.ndarray]:
-    """The lesson's tensors as float32, with their shapes checked in numpy order (rows x cols)."""
-    n_embd, n_ff = d["embedding_length"], d["feed_forward_length"]
-    want = {
-        f"blk.{block}.ffn_norm.weight": (n_embd,),
-        f"blk.{block}.ffn_gate.weight": (n_ff, n_embd),
-        f"blk.{block}.ffn_up.weight": (n_ff, n_embd),
-        f"blk.{block}.ffn_down.weight": (n_embd, n_ff),
-    }
-    out = {}
-    for name, shape in want.items():
-        if name not in tensors:
-            raise LessonInputError(f"tensor {name!r} missing from the extracted tensors; add it to the selection")
-        arr = np.asarray(tensors[name], dtype=np.float32)
-        if arr.shape != shape:
-            raise LessonInputError(
-                f"tensor {name!r} has shape {arr.shape}, expected {shape} (numpy order, rows x cols)"
-            )
-        out[name.split(".")[2]] = arr  # "ffn_gate", ...
-    return out
 
 
-def walk(metadata: Mapping, tensors: Mapping, token: str = " cat", block: int = BLOCK) -> Walk:
-    """Look the token up, take its embedding row, and run it through block ``block``'s FFN."""
-    d = dims(metadata)
-    tid, form = lookup(metadata, token)
-    if "token_embd.weight" not in tensors:
-        raise LessonInputError("tensor 'token_embd.weight' missing from the extracted tensors")
-    E = tensors["token_embd.weight"]
-    if E.ndim != 2 or E.shape[1] != d["embedding_length"] or E.shape[0] <= tid:
-        raise LessonInputError(
-            f"tensor 'token_embd.weight' has shape {E.shape}; expected (vocab, {d['embedding_length']})"
-        )
-    x = np.array(E[tid], dtype=np.float32)  # one row: the token's vector
-    w = _weights(tensors, d, block)
-    trace = ffn(x, w["ffn_gate"], w["ffn_up"], w["ffn_down"], w["ffn_norm"], d["rms_epsilon"])
-    return Walk(token=token, token_id=tid, vocab_form=form, x=x, w_gate=w["ffn_gate"], trace=trace)
 
 
 def walk_metrics(wk: Walk) -> dict:
@@ -300,53 +260,15 @@ def flops_metrics(rows: Iterable[dict], d: Mapping, prefix: str = "flops", flops
 SWEEP_COLUMNS = ("n", "median_s", "gflops", "gbps")  # needed for the table
 SWEEP_EXTRAS = ("op", "rows", "cols", "weight_bytes", "time_over_n1", "rel_iqr", "noisy")  # shown when present
 SUMMARY_KEYS = ("matmul_ratio_256_over_1", "matvec_cold_gbps", "stream_copy_gbps")
-# How the course's machine (NVIDIA DGX Spark, GB10 chip, Arm Cortex-X925/A725 cores) might name
-# itself in the timing stage's machine facts. A match only allows the comparison; it decides nothing.
-COURSE_MACHINE_MARKERS = ("dgx spark", "gb10", "cortex-x925")
 TABLE_COLUMNS = ("op", "n", "rows", "cols", "weight_bytes", "median_s", "time_over_n1", "gflops", "gbps", "noisy")
 
 
-def _num(text):
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
 
 
-def read_timing(summary_path: str | Path | None, sweep_path: str | Path | None) -> tuple[dict, list[dict], list[str]]:
-    """(summary, sweep rows, notes on what is missing). Absent files give empties and a note."""
-    notes: list[str] = []
-    summary: dict = {}
-    rows: list[dict] = []
-    if summary_path and Path(summary_path).is_file():
-        import json
-
-        summary = json.loads(Path(summary_path).read_text(encoding="utf-8"))
-    else:
-        notes.append(f"timing summary not found: {summary_path}")
-    if sweep_path and Path(sweep_path).is_file():
-        with Path(sweep_path).open(newline="", encoding="utf-8") as f:
-            rows = list(csv.DictReader(f))
-    else:
-        notes.append(f"timing sweep not found: {sweep_path}")
-    return summary, rows, notes
 
 
-def _strings(value) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, Mapping):
-        return [s for v in value.values() for s in _strings(v)]
-    if isinstance(value, (list, tuple)):
-        return [s for v in value for s in _strings(v)]
-    return []
 
 
-def _course_machine(summary: Mapping) -> bool:
-    """Did the timing run on the course's machine? Judged from the summary's 'machine' facts only."""
-    text = " ".join(_strings(summary.get("machine", {}))).lower()
-    return any(m in text for m in COURSE_MACHINE_MARKERS)
 
 
 def _bool(text):
@@ -401,7 +323,7 @@ def matvec_vs_matmul(summary: Mapping, sweep: list[Mapping], notes: Iterable[str
     metrics["timing_weights_what"] = weights.get("what")
     noisy = summary.get("noisy")
     metrics["timing_noisy"] = [str(v) for v in noisy] if isinstance(noisy, list) else []
-    metrics["timing_course_machine"] = _course_machine(summary)
+    metrics["timing_course_machine"] = course_machine(summary)
     metrics["timing_missing"] = missing
     return rows, metrics
 
@@ -440,7 +362,7 @@ def evaluate_claims(metrics: Mapping, *, model: str, sha256: str = "", metadata:
     """Check the lesson's published claims against this run's metrics."""
     extra = ["dgx-spark"] if metrics.get("timing_course_machine") else []
     context = claims_mod.run_context(model, sha256, metadata, extra=extra)
-    return claims_mod.check_all(claims_mod.load_claims(LESSON), metrics, context)
+    return claims_mod.check_all(claims_mod.load_claims(SPEC.id), metrics, context)
 
 
 # --- figures ------------------------------------------------------------------------------------

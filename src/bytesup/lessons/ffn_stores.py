@@ -31,12 +31,49 @@ import numpy as np
 
 from bytesup import claims as claims_mod
 from bytesup import param_counts as pc
+from bytesup.model import configs
 from bytesup.layers import silu
+from bytesup.lessons.spec import COMPANION, Headline, LessonSpec
 from bytesup.lessons import FIGSIZE, LessonInputError
-from bytesup.lessons.ffn_by_hand import Walk, dims, walk
+from bytesup.ffn_walk import Walk, dims, walk
 from bytesup.tokens import display, lookup, tokenizer_of
 
-LESSON = "05_what_the_ffn_stores"
+SPEC = LessonSpec(
+    id='03b_what_the_ffn_stores',
+    title='What the FFN stores',
+    kind=COMPANION,
+    position=3.5,
+    source=(
+        'Lesson 3\'s deep dive, from part 5 of the series "Transformers from the Weights Up": MLPs and what the FFN stores'
+    ),
+    reads=('metadata_json', 'tensors_index', 'tensors_csv'),
+    tensors=('token_embd.weight', 'blk.0.ffn_*', '?output.weight'),
+    tables=('top_slots.csv', 'value_vectors.csv', 'parameters.csv', 'rome_drift.csv'),
+    figures={
+        'slot_coefficients.png': 'Block 0 coefficients aᵢ for the token, the top ones marked, and the error of rebuilding the FFN output from the largest terms',
+        'rome_drift.png': "Rank-one edit of block 0's W_down: each key's drift against its overlap with k*",
+        'parameter_shares.png': 'Parameter shares by part: this model, Llama-3-8B and GPT-2 small',
+    },
+    headlines=(
+        Headline('slots_per_layer', 'slots in block 0', fmt=',d'),
+        Headline('regroup_rel_diff', 'regrouping Σ aᵢvᵢ vs W_down·h, relative difference', fmt='.1e'),
+        Headline('top_slot', 'top slot for the token', fmt='d'),
+        Headline('top_slot_coefficient', 'its coefficient', fmt='.3f'),
+        Headline('slots_for_90pct_of_output', 'slots needed for 90 % of the output', fmt='d'),
+        Headline('model_total', 'model parameters', fmt=',d'),
+        Headline('model_ffn_share', 'FFN share of the model', fmt='.1%'),
+        Headline('model_block_ffn_share', 'FFN share of a block', fmt='.1%'),
+        Headline('llama3_8b_total', 'Llama-3-8B parameters', fmt=',d'),
+        Headline('llama3_8b_ffn_share', 'Llama-3-8B FFN share', fmt='.1%'),
+        Headline('rome_target_rel_err', 'rank-one edit: relative error at k*', fmt='.1e'),
+        Headline('rome_relative_drift_median', 'median relative drift of other keys, C = I', fmt='.3f'),
+        Headline('rome_cov_relative_drift_median', "median relative drift of other keys, ROME's C", fmt='.4f'),
+        Headline('rome_target_rank_before', "target token's rank before the edit", fmt=',d'),
+        Headline('rome_target_rank_after', "target token's rank after the edit", fmt=',d'),
+    ),
+    config_keys=('token', 'seed'),
+    architectures=('llama',),
+)
 BLOCK = 0
 
 # Text 001's toy key-value bank (panel v): the slots' gate and up scores as printed. The weights
@@ -239,7 +276,7 @@ def ffn_output_reading(s: Slots, tensors: Mapping, metadata: Mapping, n_tokens: 
 # --- 4. where the parameters are -----------------------------------------------------------------
 
 
-def model_accounting(metadata: Mapping, tensor_rows: Sequence[Mapping], name: str = "this model") -> tuple[pc.Architecture, dict]:
+def model_accounting(metadata: Mapping, tensor_rows: Sequence[Mapping], name: str = "this model") -> tuple[configs.Architecture, dict]:
     """This model's counts from its metadata, checked against the tensor table, plus its file bytes."""
     d = dims(metadata)
     vocab = metadata.get(f"{d['architecture']}.vocab_size") or len(tokenizer_of(metadata)[0])
@@ -273,7 +310,7 @@ def model_accounting(metadata: Mapping, tensor_rows: Sequence[Mapping], name: st
     return arch, out
 
 
-def parameter_table(archs: Sequence[pc.Architecture], counted: Sequence[Mapping]) -> list[dict]:
+def parameter_table(archs: Sequence[configs.Architecture], counted: Sequence[Mapping]) -> list[dict]:
     keys = list(pc.count(archs[0]).keys())
     return [{"quantity": k, **{a.name: c[k] for a, c in zip(archs, counted)}} for k in keys]
 
@@ -503,7 +540,7 @@ def toy_metrics() -> dict:
 def published_metrics() -> dict:
     """Llama-3-8B and GPT-2 small from their published configurations, prefixed."""
     out = {}
-    for prefix, a in (("llama3_8b", pc.LLAMA3_8B), ("gpt2_small", pc.GPT2_SMALL)):
+    for prefix, a in (("llama3_8b", configs.LLAMA3_8B), ("gpt2_small", configs.GPT2_SMALL)):
         c = pc.count(a)
         out.update({f"{prefix}_{k}": v for k, v in c.items()})
         out.update({f"{prefix}_d_model": a.d_model, f"{prefix}_d_ff": a.d_ff, f"{prefix}_vocab": a.vocab,
@@ -541,8 +578,8 @@ def run(metadata: Mapping, tensors: Mapping, tensor_rows: Sequence[Mapping], tok
     m.update(toy_metrics())
     ro = rome(metadata, tensors, s, target, seed=seed, n_keys=n_keys, neighbours=neighbours)
     m.update(ro.metrics)
-    archs = [arch, pc.LLAMA3_8B, pc.GPT2_SMALL]
-    counted = [acc, pc.count(pc.LLAMA3_8B), pc.count(pc.GPT2_SMALL)]
+    archs = [arch, configs.LLAMA3_8B, configs.GPT2_SMALL]
+    counted = [acc, pc.count(configs.LLAMA3_8B), pc.count(configs.GPT2_SMALL)]
     return Lesson(metrics=m, slots=s, rome=ro, top_slots=top_slot_table(s, top_k),
                   value_vectors=value_vector_table(s, tensors, metadata, top_k, n_tokens),
                   parameters=parameter_table(archs, counted), archs=archs, counted=counted)
@@ -557,7 +594,7 @@ def compute(metadata: Mapping, tensors: Mapping, tensor_rows: Sequence[Mapping],
 def evaluate_claims(metrics: Mapping, *, model: str, sha256: str = "", metadata: Mapping | None = None):
     """Check the lesson's published claims against this run's metrics."""
     context = claims_mod.run_context(model, sha256, None if metadata is None else metadata_map(metadata))
-    return claims_mod.check_all(claims_mod.load_claims(LESSON), metrics, context)
+    return claims_mod.check_all(claims_mod.load_claims(SPEC.id), metrics, context)
 
 
 # --- figures ------------------------------------------------------------------------------------
@@ -623,7 +660,7 @@ def plot_rome(ro: Rome, title: str = ""):
     return fig
 
 
-def plot_parameters(archs: Sequence[pc.Architecture], counted: Sequence[Mapping]):
+def plot_parameters(archs: Sequence[configs.Architecture], counted: Sequence[Mapping]):
     """Where each model's parameters are: attention, FFN, norms, embeddings and head, as shares."""
     import matplotlib.pyplot as plt
 

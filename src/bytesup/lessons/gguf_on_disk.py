@@ -30,10 +30,38 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 from bytesup import claims as claims_mod
 from bytesup.dequant import dequantize
 from bytesup.gguf_file import HEADER_BYTES, VALUE_TYPES, GGUFFile, TensorInfo, printable
+from bytesup.lessons.spec import SERIES, Headline, LessonSpec
 from bytesup.lessons import FIGSIZE
 from bytesup.tokens import TokenError, lookup
 
-LESSON = "01_gguf_on_disk"
+SPEC = LessonSpec(
+    id='01_gguf_on_disk',
+    title='What a model is on disk',
+    kind=SERIES,
+    position=1,
+    source=(
+        'Lesson 1 of the LLM Basics series (its text is not among the course files here; the numbers come from what lessons 3 and 5 say about the file)'
+    ),
+    reads=('model_gguf',),
+    tables=('metadata_table.csv', 'tensor_table.csv', 'byte_accounting.csv', 'bytes_by_type.csv', 'q8_0_block.csv', 'q4_1_block.csv'),
+    figures={
+        'bytes_by_type.png': "Share of the file's parameters and of its tensor bytes per ggml type",
+    },
+    headlines=(
+        Headline('file_size', 'file size', unit='bytes'),
+        Headline('tensor_count', 'tensors'),
+        Headline('metadata_count', 'metadata keys'),
+        Headline('bytes_metadata', 'metadata bytes'),
+        Headline('bytes_tensor_infos', 'tensor-info bytes'),
+        Headline('bytes_padding', 'padding bytes'),
+        Headline('bytes_tensor_data', 'tensor data bytes'),
+        Headline('bytes_unaccounted', 'bytes unaccounted'),
+        Headline('parameters', 'parameters'),
+        Headline('bits_per_weight_overall', 'average bits per weight', fmt='.2f'),
+        Headline('q8_0_block_bit_exact_gguf_py', 'Q8_0 block decoded by hand, bit-exact with gguf-py'),
+        Headline('q4_1_block_bit_exact_gguf_py', 'Q4_1 block decoded by hand, bit-exact with gguf-py'),
+    ),
+)
 
 # The course's specimen, deepseek-coder-6.7b-instruct, from its published configuration
 # (config.json of deepseek-ai/deepseek-coder-6.7b-instruct): the course text prints the width,
@@ -639,7 +667,7 @@ def evaluate_claims(metrics: Mapping, *, model: str, sha256: str = "", metadata:
     checksum and metadata itself (bytesup.claims.is_specimen). Either makes it the specimen.
     """
     context = claims_mod.run_context(model, sha256, metadata, extra=["specimen"] if specimen else [])
-    return claims_mod.check_all(claims_mod.load_claims(LESSON), metrics, context)
+    return claims_mod.check_all(claims_mod.load_claims(SPEC.id), metrics, context)
 
 
 # --- figures -------------------------------------------------------------------------------------

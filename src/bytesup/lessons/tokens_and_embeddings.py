@@ -29,12 +29,42 @@ from bytesup import claims as claims_mod
 from bytesup.dequant import HAND_DEQUANTIZERS, expected_bytes, reference_dequantize
 from bytesup.gguf_file import GGUFFile
 from bytesup.layers import rms
+from bytesup.lessons.spec import SERIES, Headline, LessonSpec
 from bytesup.lessons import FIGSIZE, LessonInputError, metadata_values
 from bytesup.lessons.gguf_on_disk import BLOCK_DECODERS, same_bits
 from bytesup.tokens import TokenError, display, lookup, tokenizer_of, vocab_form
 from bytesup.vectors import length
 
-LESSON = "02_tokens_and_embeddings"
+SPEC = LessonSpec(
+    id='02_tokens_and_embeddings',
+    title='Tokens and embeddings',
+    kind=SERIES,
+    position=2,
+    source=(
+        'Lesson 2 of the LLM Basics series, with the random-vector numbers of "Vectors and the functions that move them"'
+    ),
+    reads=('metadata_json', 'tensors_index', 'model_gguf'),
+    tensors=('token_embd.weight',),
+    tables=('token_row.csv', 'nearest_neighbours.csv', 'random_vector_variants.csv'),
+    figures={
+        'cosine_random_vs_nearest.png': 'Cosine between embedding rows: random token pairs, the same pairs with the mean row subtracted, and nearest neighbours',
+    },
+    headlines=(
+        Headline('token_id', 'token id'),
+        Headline('token_vocab_form', 'stored in the vocabulary as'),
+        Headline('row_length', 'row length', fmt='.4f'),
+        Headline('row_rms', 'row RMS', fmt='.4f'),
+        Headline('row_bit_exact_gguf_py', 'row decoded by hand, bit-exact with gguf-py'),
+        Headline('token_nearest', 'nearest neighbour'),
+        Headline('token_nearest_cosine', 'its cosine', fmt='.3f'),
+        Headline('random_pair_cosine_mean', 'random token pairs: mean cosine', fmt='.3f'),
+        Headline('random_pair_centred_cosine_sd', 'random pairs, mean row subtracted: sd of cosine', fmt='.3f'),
+        Headline('nearest_cosine_median', 'nearest neighbours: median cosine', fmt='.3f'),
+        Headline('random_dot', 'two random 4096-vectors (default_rng(0)): a·b', fmt='.2f'),
+        Headline('random_self_dot', 'a·a', fmt='.2f'),
+    ),
+    config_keys=('token', 'seed'),
+)
 EMBEDDINGS = "token_embd.weight"
 NEIGHBOUR_WORDS = (" cat", " dog", " king", " Paris", " seven", " red")
 N_NEIGHBOURS = 8
@@ -416,7 +446,7 @@ def evaluate_claims(metrics: Mapping, *, model: str, sha256: str = "", metadata:
     """Check the lesson's published claims; ``specimen`` is the workflow's flag, or-ed with is_specimen."""
     md = metadata_values(metadata) if metadata is not None else None
     context = claims_mod.run_context(model, sha256, md, extra=["specimen"] if specimen else [])
-    return claims_mod.check_all(claims_mod.load_claims(LESSON), metrics, context)
+    return claims_mod.check_all(claims_mod.load_claims(SPEC.id), metrics, context)
 
 
 # --- figures -------------------------------------------------------------------------------------

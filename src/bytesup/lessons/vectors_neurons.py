@@ -25,11 +25,42 @@ import numpy as np
 
 from bytesup import claims as claims_mod
 from bytesup import param_counts as pc
+from bytesup.model import configs
 from bytesup.layers import gelu, matvec, matvec_naive, relu, silu, tanh
+from bytesup.lessons.spec import COMPANION, Headline, LessonSpec
 from bytesup.lessons import FIGSIZE
 from bytesup.vectors import angle_deg, cosine, dot, dot_naive, length
 
-LESSON = "04_vectors_neurons_nonlinearity"
+SPEC = LessonSpec(
+    id='00_vectors_neurons_nonlinearity',
+    title='Vectors, neurons and nonlinearity',
+    kind=COMPANION,
+    position=0,
+    source=(
+        'Background from two other courses: chapter 2 of part 1 of a linear-algebra course, "Vectors and the functions that move them", and lesson 4 of a neural-networks course, "Neurons, matrices and nonlinearity"'
+    ),
+    tables=('mlp_by_hand.csv', 'llama3_numbers.csv'),
+    figures={
+        'activations.png': "ReLU, GELU, SiLU and tanh, with SiLU's minimum marked",
+        'composition.png': 'A grid stretched by S, then turned by R (row vectors, x W); the single matrix S R lands on the same points',
+        'fold.png': 'Random points through the 2→3→2 MLP: input, output without ReLU (one affine map), output with ReLU (folded)',
+    },
+    headlines=(
+        Headline('vec_dot_ab', 'a·b', fmt='.1f'),
+        Headline('vec_angle_ab_deg', 'angle between a and b', unit='degrees', fmt='.2f'),
+        Headline('stretch_then_rotate_flat', 'stretch then rotate, S R (row vectors, x W)'),
+        Headline('mlp_pos_output', 'MLP output for [1, 2]'),
+        Headline('mlp_neg_output', 'MLP output for [1, −2]'),
+        Headline('fold_relu_affine_residual_rms', 'fold: residual of the best affine fit, with ReLU', fmt='.3f'),
+        Headline('fold_linear_affine_residual_rms', 'fold: residual of the best affine fit, without ReLU', fmt='.1e'),
+        Headline('fold_gate_patterns', 'linear pieces seen', fmt='d'),
+        Headline('llama3_8b_mlp_ops_per_layer', 'Llama 3 8B MLP ops per token per layer', fmt=',d'),
+        Headline('llama3_8b_mlp_ops_per_token', 'Llama 3 8B MLP ops per token, 32 layers', fmt=',d'),
+        Headline('llama31_405b_mlp_ops_per_token', 'Llama 3.1 405B MLP ops per token (exercise)', fmt=',d'),
+        Headline('llama31_405b_mlp_tokens_per_s', '405B tokens/s at 5e14 ops/s (exercise)', fmt='.0f'),
+    ),
+    config_keys=('seed',),
+)
 
 # --- 1. vectors: add, scale, length, dot, angle ------------------------------------------------
 
@@ -303,7 +334,7 @@ def activation_metrics() -> dict:
 GPU_OPS_PER_S = 5e14  # the exercise's GPU: 5 x 10^14 useful operations per second
 
 
-def mlp_numbers(a: pc.Architecture) -> dict:
+def mlp_numbers(a: configs.Architecture) -> dict:
     """The text's MLP arithmetic for one configuration: W_in + W_out only (the gate ignored)."""
     c, h = a.d_model, a.d_ff
     mlp_numbers_ = 2 * c * h
@@ -339,7 +370,7 @@ def mlp_numbers(a: pc.Architecture) -> dict:
 
 def llama_metrics() -> dict:
     out = {}
-    for prefix, a in (("llama3_8b", pc.LLAMA3_8B), ("llama31_405b", pc.LLAMA31_405B)):
+    for prefix, a in (("llama3_8b", configs.LLAMA3_8B), ("llama31_405b", configs.LLAMA31_405B)):
         out.update({f"{prefix}_{k}": v for k, v in mlp_numbers(a).items()})
     # matrices change dimension: [4096] x [4096, 128] -> [128], [4096] x [4096, 14336] -> [14336]
     x = np.zeros(4096, dtype=np.float32)
@@ -350,7 +381,7 @@ def llama_metrics() -> dict:
 
 def gpt_style_ffn(d: int = 4096) -> dict:
     """Text 004's FFN: d -> 4d -> d, two matrices (biases too, GPT-style), and SwiGLU's narrower width."""
-    a = pc.Architecture("GPT-style", d_model=d, d_ff=4 * d, n_layers=1, vocab=0, n_heads=d // 128,
+    a = configs.Architecture("GPT-style", d_model=d, d_ff=4 * d, n_layers=1, vocab=0, n_heads=d // 128,
                         n_kv_heads=d // 128, head_dim=128, gated_ffn=False, biases=True, norm_vectors=2)
     c = pc.count(a)
     swiglu_hidden = 2 / 3 * 4 * d  # three matrices of d x (8d/3) hold what two of d x 4d hold
@@ -370,7 +401,7 @@ def gpt_style_ffn(d: int = 4096) -> dict:
 def llama_table() -> list[dict]:
     """Text 003's "Beacon's numbers" table, each cell recomputed from the configurations."""
     rows = []
-    m8, m405 = mlp_numbers(pc.LLAMA3_8B), mlp_numbers(pc.LLAMA31_405B)
+    m8, m405 = mlp_numbers(configs.LLAMA3_8B), mlp_numbers(configs.LLAMA31_405B)
     for label, key, how in (
         ("Width C", "width", "published"),
         ("MLP hidden width", "hidden", "published"),
@@ -427,7 +458,7 @@ def compute(seed: int = 0, n_points: int = 2000) -> dict:
 def evaluate_claims(metrics: Mapping, *, model: str = "", sha256: str = "", metadata: Mapping | None = None):
     """Every claim of this lesson is model-independent; the context is still computed, not assumed."""
     context = claims_mod.run_context(model, sha256, metadata)
-    return claims_mod.check_all(claims_mod.load_claims(LESSON), metrics, context)
+    return claims_mod.check_all(claims_mod.load_claims(SPEC.id), metrics, context)
 
 
 # --- figures ------------------------------------------------------------------------------------

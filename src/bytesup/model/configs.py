@@ -1,0 +1,99 @@
+"""Published model configurations, and the tensors a llama-style model of a configuration holds.
+
+One home for the models the course quotes but this machine cannot download: the course's
+specimen (deepseek-coder-6.7b-instruct), Llama-3-8B/70B, Llama-3.1-405B and GPT-2 small, each
+from the config.json its authors published. Lessons, the capstone and the synthetic test models
+derive their shapes from here (``llama_tensor_shapes``), never from literals of their own.
+
+Shapes are numpy order, rows x row length (bytesup.gguf_file.gguf_to_numpy_shape is where GGUF's
+innermost-first dimensions are reversed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+
+@dataclass(frozen=True)
+class Architecture:
+    name: str
+    d_model: int
+    d_ff: int
+    n_layers: int
+    vocab: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    gated_ffn: bool = True  # SwiGLU: gate, up and down matrices; False: up and down only
+    biases: bool = False  # GPT-2 style: a bias vector after every matrix
+    norm_vectors: int = 1  # numbers per element of a norm: 1 (RMSNorm gain), 2 (LayerNorm gain + bias)
+    tied: bool = False  # the output head reuses the token embedding table
+    n_positions: int = 0  # learned absolute positions (GPT-2); 0 for rotary models
+    source: str = ""
+
+
+# Published configurations (the models' config.json files on their hubs).
+LLAMA3_8B = Architecture(
+    "Llama-3-8B", d_model=4096, d_ff=14336, n_layers=32, vocab=128256, n_heads=32, n_kv_heads=8, head_dim=128,
+    source="meta-llama/Meta-Llama-3-8B config.json",
+)
+LLAMA31_405B = Architecture(
+    "Llama-3.1-405B", d_model=16384, d_ff=53248, n_layers=126, vocab=128256, n_heads=128, n_kv_heads=8,
+    head_dim=128, source="meta-llama/Llama-3.1-405B config.json",
+)
+GPT2_SMALL = Architecture(
+    "GPT-2 small", d_model=768, d_ff=3072, n_layers=12, vocab=50257, n_heads=12, n_kv_heads=12, head_dim=64,
+    gated_ffn=False, biases=True, norm_vectors=2, tied=True, n_positions=1024, source="openai-community/gpt2 config.json",
+)
+LLAMA3_70B = Architecture(
+    "Llama-3-70B", d_model=8192, d_ff=28672, n_layers=80, vocab=128256, n_heads=64, n_kv_heads=8, head_dim=128,
+    source="meta-llama/Meta-Llama-3-70B config.json",
+)
+# The course's specimen from its published configuration (deepseek-ai/deepseek-coder-6.7b-instruct,
+# config.json: hidden_size 4096, intermediate_size 11008, 32 layers, 32 attention heads and as many
+# key/value heads, vocab_size 32256, tie_word_embeddings false).
+DEEPSEEK_CODER_6_7B = Architecture(
+    "deepseek-coder-6.7b", d_model=4096, d_ff=11008, n_layers=32, vocab=32256, n_heads=32, n_kv_heads=32,
+    head_dim=128, source="deepseek-ai/deepseek-coder-6.7b-instruct config.json",
+)
+
+
+PUBLISHED = {a.name: a for a in (DEEPSEEK_CODER_6_7B, LLAMA3_8B, LLAMA3_70B, LLAMA31_405B, GPT2_SMALL)}
+
+
+def type_bytes(type_name: str, elements: int) -> int:
+    """Bytes of `elements` weights stored as `type_name`, from gguf-py's block table
+    (GGML_QUANT_SIZES: F32 4 bytes per weight, BF16 2, Q8_0 34 per block of 32, ...)."""
+    try:
+        block, size = GGML_QUANT_SIZES[GGMLQuantizationType[type_name]]
+    except KeyError:
+        raise ValueError(f"unknown ggml type {type_name!r}; expected a name like F32, BF16, Q8_0") from None
+    if elements % block:
+        raise ValueError(f"{elements} weights do not fill whole {type_name} blocks of {block}")
+    return elements // block * size
+
+
+def llama_tensor_shapes(a: Architecture) -> list[tuple[str, tuple[int, ...]]]:
+    """(GGUF tensor name, numpy shape) of every tensor a llama-style model of this configuration holds."""
+    if a.biases or a.n_positions or not a.gated_ffn:
+        raise ValueError(f"{a.name}: only llama-style layouts (no biases, rotary positions, SwiGLU)")
+    q, kv = a.n_heads * a.head_dim, a.n_kv_heads * a.head_dim
+    per_block = {
+        "attn_norm": (a.d_model,), "attn_q": (q, a.d_model), "attn_k": (kv, a.d_model), "attn_v": (kv, a.d_model),
+        "attn_output": (a.d_model, q), "ffn_norm": (a.d_model,), "ffn_gate": (a.d_ff, a.d_model),
+        "ffn_up": (a.d_ff, a.d_model), "ffn_down": (a.d_model, a.d_ff),
+    }
+    shapes = [("token_embd.weight", (a.vocab, a.d_model))]
+    shapes += [(f"blk.{i}.{part}.weight", shape) for i in range(a.n_layers) for part, shape in per_block.items()]
+    shapes.append(("output_norm.weight", (a.d_model,)))
+    if not a.tied:
+        shapes.append(("output.weight", (a.vocab, a.d_model)))
+    return shapes
+
+
+def kv_bytes_per_token(a: Architecture, cache_type: str = "F16") -> int:
+    """Bytes of K and V one token of context adds to the cache: 2 x blocks x KV heads x head size
+    x bytes per element (llama.cpp's default cache type is F16)."""
+    return 2 * a.n_layers * a.n_kv_heads * a.head_dim * type_bytes(cache_type, 1)
