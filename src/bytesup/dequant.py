@@ -341,6 +341,16 @@ def reference_dequantize(raw: np.ndarray, type_name: str, shape) -> np.ndarray:
     return np.require(result, np.float32, ["C", "W", "O"]).reshape(shape)
 
 
+def bit_equal(a, b) -> bool:
+    """Same shape and identical float32 bits: the project's one test of "bit-exact".
+
+    Stricter than ==: -0.0 and +0.0 differ, and two NaNs are equal only with the same payload.
+    """
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    b = np.ascontiguousarray(b, dtype=np.float32)
+    return a.shape == b.shape and bool(np.array_equal(a.view(np.uint32), b.view(np.uint32)))
+
+
 def dequantize(raw: np.ndarray, type_name: str, shape) -> np.ndarray:
     """Bytes of one tensor -> float32 array of numpy `shape`.
 

@@ -450,9 +450,9 @@ def _reference_dequantize(raw2d: np.ndarray, type_name: str) -> np.ndarray:
 
 def bit_exact(a: np.ndarray, b: np.ndarray) -> bool:
     """Same shape and the same float32 bits (so -0.0 vs 0.0 or two NaN payloads count)."""
-    a = np.ascontiguousarray(a, dtype=np.float32)
-    b = np.ascontiguousarray(b, dtype=np.float32)
-    return a.shape == b.shape and bool(np.array_equal(a.view(np.uint32), b.view(np.uint32)))
+    from bytesup.dequant import bit_equal  # the one definition, beside the dequantizers
+
+    return bit_equal(a, b)
 
 
 def dequant_bench(model, types: Sequence[str], budget_bytes: int, repeats: int, warmup: int, noisy_spread: float,

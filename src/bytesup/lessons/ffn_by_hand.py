@@ -27,7 +27,8 @@ from bytesup.layers import matvec, matvec_naive, rms, silu
 from bytesup.ffn_walk import BLOCK, Walk, dims, walk  # noqa: F401  (Walk, BLOCK: the notebook)
 from bytesup.timing_results import _num, course_machine, read_timing  # noqa: F401  (read_timing: the notebook)
 from bytesup.lessons.spec import SERIES, Headline, LessonSpec
-from bytesup.lessons import FIGSIZE
+from bytesup.lessons import figure
+from bytesup.model.configs import DEEPSEEK_CODER_6_7B
 from bytesup.vectors import angle_deg, angle_from_cosine, cosine, dot, length
 
 SPEC = LessonSpec(
@@ -66,11 +67,11 @@ SPEC = LessonSpec(
 # and to give the FLOPs table a column for the specimen (the text says attn_k and attn_v are
 # 4096 -> 4096, so it has as many key/value heads as query heads).
 COURSE_DIMS = {
-    "embedding_length": 4096,
-    "feed_forward_length": 11008,
-    "block_count": 32,
-    "head_count": 32,
-    "head_count_kv": 32,
+    "embedding_length": DEEPSEEK_CODER_6_7B.d_model,
+    "feed_forward_length": DEEPSEEK_CODER_6_7B.d_ff,
+    "block_count": DEEPSEEK_CODER_6_7B.n_layers,
+    "head_count": DEEPSEEK_CODER_6_7B.n_heads,
+    "head_count_kv": DEEPSEEK_CODER_6_7B.n_kv_heads,
 }
 COURSE_PRINTED = {
     "x_first3": [-0.1781, -0.0918, 0.1531],
@@ -370,10 +371,8 @@ def evaluate_claims(metrics: Mapping, *, model: str, sha256: str = "", metadata:
 
 def plot_gate_histogram(g: np.ndarray, title: str = ""):
     """Histogram of the gate values g, with SiLU drawn over it and the valve bands shaded."""
-    import matplotlib.pyplot as plt
-
     g = np.asarray(g, dtype=np.float64)
-    fig, ax = plt.subplots(figsize=FIGSIZE)
+    fig, ax = figure()
     lo, hi = min(float(g.min()), -6.0), max(float(g.max()), 3.0)
     z = np.linspace(lo, hi, 2001)
     sz = silu(z)
@@ -402,9 +401,7 @@ def plot_gate_histogram(g: np.ndarray, title: str = ""):
 
 def plot_flops(rows: list[dict], title: str = ""):
     """FLOPs per step of one block for one token, log scale: matvecs dwarf everything else."""
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=FIGSIZE)
+    fig, ax = figure()
     labels = [f"{r['step']} ({r['half']})" if r["step"] == "residual add" else r["step"] for r in rows]
     colours = ["C0" if r["kind"] == "matvec" else "C1" for r in rows]
     ax.barh(range(len(rows)), [r["flops"] for r in rows], color=colours)

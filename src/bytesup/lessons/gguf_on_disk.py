@@ -24,14 +24,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
-from gguf import quants as gguf_quants
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from bytesup import claims as claims_mod
-from bytesup.dequant import dequantize
+from bytesup.dequant import bit_equal, dequantize, reference_dequantize
 from bytesup.gguf_file import HEADER_BYTES, VALUE_TYPES, GGUFFile, TensorInfo, printable
 from bytesup.lessons.spec import SERIES, Headline, LessonSpec
-from bytesup.lessons import FIGSIZE
+from bytesup.lessons import figure
+from bytesup.model.configs import DEEPSEEK_CODER_6_7B, Architecture, llama_tensor_shapes
 from bytesup.tokens import TokenError, lookup
 
 SPEC = LessonSpec(
@@ -63,19 +63,8 @@ SPEC = LessonSpec(
     ),
 )
 
-# The course's specimen, deepseek-coder-6.7b-instruct, from its published configuration
-# (config.json of deepseek-ai/deepseek-coder-6.7b-instruct): the course text prints the width,
-# FFN width and block count; the vocabulary size, head counts and untied output are the
-# published config's. Used only to redo the course's arithmetic about its file.
-COURSE_SPECIMEN = {
-    "vocab_size": 32256,
-    "embedding_length": 4096,
-    "feed_forward_length": 11008,
-    "block_count": 32,
-    "head_count": 32,
-    "head_count_kv": 32,
-    "tied_embeddings": False,
-}
+# The course's specimen, deepseek-coder-6.7b-instruct, is bytesup.model.configs.DEEPSEEK_CODER_6_7B
+# (its published config.json). Used only to redo the course's arithmetic about its file.
 COURSE_SPECIMEN_MATRIX_TYPE = "Q8_0"  # "mostly Q8_0": every matrix Q8_0, the norm vectors F32
 COURSE_SPECIMEN_VECTOR_TYPE = "F32"
 
@@ -372,16 +361,12 @@ BLOCK_DECODERS = {"Q8_0": decode_q8_0, "Q4_1": decode_q4_1}
 
 
 def gguf_py_block(raw: bytes, type_name: str) -> np.ndarray:
-    """The same bytes through gguf-py's dequantizer: the reference."""
-    qtype = GGMLQuantizationType[type_name]
-    return np.asarray(gguf_quants.dequantize(np.frombuffer(raw, np.uint8).reshape(1, -1), qtype),
-                      dtype=np.float32).reshape(-1)  # fmt: skip
+    """The same bytes through gguf-py's dequantizer (bytesup.dequant.reference_dequantize): the reference."""
+    block_size, _ = GGML_QUANT_SIZES[GGMLQuantizationType[type_name]]
+    return reference_dequantize(np.frombuffer(raw, np.uint8), type_name, (block_size,))
 
 
-def same_bits(a, b) -> bool:
-    """Bit-for-bit equality of two float32 arrays (NaNs included, +0 and -0 told apart)."""
-    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
-    return a.shape == b.shape and bool(np.array_equal(a.view(np.uint32), b.view(np.uint32)))
+same_bits = bit_equal  # same shape, identical float32 bits (bytesup.dequant.bit_equal)
 
 
 @dataclass(frozen=True)
@@ -450,8 +435,8 @@ def block_report(f: GGUFFile, pick: BlockPick) -> tuple[Block, dict]:
         "q": blk.q,
         "values": blk.values,
         "gguf_py_values": reference,
-        "bit_exact_gguf_py": same_bits(blk.values, reference),
-        "bit_exact_bytesup": same_bits(blk.values, ours),
+        "bit_exact_gguf_py": bit_equal(blk.values, reference),
+        "bit_exact_bytesup": bit_equal(blk.values, ours),
         "d_matches_numpy_fp16": blk.d.value == float(np.uint16(blk.d.bits).view(np.float16)),
     }
     return blk, checks
@@ -474,37 +459,12 @@ def block_rows(blk: Block, reference: np.ndarray) -> list[dict]:
             "m": None if blk.m is None else blk.m.value,
             "by_hand": float(blk.values[i]),
             "gguf_py": float(reference[i]),
-            "same_bits": same_bits(blk.values[i : i + 1], reference[i : i + 1]),
+            "same_bits": bit_equal(blk.values[i : i + 1], reference[i : i + 1]),
         })  # fmt: skip
     return rows
 
 
 # --- the course's arithmetic about its own file --------------------------------------------------
-
-
-def llama_layout(cfg: Mapping) -> list[tuple[str, tuple[int, ...]]]:
-    """The tensors a llama GGUF holds for a given configuration, numpy shapes, in llama.cpp's
-    names. A block is nine tensors: two norm vectors, four attention matrices, three FFN matrices.
-    """
-    c, f, v = cfg["embedding_length"], cfg["feed_forward_length"], cfg["vocab_size"]
-    kv = c // cfg["head_count"] * cfg["head_count_kv"]  # grouped-query attention: fewer k/v heads
-    out = [("token_embd.weight", (v, c))]
-    for i in range(cfg["block_count"]):
-        out += [
-            (f"blk.{i}.attn_norm.weight", (c,)),
-            (f"blk.{i}.attn_q.weight", (c, c)),
-            (f"blk.{i}.attn_k.weight", (kv, c)),
-            (f"blk.{i}.attn_v.weight", (kv, c)),
-            (f"blk.{i}.attn_output.weight", (c, c)),
-            (f"blk.{i}.ffn_norm.weight", (c,)),
-            (f"blk.{i}.ffn_gate.weight", (f, c)),
-            (f"blk.{i}.ffn_up.weight", (f, c)),
-            (f"blk.{i}.ffn_down.weight", (c, f)),
-        ]
-    out.append(("output_norm.weight", (c,)))
-    if not cfg.get("tied_embeddings", False):
-        out.append(("output.weight", (v, c)))
-    return out
 
 
 def layout_bytes(layout, matrix_type: str, vector_type: str = "F32") -> int:
@@ -518,34 +478,38 @@ def layout_bytes(layout, matrix_type: str, vector_type: str = "F32") -> int:
 
 def course_arithmetic() -> dict:
     """The specimen's parameter count and tensor bytes, from its published configuration alone."""
-    layout = llama_layout(COURSE_SPECIMEN)
+    layout = llama_tensor_shapes(DEEPSEEK_CODER_6_7B)
     data = layout_bytes(layout, COURSE_SPECIMEN_MATRIX_TYPE, COURSE_SPECIMEN_VECTOR_TYPE)
     per_block = sum(1 for name, _ in layout if name.startswith("blk.0."))
     return {
         "course_specimen_parameters": sum(math.prod(s) for _, s in layout),
         "course_specimen_tensor_count": len(layout),
         "course_specimen_tensors_per_block": per_block,
-        "course_specimen_block_tensors": per_block * COURSE_SPECIMEN["block_count"],
+        "course_specimen_block_tensors": per_block * DEEPSEEK_CODER_6_7B.n_layers,
         "course_specimen_tensor_data_bytes": data,
         "course_specimen_tensor_data_gb": data / 1e9,
     }
 
 
-def metadata_config(metadata: Mapping) -> dict | None:
-    """This file's configuration in llama_layout's terms, or None for a non-llama-style file."""
+def metadata_architecture(metadata: Mapping, tied: bool) -> Architecture | None:
+    """This file's configuration as a bytesup.model.configs.Architecture, read from its metadata
+    (``tied``: the output head reuses token_embd), or None for a file that does not say."""
     arch = metadata.get("general.architecture")
     try:
         c = int(metadata[f"{arch}.embedding_length"])
         heads = int(metadata[f"{arch}.attention.head_count"])
-        return {
-            "vocab_size": len(metadata["tokenizer.ggml.tokens"]),
-            "embedding_length": c,
-            "feed_forward_length": int(metadata[f"{arch}.feed_forward_length"]),
-            "block_count": int(metadata[f"{arch}.block_count"]),
-            "head_count": heads,
-            "head_count_kv": int(metadata.get(f"{arch}.attention.head_count_kv", heads)),
-        }
-    except (KeyError, TypeError, ValueError):
+        return Architecture(
+            str(metadata.get("general.name", arch)),
+            d_model=c,
+            d_ff=int(metadata[f"{arch}.feed_forward_length"]),
+            n_layers=int(metadata[f"{arch}.block_count"]),
+            vocab=len(metadata["tokenizer.ggml.tokens"]),
+            n_heads=heads,
+            n_kv_heads=int(metadata.get(f"{arch}.attention.head_count_kv", heads)),
+            head_dim=c // heads,
+            tied=tied,
+        )
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
         return None
 
 
@@ -625,10 +589,9 @@ def compute(f: GGUFFile, token: str = " cat") -> dict:
     m["tied_embeddings"] = "token_embd.weight" in f.tensor_names and "output.weight" not in f.tensor_names
 
     # The layout predicted from the metadata alone: same names, shapes and parameter count?
-    cfg = metadata_config(f.metadata)
+    cfg = metadata_architecture(f.metadata, tied=m["tied_embeddings"])
     if cfg is not None:
-        cfg["tied_embeddings"] = m["tied_embeddings"]
-        layout = llama_layout(cfg)
+        layout = llama_tensor_shapes(cfg)
         actual = {t.name: t.shape for t in f.tensors}
         m["layout_from_metadata_matches"] = dict(layout) == actual
         m["layout_parameters_from_metadata"] = sum(math.prod(s) for _, s in layout)
@@ -675,9 +638,7 @@ def evaluate_claims(metrics: Mapping, *, model: str, sha256: str = "", metadata:
 
 def plot_by_type(rows: list[dict], title: str = ""):
     """Share of parameters and share of bytes per ggml type, side by side, with bits per weight."""
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=FIGSIZE)
+    fig, ax = figure()
     y = np.arange(len(rows))
     h = 0.38
     ax.barh(y - h / 2, [100 * r["parameter_share"] for r in rows], height=h, color="C0", label="share of parameters")

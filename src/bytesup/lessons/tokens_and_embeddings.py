@@ -26,12 +26,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from bytesup import claims as claims_mod
-from bytesup.dequant import HAND_DEQUANTIZERS, expected_bytes, reference_dequantize
+from bytesup.dequant import HAND_DEQUANTIZERS, bit_equal, expected_bytes, reference_dequantize
 from bytesup.gguf_file import GGUFFile
 from bytesup.layers import rms
 from bytesup.lessons.spec import SERIES, Headline, LessonSpec
-from bytesup.lessons import FIGSIZE, LessonInputError, metadata_values
-from bytesup.lessons.gguf_on_disk import BLOCK_DECODERS, same_bits
+from bytesup.lessons import LessonInputError, figure, metadata_values
+from bytesup.lessons.gguf_on_disk import BLOCK_DECODERS
 from bytesup.tokens import TokenError, display, lookup, tokenizer_of, vocab_form
 from bytesup.vectors import length
 
@@ -146,8 +146,8 @@ def row_checks(row: Row, extracted: np.ndarray) -> dict:
         "row_bytes": len(row.raw),
         "row_blocks": n // 32 if row.type_name not in ("F32", "F16", "BF16") else None,
         "row_dequantizer": row.how,
-        "row_bit_exact_extract": same_bits(row.values, np.asarray(extracted, np.float32)),
-        "row_bit_exact_gguf_py": same_bits(row.values, reference),
+        "row_bit_exact_extract": bit_equal(row.values, np.asarray(extracted, np.float32)),
+        "row_bit_exact_gguf_py": bit_equal(row.values, reference),
     }
     if row.first_block is not None:
         b = row.first_block
@@ -156,7 +156,7 @@ def row_checks(row: Row, extracted: np.ndarray) -> dict:
             "row_first_block_m": None if b.m is None else b.m.value,
             "row_first_block_q": b.q,
             "row_first_block_values": b.values,
-            "row_first_block_matches_row": same_bits(b.values, row.values[: len(b.q)]),
+            "row_first_block_matches_row": bit_equal(b.values, row.values[: len(b.q)]),
         })  # fmt: skip
     return out
 
@@ -454,9 +454,7 @@ def evaluate_claims(metrics: Mapping, *, model: str, sha256: str = "", metadata:
 
 def plot_closeness(arrays: Mapping[str, np.ndarray], width: int, title: str = ""):
     """Histograms: cosines of random token pairs (raw and centred) against nearest-neighbour cosines."""
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=FIGSIZE)
+    fig, ax = figure()
     bins = np.linspace(-0.5, 1.0, 151)
     kw = {"bins": bins, "density": True, "histtype": "stepfilled", "alpha": 0.45}
     ax.hist(arrays["random"], color="C0", label=f"random pairs ({len(arrays['random']):,})", **kw)

@@ -28,7 +28,7 @@ from bytesup import param_counts as pc
 from bytesup.model import configs
 from bytesup.layers import gelu, matvec, matvec_naive, relu, silu, tanh
 from bytesup.lessons.spec import COMPANION, Headline, LessonSpec
-from bytesup.lessons import FIGSIZE
+from bytesup.lessons import figure
 from bytesup.vectors import angle_deg, cosine, dot, dot_naive, length
 
 SPEC = LessonSpec(
@@ -466,10 +466,8 @@ def evaluate_claims(metrics: Mapping, *, model: str = "", sha256: str = "", meta
 
 def plot_activations(lo: float = -4.0, hi: float = 4.0):
     """ReLU, GELU, SiLU and tanh on one axis: all bend, each differently."""
-    import matplotlib.pyplot as plt
-
     z = np.linspace(lo, hi, 801)
-    fig, ax = plt.subplots(figsize=FIGSIZE)
+    fig, ax = figure()
     ax.plot(z, z, color="0.75", lw=1, ls="--", label="identity (no bend)")
     for (name, f), style in zip(ACTIVATIONS.items(), ("-", "-", "-", "-.")):
         ax.plot(z, f(z), ls=style, lw=1.8, label=name)
@@ -491,11 +489,9 @@ def plot_activations(lo: float = -4.0, hi: float = 4.0):
 
 def plot_fold(f: Mapping, title: str = ""):
     """Inputs, outputs without the ReLU (one affine map), outputs with it (folded)."""
-    import matplotlib.pyplot as plt
-
     X, y_lin, y = f["X"], f["y_linear"], f["y_relu"]
     colour = np.arctan2(X[:, 1], X[:, 0])  # each point keeps its input's colour through the maps
-    fig, axes = plt.subplots(1, 3, figsize=FIGSIZE)
+    fig, axes = figure(1, 3)
     for ax, pts, name in zip(axes, (X, y_lin, y), ("input x", "output, no ReLU", "output, ReLU")):
         ax.scatter(pts[:, 0], pts[:, 1], c=colour, cmap="hsv", s=3, lw=0)
         ax.set_title(name, fontsize=9)
@@ -519,8 +515,6 @@ def plot_fold(f: Mapping, title: str = ""):
 
 def plot_composition():
     """A grid stretched, then rotated; in the last panel the product matrix, applied once, lands on the same points."""
-    import matplotlib.pyplot as plt
-
     S, R = STRETCH, rotation(45.0)
     n = 9
     P = grid(n)
@@ -531,7 +525,7 @@ def plot_composition():
             ax.plot(G[k, :, 0], G[k, :, 1], color="C0", lw=0.7, **kw)
             ax.plot(G[:, k, 0], G[:, k, 1], color="C1", lw=0.7, **kw)
 
-    fig, axes = plt.subplots(1, 3, figsize=FIGSIZE)
+    fig, axes = figure(1, 3)
     draw(axes[0], P)
     axes[0].set_title("grid x", fontsize=9)
     draw(axes[1], P @ S)
