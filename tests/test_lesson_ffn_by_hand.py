@@ -1,5 +1,6 @@
 """Lesson 3 on a small deterministic synthetic model, checked against an independent float64 version."""
 
+import ast
 import csv
 import json
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 from bytesup import claims
 from bytesup.lessons import LessonInputError, TensorFiles, metadata_values, plain, read_metadata, write_metrics
 from bytesup.lessons import ffn_by_hand as lesson
+from bytesup.lessons.spec import parameter
 from workflow_helpers import run_notebook
 
 N_EMBD, N_FF, VOCAB = 32, 80, ["<|endoftext|>", "a", "Ġthe", "Ġcat", "Ġdog", "cat"]
@@ -225,33 +227,51 @@ def test_tensor_files_and_metrics_json(tmp_path):
 NOTEBOOK = Path(__file__).resolve().parents[1] / "workflow" / "notebooks" / "03_ffn_by_hand.ipynb"
 
 
+def parameters_cell_names(notebook: Path) -> list[str]:
+    """Names assigned at top level in the notebook's cell tagged `parameters`, in order."""
+    cells = [c for c in json.loads(notebook.read_text())["cells"] if "parameters" in c["metadata"].get("tags", [])]
+    assert len(cells) == 1, "exactly one cell tagged parameters"
+    tree = ast.parse("".join(cells[0]["source"]))
+    return [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets]
+
+
+def test_notebook_declares_exactly_the_spec_parameters():
+    assert parameters_cell_names(NOTEBOOK) == lesson.SPEC.parameter_names()
+
+
 def test_notebook_runs_standalone_from_its_folder(tmp_path):
-    """papermill with the default parameters, from workflow/notebooks/ of a project with a finished extract."""
+    """papermill from workflow/notebooks/ of a project with a finished extract: inputs at their default
+    paths, every output where its parameter says (no file name of the notebook's own)."""
     pytest.importorskip("papermill")
     meta, tensors = synthetic()
     (tmp_path / "Snakefile").write_text("# project root marker\n")
     write_inputs(tmp_path / "results" / "smollm2-135m" / "gguf", meta, tensors)
     nb_dir = tmp_path / "workflow" / "notebooks"
     nb_dir.mkdir(parents=True)
-    run_notebook(NOTEBOOK, tmp_path / "executed.ipynb", cwd=nb_dir)
-    out = tmp_path / "results" / "smollm2-135m" / "lessons" / "03_ffn_by_hand"
-    assert sorted(p.name for p in out.iterdir()) == [
-        "claims.csv", "flops_per_token.csv", "flops_per_token.png", "gate_histogram.png",
-        "matvec_vs_matmul.csv", "metrics.json",
-    ]
-    got = json.loads((out / "metrics.json").read_text())
+    out = tmp_path / "elsewhere"
+    outputs = {parameter(name): out / f"x_{name}" for name in lesson.SPEC.files}
+    run_notebook(NOTEBOOK, tmp_path / "executed.ipynb", cwd=nb_dir, **outputs)
+    assert sorted(p.name for p in out.iterdir()) == sorted(f"x_{name}" for name in lesson.SPEC.files)
+    got = json.loads((out / "x_metrics.json").read_text())
     want = plain(lesson.compute(meta, tensors))
-    for key in REQUIRED + ["x_first3", "flops_total_per_token_block"]:
+    for key in REQUIRED + ["x_first3", "flops_total_per_token_block", "x_mean_square", "xn_rms", "y_length"]:
         assert got[key] == want[key], key
     assert got["is_specimen"] is False and got["model"] == "smollm2-135m"
     assert any("summary not found" in n for n in got["timing_missing"])
-    with (out / "claims.csv").open(encoding="utf-8") as f:
+    with (out / "x_claims.csv").open(encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert list(rows[0]) == list(claims.COLUMNS)
     assert {r["status"] for r in rows} == {"reproduced", "specimen differs"}
-    with (out / "matvec_vs_matmul.csv").open() as f:
+    with (out / "x_matvec_vs_matmul.csv").open() as f:
         assert f.read() == ",".join(lesson.TABLE_COLUMNS) + "\n"
-    assert (out / "gate_histogram.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with (out / "x_flops_per_token.csv").open() as f:
+        assert [r["step"] for r in csv.DictReader(f)] == [r["step"] for r in lesson.flops_table(lesson.dims(meta))]
+    assert (out / "x_gate_histogram.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the steps are done in the cells, on the real arrays
+    code = "\n".join("".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code")
+    for step in ("x = np.array(W_embd[token_id]", "xn = rms_norm(x, w_ffn_norm, eps)", "g = W_gate @ xn", "u = W_up @ xn",
+                 "h = silu(g) * u", "out = W_down @ h", "y = x + out", "matplotlib.use"):
+        assert (step in code) == (step != "matplotlib.use"), step
 
 
 def test_on_a_tiny_gguf_through_the_extract_stage(tmp_path):

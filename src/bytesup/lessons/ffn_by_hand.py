@@ -332,7 +332,7 @@ def matvec_vs_matmul(summary: Mapping, sweep: list[Mapping], notes: Iterable[str
 # --- the whole lesson -------------------------------------------------------------------------
 
 
-def compute(
+def run(
     metadata: Mapping,
     tensors: Mapping[str, np.ndarray],
     token: str = " cat",
@@ -340,8 +340,10 @@ def compute(
     timing_summary: Mapping | None = None,
     timing_sweep: list[Mapping] | None = None,
     timing_notes: Iterable[str] = (),
-) -> dict:
-    """Every number the lesson reports, as a flat dict (numpy scalars; see lessons.plain)."""
+) -> tuple[dict, dict]:
+    """(metrics, tables): every number the lesson reports (numpy scalars; see lessons.plain), and the
+    tables behind them, each computed once: "walk" (the Walk, arrays kept), "flops" (flops_table's
+    rows) and "timing" (matvec_vs_matmul's rows)."""
     d = dims(metadata)
     metrics: dict = dict(d)
     metrics["vocab_size"] = len(metadata.get("tokenizer.ggml.tokens") or [])
@@ -350,13 +352,19 @@ def compute(
     metrics["ffn_gate_fp32_mb"] = d["feed_forward_length"] * d["embedding_length"] * 4 / 1e6
     metrics.update(toys())
     metrics.update(course_arithmetic())
-    metrics.update(walk_metrics(walk(metadata, tensors, token)))
+    wk = walk(metadata, tensors, token)
+    metrics.update(walk_metrics(wk))
     table = flops_table(d)
     metrics.update(flops_metrics(table, d))
     metrics.update(flops_metrics(table, COURSE_DIMS, prefix="course_flops", flops_key="course_flops"))
-    _, timing = matvec_vs_matmul(timing_summary or {}, list(timing_sweep or []), timing_notes)
+    timing_rows, timing = matvec_vs_matmul(timing_summary or {}, list(timing_sweep or []), timing_notes)
     metrics.update(timing)
-    return metrics
+    return metrics, {"walk": wk, "flops": table, "timing": timing_rows}
+
+
+def compute(metadata: Mapping, tensors: Mapping[str, np.ndarray], token: str = " cat", **timing) -> dict:
+    """The metrics of ``run`` alone."""
+    return run(metadata, tensors, token, **timing)[0]
 
 
 def evaluate_claims(metrics: Mapping, *, model: str, sha256: str = "", metadata: Mapping | None = None):
