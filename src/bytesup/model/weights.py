@@ -1,0 +1,302 @@
+"""The weights, read through the project's own dequantizers, with memory designed.
+
+Two providers, one interface (forward.py uses only this):
+
+    w = provider.block(i)          # BlockWeights: attn_norm, wq wk wv wo, ffn_norm, w_gate w_up w_down
+    provider.embed_rows(ids)       # (len(ids), d_model) float32: only the rows asked for
+    provider.output_norm           # (d_model,)
+    provider.head_chunks()         # yields (first_row, rows x d_model float32) of the output head
+
+* Resident: every tensor dequantized once to float32 and kept. Q, K and V of a block sit in one
+  fused (q_dim + 2 kv_dim, d_model) matrix, gate and up in one (2 d_ff, d_model) matrix, so a
+  decode step does one matvec where it would do three (or two); wq, wk, ... are row views
+  into them, no copies. Chosen when `float32_bytes(spec)` fits the budget.
+* Streaming: nothing is kept. block(i) dequantizes block i from the map into one reusable
+  scratch buffer (valid until the next block() call), embedding rows are dequantized one row's
+  bytes at a time (a quantized row is expected_bytes(type, (d_model,)) contiguous bytes), and the
+  head comes in chunks of rows. Peak memory: one block's float32 weights plus one head chunk
+  plus activations (a 6.7B Q8_0 model: ~800 MB, not 27 GB). Pages of the file map count in
+  RSS once touched; streaming hands each tensor's pages back (madvise DONTNEED) after
+  dequantizing it, so RSS shows what the pass holds, not the whole file. (They stay in the
+  kernel's page cache, so the next token may still read them from memory, not disk.)
+"""
+
+from __future__ import annotations
+
+import mmap
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from bytesup.dequant import HAND_DEQUANTIZERS, dequantize, expected_bytes
+from bytesup.gguf_file import GGUFFile
+from bytesup.model.arch import ArchMetadataError, ArchSpec
+
+DEFAULT_RESIDENT_BUDGET = 4 * 2**30  # float32 weights up to 4 GiB are kept resident
+HEAD_CHUNK_BYTES = 64 * 2**20  # streaming: float32 bytes of output head per chunk
+
+
+@dataclass
+class BlockWeights:
+    """One block's float32 weights (numpy shapes: rows = outputs, columns = inputs)."""
+
+    attn_norm: np.ndarray  # (d_model,)
+    wqkv: np.ndarray  # (q_dim + 2 kv_dim, d_model): Q rows, then K rows, then V rows
+    wo: np.ndarray  # (d_model, q_dim)
+    ffn_norm: np.ndarray  # (d_model,)
+    w_gate_up: np.ndarray  # (2 d_ff, d_model): gate rows, then up rows
+    w_down: np.ndarray  # (d_model, d_ff)
+    q_dim: int
+    kv_dim: int
+    file_bytes: int  # bytes these tensors occupy in the file, as stored
+
+    @property
+    def wq(self) -> np.ndarray:
+        return self.wqkv[: self.q_dim]
+
+    @property
+    def wk(self) -> np.ndarray:
+        return self.wqkv[self.q_dim : self.q_dim + self.kv_dim]
+
+    @property
+    def wv(self) -> np.ndarray:
+        return self.wqkv[self.q_dim + self.kv_dim :]
+
+    @property
+    def w_gate(self) -> np.ndarray:
+        return self.w_gate_up[: self.w_gate_up.shape[0] // 2]
+
+    @property
+    def w_up(self) -> np.ndarray:
+        return self.w_gate_up[self.w_gate_up.shape[0] // 2 :]
+
+    @property
+    def float32_bytes(self) -> int:
+        return sum(a.nbytes for a in (self.attn_norm, self.wqkv, self.wo, self.ffn_norm, self.w_gate_up, self.w_down))
+
+
+# -- what the weights cost --------------------------------------------------------------
+
+
+def block_float32_elements(spec: ArchSpec) -> int:
+    """float32 numbers in one block: two norms, Q K V O, gate up down."""
+    d = spec.d_model
+    return 2 * d + d * (spec.q_dim + 2 * spec.kv_dim) + spec.q_dim * d + 3 * d * spec.d_ff
+
+
+def float32_bytes(spec: ArchSpec) -> int:
+    """Bytes that residency costs: every tensor as float32 (a tied head is counted once)."""
+    embedding = spec.vocab * spec.d_model
+    head = 0 if spec.tied else spec.vocab * spec.d_model
+    return 4 * (embedding + spec.n_layers * block_float32_elements(spec) + spec.d_model + head)
+
+
+def choose_mode(spec: ArchSpec, resident_budget_bytes: int = DEFAULT_RESIDENT_BUDGET) -> str:
+    """'resident' when float32 weights fit the budget, else 'streaming'."""
+    return "resident" if float32_bytes(spec) <= resident_budget_bytes else "streaming"
+
+
+@dataclass(frozen=True)
+class WeightBytes:
+    """Weight bytes one decode step reads: as stored in the file, and as float32 used."""
+
+    file_bytes: int
+    float32_bytes: int
+    per_tensor: dict  # name -> (file bytes, float32 bytes)
+
+
+def weight_bytes_per_token(gguf: GGUFFile, spec: ArchSpec) -> WeightBytes:
+    """Bytes of weights read to produce one token (decode): every block tensor, the final
+    norm, the whole output head, and ONE row of the token embedding.
+
+    A tied head is token_embd read whole, on top of its one embedding row.
+    """
+    per: dict[str, tuple[int, int]] = {}
+    row = gguf.tensor(spec.tensor_name("token_embd"))
+    per["token_embd.weight[row]"] = (expected_bytes(row.type_name, (spec.d_model,)), 4 * spec.d_model)
+    names = [spec.tensor_name(r, i) for i in range(spec.n_layers) for r in spec.facts.tensors]
+    names += [spec.tensor_name("output_norm"), spec.tensor_name("output")]
+    for name in names:
+        info = gguf.tensor(name)
+        per[name] = (info.n_bytes, 4 * info.n_elements)
+    return WeightBytes(sum(v[0] for v in per.values()), sum(v[1] for v in per.values()), per)
+
+
+# -- dequantizing into place ------------------------------------------------------------
+
+
+def _dequantize_into(gguf: GGUFFile, name: str, out: np.ndarray, shape: tuple[int, ...]) -> int:
+    """Dequantize tensor `name` into `out` (a C-contiguous float32 view); return its file bytes.
+
+    The hand fast dequantizers write in place (out=); other types go through dequantize().
+    """
+    info = gguf.tensor(name)
+    if info.shape != shape:
+        raise ArchMetadataError(f"{gguf.path}: tensor {name!r} has shape {info.shape}, the metadata says {shape}")
+    raw = gguf.raw(name)
+    flat = out.reshape(-1)  # a view, as out is contiguous
+    with np.errstate(all="ignore"):
+        if info.type_name in HAND_DEQUANTIZERS:
+            HAND_DEQUANTIZERS[info.type_name][1](raw, out=flat)
+        else:
+            flat[...] = dequantize(raw, info.type_name, info.shape).reshape(-1)
+    return info.n_bytes
+
+
+class _Provider:
+    mode = "?"
+
+    def __init__(self, gguf: GGUFFile, spec: ArchSpec, *, head_chunk_bytes: int = HEAD_CHUNK_BYTES):
+        self.gguf, self.spec = gguf, spec
+        d = spec.d_model
+        # both modes cut the head into the same chunks, so their logits agree bit for bit
+        self.head_chunk_rows = max(1, min(spec.vocab, head_chunk_bytes // (4 * d)))
+        self.output_norm = np.empty(d, np.float32)
+        _dequantize_into(gguf, spec.tensor_name("output_norm"), self.output_norm, (d,))
+        emb = gguf.tensor(spec.tensor_name("token_embd"))
+        if emb.shape != (spec.vocab, d):
+            raise ArchMetadataError(f"{gguf.path}: tensor {emb.name!r} has shape {emb.shape},"
+                                    f" the metadata says ({spec.vocab}, {d})")  # fmt: skip
+
+    def _fill_block(self, i: int, w: BlockWeights) -> BlockWeights:
+        s, d = self.spec, self.spec.d_model
+        q, kv, ff = s.q_dim, s.kv_dim, s.d_ff
+        n = 0
+        n += _dequantize_into(self.gguf, s.tensor_name("attn_norm", i), w.attn_norm, (d,))
+        n += _dequantize_into(self.gguf, s.tensor_name("wq", i), w.wqkv[:q], (q, d))
+        n += _dequantize_into(self.gguf, s.tensor_name("wk", i), w.wqkv[q : q + kv], (kv, d))
+        n += _dequantize_into(self.gguf, s.tensor_name("wv", i), w.wqkv[q + kv :], (kv, d))
+        n += _dequantize_into(self.gguf, s.tensor_name("wo", i), w.wo, (d, q))
+        n += _dequantize_into(self.gguf, s.tensor_name("ffn_norm", i), w.ffn_norm, (d,))
+        n += _dequantize_into(self.gguf, s.tensor_name("w_gate", i), w.w_gate_up[:ff], (ff, d))
+        n += _dequantize_into(self.gguf, s.tensor_name("w_up", i), w.w_gate_up[ff:], (ff, d))
+        n += _dequantize_into(self.gguf, s.tensor_name("w_down", i), w.w_down, (d, ff))
+        w.file_bytes = n
+        return w
+
+    def _empty_block(self) -> BlockWeights:
+        s, d = self.spec, self.spec.d_model
+        return BlockWeights(
+            attn_norm=np.empty(d, np.float32),
+            wqkv=np.empty((s.q_dim + 2 * s.kv_dim, d), np.float32),
+            wo=np.empty((d, s.q_dim), np.float32),
+            ffn_norm=np.empty(d, np.float32),
+            w_gate_up=np.empty((2 * s.d_ff, d), np.float32),
+            w_down=np.empty((d, s.d_ff), np.float32),
+            q_dim=s.q_dim,
+            kv_dim=s.kv_dim,
+            file_bytes=0,
+        )
+
+    def head_file_bytes(self) -> int:
+        return self.gguf.tensor(self.spec.tensor_name("output")).n_bytes
+
+    def row_file_bytes(self) -> int:
+        return expected_bytes(self.gguf.tensor(self.spec.tensor_name("token_embd")).type_name, (self.spec.d_model,))
+
+
+class ResidentWeights(_Provider):
+    """Everything dequantized once to float32 (fused QKV and gate|up per block)."""
+
+    mode = "resident"
+
+    def __init__(self, gguf: GGUFFile, spec: ArchSpec):
+        super().__init__(gguf, spec)
+        d = spec.d_model
+        self.token_embd = np.empty((spec.vocab, d), np.float32)
+        _dequantize_into(gguf, spec.tensor_name("token_embd"), self.token_embd, (spec.vocab, d))
+        if spec.tied:
+            self.head = self.token_embd  # same array: unembedding reuses the embedding
+        else:
+            self.head = np.empty((spec.vocab, d), np.float32)
+            _dequantize_into(gguf, spec.tensor_name("output"), self.head, (spec.vocab, d))
+        self.blocks = [self._fill_block(i, self._empty_block()) for i in range(spec.n_layers)]
+
+    def block(self, i: int) -> BlockWeights:
+        return self.blocks[i]
+
+    def embed_rows(self, ids: np.ndarray) -> np.ndarray:
+        return self.token_embd[ids]
+
+    def head_chunks(self) -> Iterator[tuple[int, np.ndarray]]:
+        """Row views of the head, in the streaming provider's chunks (no copies)."""
+        for start in range(0, self.spec.vocab, self.head_chunk_rows):
+            yield start, self.head[start : start + self.head_chunk_rows]
+
+
+def _release_pages(gguf: GGUFFile, name: str) -> None:
+    """Tell the kernel this process is done with a tensor's pages of the map (RSS drops; the
+    page cache keeps them). Uses GGUFFile's map; a no-op where madvise is unavailable."""
+    mm = getattr(gguf, "_mm", None)
+    if mm is None or not hasattr(mm, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    info = gguf.tensor(name)
+    start = info.offset - info.offset % mmap.PAGESIZE
+    length = info.offset + info.n_bytes - start
+    try:
+        mm.madvise(mmap.MADV_DONTNEED, start, length)
+    except (OSError, ValueError):
+        pass
+
+
+class StreamingWeights(_Provider):
+    """Nothing kept: each block dequantized from the map when asked, into one scratch buffer."""
+
+    mode = "streaming"
+
+    def __init__(self, gguf: GGUFFile, spec: ArchSpec, **kw):
+        super().__init__(gguf, spec, **kw)
+        self._scratch: BlockWeights | None = None
+
+    def block(self, i: int) -> BlockWeights:
+        """Block i's weights; the arrays are reused by the next call (one block's memory at a time)."""
+        if self._scratch is None:
+            self._scratch = self._empty_block()
+        w = self._fill_block(i, self._scratch)
+        for role in self.spec.facts.tensors:
+            _release_pages(self.gguf, self.spec.tensor_name(role, i))
+        return w
+
+    def release(self) -> None:
+        """Drop the block scratch buffer (the next block() allocates it again)."""
+        self._scratch = None
+
+    def _rows(self, name: str, rows: np.ndarray) -> np.ndarray:
+        """Dequantize only the given rows of a 2-D tensor: each row is contiguous bytes."""
+        info = self.gguf.tensor(name)
+        row_bytes = expected_bytes(info.type_name, info.shape[-1:])
+        raw = self.gguf.raw(name).reshape(info.shape[0], row_bytes)
+        picked = np.ascontiguousarray(raw[rows])  # copies len(rows) rows of bytes, nothing more
+        return dequantize(picked.reshape(-1), info.type_name, (len(rows), info.shape[-1]))
+
+    def embed_rows(self, ids: np.ndarray) -> np.ndarray:
+        return self._rows(self.spec.tensor_name("token_embd"), np.asarray(ids))
+
+    def head_chunks(self) -> Iterator[tuple[int, np.ndarray]]:
+        """The head in chunks of rows (64 MiB of float32 each by default), one buffer reused."""
+        info = self.gguf.tensor(self.spec.tensor_name("output"))
+        d, n = self.spec.d_model, self.spec.vocab
+        row_bytes = expected_bytes(info.type_name, (d,))
+        raw = self.gguf.raw(info.name)
+        buf = np.empty((self.head_chunk_rows, d), np.float32)
+        for start in range(0, n, self.head_chunk_rows):
+            stop = min(n, start + self.head_chunk_rows)
+            out = buf[: stop - start]
+            part = raw[start * row_bytes : stop * row_bytes]
+            if info.type_name in HAND_DEQUANTIZERS:
+                with np.errstate(all="ignore"):
+                    HAND_DEQUANTIZERS[info.type_name][1](part, out=out.reshape(-1))
+            else:
+                out[...] = dequantize(part, info.type_name, out.shape)
+            yield start, out
+        _release_pages(self.gguf, info.name)
+
+
+def open_weights(gguf: GGUFFile, spec: ArchSpec, mode: str):
+    """The provider for mode 'resident' or 'streaming'."""
+    if mode == "resident":
+        return ResidentWeights(gguf, spec)
+    if mode == "streaming":
+        return StreamingWeights(gguf, spec)
+    raise ValueError(f"weights mode must be 'resident' or 'streaming', not {mode!r}")

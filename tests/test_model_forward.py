@@ -1,0 +1,376 @@
+"""The NumPy forward pass (bytesup.model) against an independent float64 llama written here.
+
+The reference below shares no code with the package: tensors come from gguf-py's GGUFReader and
+gguf.quants.dequantize, and it has its own RMSNorm, rope (complex numbers), attention (a loop
+over heads and positions) and softmax, all in float64.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gguf import GGUFReader
+from gguf.quants import dequantize as gguf_dequantize
+
+from bytesup.layers import rms_norm as rms_norm_vector
+from bytesup.model.arch import (
+    ArchMetadataError,
+    UnsupportedArchitectureError,
+    spec_from_metadata,
+    supported,
+)
+from bytesup.model.forward import (
+    ForwardInputError,
+    Model,
+    Trace,
+    flops_per_token,
+    macs_per_token,
+    rms_norm,
+    weight_float32_bytes_per_token,
+)
+from bytesup.model.weights import choose_mode, float32_bytes
+from bytesup.synthetic import raw_gguf, write_tiny_llama
+
+# -- the independent float64 llama ------------------------------------------------------------
+
+
+def read_reference(path):
+    reader = GGUFReader(path)
+    meta = {f.name: f.contents() for f in reader.fields.values()}
+    tensors = {}
+    for t in reader.tensors:
+        values = gguf_dequantize(t.data, t.tensor_type)
+        tensors[t.name] = np.asarray(values, np.float64).reshape(tuple(int(d) for d in reversed(t.shape)))
+    return meta, tensors
+
+
+def reference_logits(path, ids):
+    """Logits for ids at positions 0..N-1, float64, written from the llama paper's equations."""
+    meta, w = read_reference(path)
+    d = meta["llama.embedding_length"]
+    n_head = meta["llama.attention.head_count"]
+    n_kv = meta["llama.attention.head_count_kv"]
+    eps = meta["llama.attention.layer_norm_rms_epsilon"]
+    base = meta.get("llama.rope.freq_base", 10000.0)
+    hd = d // n_head
+
+    def norm(x, g):
+        return x / np.sqrt((x**2).mean(-1, keepdims=True) + eps) * g
+
+    def rotate(m, pos):  # (heads, hd) at one position: pairs (2i, 2i+1) as complex numbers
+        z = m[:, 0::2] + 1j * m[:, 1::2]
+        z = z * np.exp(1j * pos * base ** (-np.arange(hd // 2) * 2.0 / hd))
+        out = np.empty_like(m)
+        out[:, 0::2], out[:, 1::2] = z.real, z.imag
+        return out
+
+    n = len(ids)
+    x = w["token_embd.weight"][ids]
+    for b in range(meta["llama.block_count"]):
+        p = f"blk.{b}."
+        h = norm(x, w[p + "attn_norm.weight"])
+        q = (h @ w[p + "attn_q.weight"].T).reshape(n, n_head, hd)
+        k = (h @ w[p + "attn_k.weight"].T).reshape(n, n_kv, hd)
+        v = (h @ w[p + "attn_v.weight"].T).reshape(n, n_kv, hd)
+        q = np.stack([rotate(q[t], t) for t in range(n)])
+        k = np.stack([rotate(k[t], t) for t in range(n)])
+        att = np.zeros((n, n_head, hd))
+        for head in range(n_head):
+            kvh = head // (n_head // n_kv)
+            for t in range(n):
+                s = np.array([q[t, head] @ k[u, kvh] for u in range(t + 1)]) / np.sqrt(hd)
+                e = np.exp(s - s.max())
+                att[t, head] = (e / e.sum()) @ v[: t + 1, kvh]
+        x = x + att.reshape(n, d) @ w[p + "attn_output.weight"].T
+        h = norm(x, w[p + "ffn_norm.weight"])
+        g = h @ w[p + "ffn_gate.weight"].T
+        u = h @ w[p + "ffn_up.weight"].T
+        x = x + (g / (1 + np.exp(-g)) * u) @ w[p + "ffn_down.weight"].T
+    head = w.get("output.weight", w["token_embd.weight"])
+    return norm(x, w["output_norm.weight"]) @ head.T
+
+
+TINY_CASES = {
+    "untied-gqa2": {"n_head": 4, "n_head_kv": 2, "n_layers": 2},
+    "tied-3blocks": {"n_head": 4, "n_head_kv": 2, "n_layers": 3, "tied": True},
+    "mqa-kv1": {"n_head": 4, "n_head_kv": 1, "n_layers": 2, "seed": 3},
+    "mha-kv4": {"n_head": 4, "n_head_kv": 4, "n_layers": 2, "tied": True, "seed": 5},
+    "wide-heads": {"n_embd": 64, "n_ff": 128, "n_head": 2, "n_head_kv": 1, "n_layers": 2, "seed": 7},
+}
+IDS = [1, 20, 45, 30, 7, 61, 12, 3, 9]
+
+
+@pytest.fixture(params=sorted(TINY_CASES))
+def tiny_case(request, tmp_path):
+    return write_tiny_llama(tmp_path / f"{request.param}.gguf", **TINY_CASES[request.param])
+
+
+def test_logits_match_independent_float64_llama(tiny_case):
+    expected = reference_logits(tiny_case, IDS)
+    with Model.from_gguf(tiny_case) as model:
+        got = model.forward(IDS)
+    assert got.dtype == np.float32 and got.shape == (len(IDS), model.spec.vocab)
+    rel = np.abs(got - expected).max() / np.abs(expected).max()
+    assert rel < 1e-4, rel
+
+
+def test_tied_model_unembeds_with_token_embd(tmp_path):
+    path = write_tiny_llama(tmp_path / "t.gguf", tied=True)
+    with Model.from_gguf(path) as model:
+        assert model.spec.tied
+        assert model.weights.head is model.weights.token_embd  # one array, not two
+
+
+def test_kv_cache_decode_equals_full_recompute(tiny_case):
+    with Model.from_gguf(tiny_case) as model:
+        full = model.forward(IDS)
+        cache = model.new_cache()
+        steps = [model.forward(IDS[:4], cache)]
+        for token in IDS[4:]:
+            steps.append(model.forward([token], cache))
+        assert cache.n == len(IDS)
+    assert np.abs(np.concatenate(steps) - full).max() <= 1e-5
+
+
+def test_kv_cache_grows_and_refuses_past_max_tokens(tiny_gguf):
+    with Model.from_gguf(tiny_gguf) as model:
+        cache = model.new_cache(max_tokens=70)
+        ids = list(np.arange(69) % model.spec.vocab)
+        model.forward(ids[:50], cache)
+        model.forward(ids[50:], cache)  # grows from 64 to 70 positions
+        assert cache.k[0].shape[1] == 70 and cache.n == 69
+        model.forward([5], cache)
+        with pytest.raises(ForwardInputError, match="max_tokens = 70"):
+            model.forward([5], cache)
+
+
+def test_streaming_and_resident_give_identical_logits(tiny_case):
+    with Model.from_gguf(tiny_case, mode="resident") as resident, Model.from_gguf(tiny_case, mode="streaming") as st:
+        assert (resident.mode, st.mode) == ("resident", "streaming")
+        st.weights.head_chunk_rows = resident.weights.head_chunk_rows = 7  # several chunks, the last short
+        np.testing.assert_array_equal(st.forward(IDS), resident.forward(IDS))
+        c1, c2 = resident.new_cache(), st.new_cache()
+        resident.forward(IDS[:3], c1), st.forward(IDS[:3], c2)
+        np.testing.assert_array_equal(st.forward([IDS[3]], c2), resident.forward([IDS[3]], c1))
+
+
+def test_mode_follows_the_budget(tiny_gguf):
+    with Model.from_gguf(tiny_gguf) as model:
+        need = float32_bytes(model.spec)
+        assert choose_mode(model.spec, need) == "resident"
+        assert choose_mode(model.spec, need - 1) == "streaming"
+    with Model.from_gguf(tiny_gguf, resident_budget_bytes=1000) as model:
+        assert model.mode == "streaming"
+    # the tiny model: vocab 66, width 32, FFN 64, q 32, kv 16, 2 blocks, untied
+    block = 2 * 32 + 32 * (32 + 2 * 16) + 32 * 32 + 3 * 32 * 64
+    assert need == 4 * (66 * 32 + 2 * block + 32 + 66 * 32)
+
+
+def test_rms_norm_rows_equal_layers_rms_norm():
+    rng = np.random.default_rng(0)
+    x, g = rng.standard_normal((5, 48)).astype(np.float32), rng.standard_normal(48).astype(np.float32)
+    rows = rms_norm(x, g, 1e-5)
+    for t in range(5):
+        np.testing.assert_allclose(rows[t], rms_norm_vector(x[t], g, 1e-5), rtol=1e-6)
+
+
+def test_trace_counts_match_the_analytic_costs(tiny_gguf):
+    with Model.from_gguf(tiny_gguf) as model:
+        spec = model.spec
+        cache = model.new_cache()
+        model.forward(IDS[:5], cache)
+        trace = Trace(keep_attention=True)
+        model.forward([IDS[5]], cache, trace=trace)  # decode at position 5: 6 keys
+        assert trace.macs == macs_per_token(spec, 6)
+        assert flops_per_token(spec, 6) == 2 * trace.macs
+        assert trace.weight_bytes == weight_float32_bytes_per_token(spec)
+        per_token = model.weight_bytes_per_token()
+        assert trace.weight_bytes == per_token.float32_bytes
+        assert trace.weight_file_bytes == per_token.file_bytes
+        assert len(trace.residual) == spec.n_layers + 1 and trace.residual[0].shape == (spec.d_model,)
+        assert [a.shape for a in trace.attention] == [(spec.n_heads, 1, 6)] * spec.n_layers
+        np.testing.assert_allclose(trace.attention[0].sum(-1), 1, rtol=1e-6)
+
+        full = Trace(all_positions=True, keep_attention=True)
+        model.forward(IDS[:4], trace=full)
+        a = full.attention[1]  # heads x queries x keys, causal: nothing above the diagonal
+        assert a.shape == (spec.n_heads, 4, 4) and np.all(a[:, np.triu_indices(4, 1)[0], np.triu_indices(4, 1)[1]] == 0)
+        assert full.residual[-1].shape == (4, spec.d_model) and full.final_norm.shape == (4, spec.d_model)
+        # a prefill multiplies the masked scores too: N x N per head, not the causal triangle
+        assert full.macs == 4 * (macs_per_token(spec, 0)) + spec.n_layers * 2 * spec.n_heads * 4 * 4 * spec.head_dim
+
+
+def test_trace_residuals_are_the_reference_hidden_state(tiny_gguf):
+    with Model.from_gguf(tiny_gguf) as model:
+        trace = Trace(all_positions=True)
+        logits = model.forward(IDS[:3], trace=trace)
+        head = model.weights.head
+    np.testing.assert_allclose(trace.final_norm @ head.T, logits, rtol=1e-5, atol=1e-5)
+
+
+# -- errors a user can cause: one line each --------------------------------------------------
+
+
+def one_line(err) -> str:
+    text = str(err.value)
+    assert "\n" not in text
+    return text
+
+
+def test_unsupported_architecture_is_one_line_naming_it(tmp_path):
+    path = tmp_path / "gemma.gguf"
+    path.write_bytes(raw_gguf([("general.architecture", "STRING", "gemma3"),
+                               ("gemma3.block_count", "UINT32", 26)]))  # fmt: skip
+    with pytest.raises(UnsupportedArchitectureError) as err:
+        Model.from_gguf(path)
+    text = one_line(err)
+    assert text == f"{path}: gemma3: architecture not supported by the forward pass (supported: llama)"
+    reason = supported({"general.architecture": "gemma3"})
+    assert reason == "gemma3: architecture not supported by the forward pass (supported: llama)"
+    with pytest.raises(UnsupportedArchitectureError, match="lessons 4 and 5 need it$"):
+        spec_from_metadata({"general.architecture": "gemma3"}, needed_by="lessons 4 and 5")
+
+
+def test_missing_metadata_key_and_tensor_are_named(tiny_gguf):
+    from bytesup.gguf_file import GGUFFile
+
+    with GGUFFile(tiny_gguf) as f:
+        meta, names = dict(f.metadata), f.tensor_names
+    assert supported(meta, names) is None
+    del meta["llama.attention.layer_norm_rms_epsilon"]
+    with pytest.raises(ArchMetadataError) as err:
+        spec_from_metadata(meta, names)
+    assert "'llama.attention.layer_norm_rms_epsilon' is missing" in one_line(err)
+    assert "layer_norm_rms_epsilon" in supported(meta, names)
+    with GGUFFile(tiny_gguf) as f:
+        meta = dict(f.metadata)
+    with pytest.raises(ArchMetadataError, match=r"tensor 'blk\.1\.ffn_up\.weight' is missing"):
+        spec_from_metadata(meta, [n for n in names if n != "blk.1.ffn_up.weight"])
+
+
+def test_spec_reads_the_head_size_rule(tiny_gguf):
+    from bytesup.gguf_file import GGUFFile
+
+    with GGUFFile(tiny_gguf) as f:
+        meta, names = dict(f.metadata), f.tensor_names
+    spec = spec_from_metadata(meta, names)
+    assert (spec.head_dim, spec.n_rot, spec.group, spec.rope_base, spec.tied) == (8, 8, 2, 10000.0, False)
+    meta["llama.attention.key_length"] = 16  # key_length wins over embedding_length / head_count
+    assert spec_from_metadata(meta, names).head_dim == 16
+    del meta["llama.rope.freq_base"]
+    assert spec_from_metadata(meta, names).rope_base == 10000.0  # the table's default
+
+
+@pytest.mark.parametrize(
+    "ids, message",
+    [
+        ([], "no token ids given"),
+        ([1, 66], r"token id 66 at index 1 is outside the vocabulary 0\.\.65 \(llama\.vocab_size\)"),
+        ([-1], "token id -1 at index 0"),
+        ([[1, 2]], "flat list"),
+        ([1.5], "integers"),
+        (list(range(60)) * 3, r"0 cached \+ 180 new tokens exceed llama\.context_length = 128"),
+    ],
+)
+def test_bad_ids_are_one_line_errors(tiny_gguf, ids, message):
+    with Model.from_gguf(tiny_gguf) as model:
+        with pytest.raises(ForwardInputError, match=message) as err:
+            model.forward(ids)
+        one_line(err)
+
+
+def test_too_long_counts_the_cache(tiny_gguf):
+    with Model.from_gguf(tiny_gguf) as model:
+        cache = model.new_cache()
+        model.forward(list(range(60)) * 2, cache)
+        with pytest.raises(ForwardInputError, match=r"120 cached \+ 9 new tokens exceed llama\.context_length"):
+            model.forward(IDS, cache)
+
+
+# -- memory: streaming keeps one block of float32 -------------------------------------------
+
+# Peak RSS from /proc's VmHWM: resource.getrusage's ru_maxrss survives fork and exec on Linux,
+# so a child of a 300 MB pytest would start with a 300 MB "peak".
+PEAK_SCRIPT = textwrap.dedent("""
+    import json, sys
+    from bytesup.model.forward import Model
+    from bytesup.model.weights import float32_bytes
+
+    def peak():
+        status = open("/proc/self/status").read()
+        return int(status.split("VmHWM:")[1].split()[0]) * 1024
+
+    model = Model.from_gguf(sys.argv[1], mode=sys.argv[2])
+    before = peak()
+    cache = model.new_cache()
+    model.forward([1, 2, 3, 4], cache)
+    logits = model.forward([5], cache)
+    print(json.dumps({"before": before, "peak": peak(), "float32": float32_bytes(model.spec),
+                      "block": model.weights.block(0).float32_bytes, "top": int(logits[0].argmax())}))
+    """)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmHWM from /proc")
+def test_streaming_peak_memory_stays_near_one_block(tmp_path):
+    path = write_tiny_llama(tmp_path / "big.gguf", n_vocab=8192, n_embd=1024, n_ff=4096, n_layers=8, n_head=8,
+                            n_head_kv=4, n_ctx=256, types={"*norm*": "F32", "*": "Q8_0"})  # fmt: skip
+
+    def measure(mode):
+        run = subprocess.run([sys.executable, "-c", PEAK_SCRIPT, str(path), mode], capture_output=True, text=True,
+                             check=True)  # fmt: skip
+        return json.loads(run.stdout)
+
+    streaming, resident = measure("streaming"), measure("resident")
+    print({"streaming": streaming, "resident": resident})  # shown with -s: the measured peaks
+    assert streaming["top"] == resident["top"]
+    assert streaming["float32"] > 550e6  # what residency costs
+    assert resident["peak"] > streaming["float32"]
+    # the pass added about one block of float32, one head chunk (here the whole 32 MB head) and
+    # the pages of the tensor being dequantized; not the 570 MB of float32 weights
+    head = 8192 * 1024 * 4
+    assert streaming["peak"] - streaming["before"] < streaming["block"] + head + 40e6, streaming
+    assert streaming["peak"] < 0.35 * streaming["float32"], streaming
+
+
+# -- the real default model ------------------------------------------------------------------
+
+PROMPT_IDS = [504, 3575, 282, 4649, 314, 7042, 30, 378]  # "The capital of France is Paris. The"
+
+
+@pytest.fixture(scope="module")
+def default_model(default_gguf):
+    with Model.from_gguf(default_gguf) as model:
+        yield model
+
+
+def test_default_model_spec(default_model):
+    s = default_model.spec
+    assert (s.arch, s.n_layers, s.d_model, s.d_ff, s.n_heads, s.n_kv_heads, s.head_dim) == ("llama", 30, 576, 1536, 9,
+                                                                                            3, 64)  # fmt: skip
+    assert (s.vocab, s.context_length, s.rope_base, s.tied, default_model.mode) == (49152, 8192, 100000.0, True,
+                                                                                     "resident")  # fmt: skip
+    assert float32_bytes(s) == 4 * (49152 * 576 + 30 * (2 * 576 + 576 * 960 + 576 * 576 + 3 * 576 * 1536) + 576)
+
+
+def test_default_model_kv_cache_equals_full_recompute(default_model):
+    full = default_model.forward(PROMPT_IDS)
+    cache = default_model.new_cache()
+    steps = [default_model.forward(PROMPT_IDS[:5], cache)] + [default_model.forward([t], cache) for t in PROMPT_IDS[5:]]
+    diff = np.abs(np.concatenate(steps) - full).max()
+    # Not bit-equal: BLAS sums a one-row matvec and a many-row matmul in different orders, and
+    # 30 blocks compound that. Measured 5.1e-5 on logits of size ~17 (3e-6 relative).
+    assert diff <= 1e-4, diff
+    assert diff / np.abs(full).max() <= 1e-5
+    assert int(full[4].argmax()) == 7042  # " Paris"
+
+
+def test_default_model_streaming_equals_resident(default_gguf, default_model):
+    with Model.from_gguf(default_gguf, mode="streaming") as streaming:
+        np.testing.assert_array_equal(streaming.forward(PROMPT_IDS[:5]), default_model.forward(PROMPT_IDS[:5]))
