@@ -1,5 +1,6 @@
 """Lesson 4: the by-hand examples, the composition convention, the fold, Llama 3's numbers, and the notebook."""
 
+import ast
 import csv
 import json
 import math
@@ -11,6 +12,7 @@ import pytest
 from bytesup import claims
 from bytesup.lessons import plain
 from bytesup.lessons import vectors_neurons as lesson
+from bytesup.lessons.spec import parameter
 from workflow_helpers import run_notebook
 
 
@@ -152,27 +154,52 @@ def test_figures_are_deterministic(tmp_path):
 
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "workflow" / "notebooks" / "00_vectors_neurons_nonlinearity.ipynb"
-WRITES = ["activations.png", "claims.csv", "composition.png", "fold.png", "llama3_numbers.csv", "metrics.json",
-          "mlp_by_hand.csv"]
+
+
+def parameters_cell_names(notebook: Path) -> list[str]:
+    """Names assigned at top level in the notebook's cell tagged `parameters`, in order."""
+    cells = [c for c in json.loads(notebook.read_text())["cells"] if "parameters" in c["metadata"].get("tags", [])]
+    assert len(cells) == 1, "exactly one cell tagged parameters"
+    tree = ast.parse("".join(cells[0]["source"]))
+    return [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets]
+
+
+def test_notebook_declares_exactly_the_spec_parameters():
+    assert parameters_cell_names(NOTEBOOK) == lesson.SPEC.parameter_names()
+
+
+def test_run_returns_the_tables_it_computed_once():
+    metrics, tables = lesson.run(seed=3, n_points=50)
+    assert set(tables) == {"fold", "mlp_by_hand", "llama3_numbers"}
+    assert tables["fold"]["X"].shape == (50, 2) and tables["mlp_by_hand"] == lesson.mlp_table()
+    assert metrics["fold_points"] == 50 and metrics["seed"] == 3
 
 
 def test_notebook_runs_standalone_from_its_folder(tmp_path):
-    """papermill with default parameters except the seed, from workflow/notebooks/ of a bare project."""
+    """papermill from workflow/notebooks/ of a bare project, seed 3, every output where its parameter says."""
     pytest.importorskip("papermill")
     (tmp_path / "Snakefile").write_text("# project root marker\n")
     nb_dir = tmp_path / "workflow" / "notebooks"
     nb_dir.mkdir(parents=True)
-    run_notebook(NOTEBOOK, tmp_path / "executed.ipynb", cwd=nb_dir, seed=3)
-    out = tmp_path / "results" / "smollm2-135m" / "lessons" / "00_vectors_neurons_nonlinearity"
-    assert sorted(p.name for p in out.iterdir()) == WRITES
-    got = json.loads((out / "metrics.json").read_text())
+    out = tmp_path / "elsewhere"
+    outputs = {parameter(name): out / f"x_{name}" for name in lesson.SPEC.files}
+    run_notebook(NOTEBOOK, tmp_path / "executed.ipynb", cwd=nb_dir, seed=3, **outputs)
+    assert sorted(p.name for p in out.iterdir()) == sorted(f"x_{name}" for name in lesson.SPEC.files)
+    assert not (tmp_path / "results").exists()
+    got = json.loads((out / "x_metrics.json").read_text())
     want = plain(lesson.compute(seed=3))
     for key in want:
         assert got[key] == want[key], key
     assert got["seed"] == 3 and got["model"] == "smollm2-135m"
-    with (out / "claims.csv").open(encoding="utf-8") as f:
+    with (out / "x_claims.csv").open(encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert list(rows[0]) == list(claims.COLUMNS)
     assert {r["status"] for r in rows} == {"reproduced"}
     for name in ("fold.png", "activations.png", "composition.png"):
-        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert (out / f"x_{name}").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the by-hand steps are written in the cells with numpy, not read back from the metrics
+    code = "\n".join("".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code")
+    for step in ("dot_ab = a @ b", "SR = S @ R", "products = weights * inputs", "h = x @ W_in + b_in",
+                 "a = np.maximum(h, 0.0)", "y = a @ W_out"):
+        assert step in code, step
+    assert "matplotlib.use" not in code and "show(" not in code

@@ -440,19 +440,27 @@ def exercises() -> dict:
 # --- the whole lesson ---------------------------------------------------------------------------
 
 
-def compute(seed: int = 0, n_points: int = 2000) -> dict:
-    """Every number of the lesson, as a flat dict (numpy values; see lessons.plain)."""
+def run(seed: int = 0, n_points: int = 2000) -> tuple[dict, dict]:
+    """(metrics, tables): every number of the lesson as a flat dict (numpy values; see lessons.plain),
+    and what the notebook shows and writes, each computed once: "fold" (the fold's arrays),
+    "mlp_by_hand" (mlp_table's rows) and "llama3_numbers" (llama_table's rows)."""
     m: dict = {"seed": seed}
     m.update(vector_toys())
     m.update(composition())
     m.update(neuron_toys())
     m.update(mlp_toys())
-    m.update(fold(seed, n_points)["metrics"])
+    folded = fold(seed, n_points)
+    m.update(folded["metrics"])
     m.update(activation_metrics())
     m.update(llama_metrics())
     m.update(gpt_style_ffn())
     m.update(exercises())
-    return m
+    return m, {"fold": folded, "mlp_by_hand": mlp_table(), "llama3_numbers": llama_table()}
+
+
+def compute(seed: int = 0, n_points: int = 2000) -> dict:
+    """The metrics of ``run`` alone."""
+    return run(seed, n_points)[0]
 
 
 def evaluate_claims(metrics: Mapping, *, model: str = "", sha256: str = "", metadata: Mapping | None = None):
