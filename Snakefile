@@ -15,14 +15,14 @@ report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"
-include: "workflow/rules/lessons.smk"
 include: "workflow/rules/fetch.smk"
 include: "workflow/rules/extract.smk"
 include: "workflow/rules/timing.smk"
+include: "workflow/rules/lessons.smk"
 include: "workflow/rules/report.smk"
 
 
 rule all:
+    default_target: True
     input:
         report_targets(),
-    default_target: True

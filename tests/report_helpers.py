@@ -19,7 +19,7 @@ from pathlib import Path
 
 DATE = "2026-01-02"
 MODEL = "m"
-LESSON = "99_test_lesson"  # not in report_lessons: its numbers are every scalar in metrics.json
+LESSON = "99_test_lesson"  # not in the registry: its numbers are every scalar in metrics.json
 HOSTILE = '<script>alert(1)</script> "><img src=x onerror=alert(2)> [x](javascript:alert(3))'
 
 
@@ -85,9 +85,14 @@ def fake_run(root: Path, date: str = DATE) -> dict:
     sweep = _write(root, f"results/timing/{MODEL}/cpu/sweep.csv", "op,n,gbps\nmatvec,1,49.7\nmatmul,256,1.2\n")
     gpu = _write(root, f"results/timing/{MODEL}/gpu/summary.json",
                  json.dumps({"status": "skipped", "skipped": "no CUDA device"}))
-    sources = {record: "fetch", metrics: f"lesson_{LESSON}", claims: f"lesson_{LESSON}",
-               table: f"lesson_{LESSON}", figure: f"lesson_{LESSON}", cpu: "timing_cpu", sweep: "timing_cpu",
-               gpu: "timing_gpu", meta: "extract", index: "extract", tensors: "extract"}
+    sources = {
+        "fetch": {"record": record},
+        "extract": {"metadata": meta, "index": index, "tensors_csv": tensors},
+        "timing_cpu": {"summary": cpu, "sweep": sweep},
+        "timing_gpu": {"summary": gpu},
+        f"lesson_{LESSON}": {"metrics_json": metrics, "claims_csv": claims, "flops_per_token_csv": table,
+                             "gate_histogram_png": figure},
+    }
     return {
         "date": date,
         "started": "2026-01-02T10:00:00+00:00",
@@ -98,11 +103,8 @@ def fake_run(root: Path, date: str = DATE) -> dict:
                               "threading_layer": "pthreads"}]},
         "packages": {"bytesup": "0.1.0", "snakemake": "9.0"},
         "git_describe": "abc1234-dirty",
-        "model_record": record,
         "sources": sources,
-        "lessons": {LESSON: {"metrics.json": metrics, "claims.csv": claims, "flops_per_token.csv": table,
-                             "gate_histogram.png": figure}},
-        "timing": {"cpu_summary": cpu, "sweep_csv": sweep, "gpu_summary": gpu},
+        "refused": {},
         "job_times": {metrics: {"job_started": "2026-01-02T09:00:00+00:00",
                                 "job_finished": "2026-01-02T09:01:00+00:00"}},
     }

@@ -29,14 +29,12 @@ import yaml
 
 from bytesup import synthetic
 from bytesup.synthetic import default_tokens, write_tiny_llama
-from workflow_helpers import ROOT, copy_project, sha256, snakemake, write_config
+from workflow_helpers import QUICK_TIMING, ROOT, copy_project, sha256, snakemake, write_config
 
 CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--disable-default-apps", "--disable-extensions", "--mute-audio", "--remote-debugging-pipe")
-QUICK_TIMING = {"batch_sizes": [1, 4, 256], "repeats": 3, "warmup": 1,
-                "min_weight_bytes": 1 << 20, "stream_bytes": 8 << 20, "dequant_bytes": 1 << 20}
 
 HOSTILE = [
     "<script>window.__pwned=1;alert(1)</script>",

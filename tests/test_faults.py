@@ -13,18 +13,12 @@ import time
 from pathlib import Path
 
 
+import pytest
+
 from bytesup.synthetic import write_tiny_llama
-from workflow_helpers import QUICK_TIMING, copy_project, env_with_venv, sha256, snakemake, write_config
+from conftest import TINY_DATE, tiny_project
+from workflow_helpers import env_with_venv, sha256, snakemake
 
-
-
-def tiny_project(root: Path, gguf: Path | None = None, **config) -> Path:
-    project = copy_project(root)
-    gguf = gguf or write_tiny_llama(project / "tiny.gguf")
-    entry = {"source": "path", "path": str(gguf), "sha256": sha256(gguf)}
-    entry.update(config.pop("entry", {}))
-    write_config(project, model="tiny", models={"tiny": entry}, timing=QUICK_TIMING, report_date="2026-01-02", **config)
-    return project
 
 
 def failing(project: Path, *args: str) -> str:
@@ -118,19 +112,17 @@ def _reproducible(metrics_json: Path) -> dict:
     return {k: v for k, v in metrics.items() if not k.startswith("timing")}
 
 
-def test_kill_9_mid_lesson_then_rerun_completes_with_the_same_metrics(tmp_path):
-    gguf = write_tiny_llama(tmp_path / "tiny.gguf")
-    clean = tiny_project(tmp_path / "clean", gguf)
-    snakemake(clean)
-
-    killed = tiny_project(tmp_path / "killed", gguf)
+@pytest.mark.slow
+def test_kill_9_mid_lesson_then_rerun_completes_with_the_same_metrics(finished_tiny, tmp_path):
+    clean = finished_tiny
+    killed = tiny_project(tmp_path / "killed", clean / "tiny.gguf")
     proc = _start(killed)
     partial = killed / "logs/lessons/tiny"
     _wait_for(lambda: partial.is_dir() and any(partial.glob("*.ipynb")))
     time.sleep(0.3)  # well inside the notebook
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert not (killed / "report/2026-01-02/index.html").exists()
+    assert not (killed / f"report/{TINY_DATE}/index.html").exists()
 
     rerun = snakemake(killed)
     assert "removed the lock left by an interrupted run" in rerun.stderr
@@ -139,7 +131,7 @@ def test_kill_9_mid_lesson_then_rerun_completes_with_the_same_metrics(tmp_path):
     for metrics in lessons:
         other = killed / metrics.relative_to(clean)
         assert _reproducible(other) == _reproducible(metrics), metrics.parent.name
-    assert (killed / "report/2026-01-02/index.html").exists()
+    assert (killed / f"report/{TINY_DATE}/index.html").exists()
 
 
 def test_a_second_run_beside_a_live_one_is_refused_and_the_first_is_unharmed(tmp_path):
@@ -153,4 +145,4 @@ def test_a_second_run_beside_a_live_one_is_refused_and_the_first_is_unharmed(tmp
     assert "Directory cannot be locked" in second.stdout + second.stderr
     out, _ = first.communicate(timeout=600)
     assert first.returncode == 0, out[-3000:]
-    assert (project / "report/2026-01-02/index.html").exists()
+    assert (project / f"report/{TINY_DATE}/index.html").exists()

@@ -3,6 +3,7 @@ hostile text kept inert, the archive, and a second report of the same date kept 
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 import zipfile
@@ -14,7 +15,7 @@ import pytest
 from bytesup import provenance, report
 from bytesup.citations import SELF
 from bytesup.report_doc import esc_md
-from bytesup.report_lessons import LESSON_HEADLINES
+from bytesup.lessons import registry
 from bytesup.verify import verify_path
 from report_helpers import DATE, HOSTILE, LESSON, MODEL, build_and_publish, chdir, fake_run
 
@@ -67,16 +68,16 @@ def _root(report_dir: Path) -> Path:
 def labels() -> list[str]:
     """Words the report's code writes: quantity labels, titles, captions (numbers there name things)."""
     out = [label for label, _, _ in report.TIMING_HEADLINES + report.TIMING_CONTEXT + report.PROVENANCE_FACTS]
-    for spec in LESSON_HEADLINES.values():
-        out += [spec.get("title", ""), *(n[0] for n in spec.get("numbers", [])), *spec.get("figures", {}).values()]
+    for spec in registry().values():
+        out += [spec.heading, spec.source, spec.id, *(h.text for h in spec.headlines), *spec.figures.values()]
     return sorted(out, key=len, reverse=True)
 
 
 def test_every_number_in_the_text_is_a_citation(built):
     _, run, report_dir = built
     text = uncited_text((report_dir / "index.html").read_text())
-    metric_keys = list(json.loads((_root(report_dir) / run["lessons"][LESSON]["metrics.json"]).read_text()))
-    # a lesson report_lessons does not list is labelled by its metric keys, names that may hold digits
+    metric_keys = list(json.loads((_root(report_dir) / run["sources"][f"lesson_{LESSON}"]["metrics_json"]).read_text()))
+    # a lesson the registry does not know is labelled by its metric keys, names that may hold digits
     names = [LESSON, "gate_histogram.png", "flops_per_token.csv", "sha256", "manifest.json", "BLAS 0",
              "files/<row>/<column>"]
     for label in labels() + sorted(metric_keys, key=len, reverse=True) + names:
@@ -142,7 +143,8 @@ def test_manifest_holds_the_provenance(built):
     assert m["report"]["started"] == "2026-01-02T10:00:00+00:00" and m["report"]["finished"]
     assert m["run"] == {"outputs_started": "2026-01-02T09:00:00+00:00", "outputs_finished": "2026-01-02T09:01:00+00:00"}
     paths = {f["path"] for f in m["files"]}
-    assert set(run["sources"]) <= paths | set(m["inputs_not_cited"])
+    every = {path for outputs in run["sources"].values() for path in outputs.values()}
+    assert every <= paths | set(m["inputs_not_cited"])
     for f in m["files"]:
         base = report_dir if f["in_report"] else root
         assert provenance.sha256_file(base / f["path"]) == f["sha256"]
@@ -238,8 +240,7 @@ def test_a_cited_path_outside_the_project_is_refused(tmp_path):
     run = fake_run(root)
     outside = tmp_path / "outside.json"
     outside.write_text('{"x": 1}')
-    run["sources"]["../outside.json"] = "fetch"
-    run["lessons"][LESSON]["metrics.json"] = "../outside.json"
+    run["sources"][f"lesson_{LESSON}"]["metrics_json"] = "../outside.json"
     with pytest.raises(ValueError, match="must be relative to the project"):
         build_and_publish(root, run)
 
@@ -254,8 +255,11 @@ def test_job_times_come_from_snakemakes_record(tmp_path):
     with chdir(tmp_path):
         times = provenance.job_times("results/x.json")
         assert provenance.job_times("results/none.json") == {"job_started": None, "job_finished": None}
-    assert times["job_started"].endswith(("+00:00", "Z")) or "T" in times["job_started"]
-    assert times["job_started"] < times["job_finished"]
+    started = datetime.datetime.fromisoformat(times["job_started"])
+    finished = datetime.datetime.fromisoformat(times["job_finished"])
+    assert started.tzinfo is not None  # an offset is written, whatever the machine's zone
+    assert started == datetime.datetime(2026, 1, 2, 10, 0, tzinfo=datetime.timezone.utc)
+    assert finished - started == datetime.timedelta(seconds=60)  # written to the second
 
 
 def test_build_paths_are_relative_to_the_project(built):
@@ -270,7 +274,7 @@ def test_build_paths_are_relative_to_the_project(built):
 def test_a_measured_gpu_is_reported_and_verifies(tmp_path):
     root = tmp_path / "project"
     run = fake_run(root)
-    gpu = run["timing"]["gpu_summary"]
+    gpu = run["sources"]["timing_gpu"]["summary"]
     (root / gpu).write_text(json.dumps({
         "status": "measured", "device": "cuda:0", "stream_copy_gbps": 3900.5, "stream_triad_gbps": 3950.1,
         "matvec_cold_gbps": 3100.0, "matvec_fraction_of_copy": 0.79, "matmul_ratio_256_over_1": 1.9,
@@ -278,8 +282,7 @@ def test_a_measured_gpu_is_reported_and_verifies(tmp_path):
     }))
     sweep = f"results/timing/{MODEL}/gpu/sweep.csv"
     (root / sweep).write_text("op,dtype,n,gbps\nmatvec,fp32,1,3100.0\n")
-    run["sources"][sweep] = "timing_gpu"
-    run["timing"]["gpu_sweep_csv"] = sweep
+    run["sources"]["timing_gpu"]["sweep"] = sweep
     run["machine"]["gpus"] = [{"name": "NVIDIA H200", "driver": "550.54", "memory_mib": 143771}]
     report_dir = build_and_publish(root, run)
     md = (report_dir / "report.md").read_text()

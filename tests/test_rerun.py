@@ -9,39 +9,34 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import time
 
 import pytest
 
+from bytesup.lessons import registry
 from bytesup.synthetic import write_tiny_llama
-from workflow_helpers import QUICK_TIMING, copy_project, sha256, snakemake, write_config
+from conftest import copy_finished
+from workflow_helpers import QUICK_TIMING, sha256, snakemake, write_config
 
-ALL_LESSONS = {
-    "lesson_01_gguf_on_disk", "lesson_02_tokens_and_embeddings", "lesson_03_ffn_by_hand",
-    "lesson_00_vectors_neurons_nonlinearity", "lesson_03b_what_the_ffn_stores", "lesson_capstone_decode_is_memory_bound",
-}
-EVERY_STAGE = {"fetch", "extract", "timing_cpu", "timing_gpu", "timing_figure", "report", "all"} | ALL_LESSONS
+LESSONS = registry()
+ALL_LESSONS = {f"lesson_{lesson}" for lesson in LESSONS}
+UPSTREAM = {"fetch", "extract", "timing_cpu", "timing_gpu", "timing_figure", "report", "all"}
 
 
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-    project = copy_project(tmp_path_factory.mktemp("finished"))
-    gguf = write_tiny_llama(project / "tiny.gguf")
-    write_config(
-        project, model="tiny", models={"tiny": {"source": "path", "path": str(gguf), "sha256": sha256(gguf)}},
-        timing=QUICK_TIMING, report_date="2026-01-02",
-    )
-    snakemake(project)
-    return project
+def lessons_reading(*names: str) -> set[str]:
+    """The lesson rules whose SPEC reads any of these run files (bytesup.lessons.spec.RUN_FILES)."""
+    return {f"lesson_{s.id}" for s in LESSONS.values() if set(s.reads) & set(names)}
+
+
+def lessons_taking(key: str) -> set[str]:
+    """The lesson rules that take this config key as a parameter."""
+    return {f"lesson_{s.id}" for s in LESSONS.values() if key in s.config_keys}
 
 
 @pytest.fixture
-def project(finished, tmp_path):
+def project(finished_tiny, tmp_path):
     """A copy of the finished project (mtimes kept), to edit."""
-    copy = tmp_path / "copy"
-    shutil.copytree(finished, copy, symlinks=True)
-    return copy
+    return copy_finished(finished_tiny, tmp_path / "copy")
 
 
 def planned_jobs(project, *args) -> dict[str, int]:
@@ -64,7 +59,7 @@ def edit_notebook(path):
 def test_touching_without_changing_reruns_nothing(project):
     """Snakemake compares an input's checksum before trusting a newer mtime."""
     later = time.time() + 5
-    os.utime(project / "workflow/notebooks/00_vectors_neurons_nonlinearity.ipynb", (later, later))
+    os.utime(project / f"workflow/notebooks/{next(iter(LESSONS))}.ipynb", (later, later))
     assert planned_jobs(project) == {}
 
 
@@ -74,31 +69,33 @@ def test_nothing_changed_does_nothing_in_seconds(project):
     assert time.monotonic() - start < 60
 
 
-def test_editing_one_lesson_notebook_reruns_that_lesson_and_the_report(project):
-    edit_notebook(project / "workflow/notebooks/00_vectors_neurons_nonlinearity.ipynb")
-    assert planned_jobs(project) == {"lesson_00_vectors_neurons_nonlinearity": 1, "report": 1, "all": 1}
+@pytest.mark.parametrize("lesson", list(LESSONS))
+def test_editing_one_lesson_notebook_reruns_that_lesson_and_the_report(project, lesson):
+    edit_notebook(project / f"workflow/notebooks/{lesson}.ipynb")
+    assert planned_jobs(project) == {f"lesson_{lesson}": 1, "report": 1, "all": 1}
 
 
 def test_editing_timing_settings_reruns_timing_the_lessons_reading_it_and_the_report(project):
     write_config(project, timing={**QUICK_TIMING, "repeats": 4})
-    assert set(planned_jobs(project)) == {
-        "timing_cpu", "timing_gpu", "timing_figure", "lesson_03_ffn_by_hand", "lesson_capstone_decode_is_memory_bound",
-        "report", "all",
-    }
+    assert set(planned_jobs(project)) == {"timing_cpu", "timing_gpu", "timing_figure", "report", "all"} | \
+        lessons_reading("timing_summary", "timing_sweep", "gpu_summary", "gpu_sweep")
+
+
+def test_editing_the_token_reruns_only_the_lessons_taking_it(project):
+    write_config(project, token=" dog")
+    assert set(planned_jobs(project)) == {"report", "all"} | lessons_taking("token")
 
 
 def test_another_model_reruns_everything_for_that_model_only(project):
     other = write_tiny_llama(project / "other.gguf", seed=1)
     write_config(project, model="other", models={"other": {"source": "path", "path": str(other), "sha256": sha256(other)}})
-    jobs = planned_jobs(project)
-    assert set(jobs) == EVERY_STAGE and all(n == 1 for n in jobs.values())
+    jobs = planned_jobs(project)  # the lessons come after the extract checkpoint has run
+    assert set(jobs) == UPSTREAM and all(n == 1 for n in jobs.values())
     out = snakemake(project, "-n").stdout
     assert "results/tiny/" not in out.replace("results/timing/tiny/", "")  # no job writes the first model's outputs
     assert "wildcards: model=tiny" not in out
 
 
 def test_forcerun_one_stage_reruns_it_and_what_depends_on_it(project):
-    assert set(planned_jobs(project, "--forcerun", "extract")) == {
-        "extract", "lesson_02_tokens_and_embeddings", "lesson_03_ffn_by_hand", "lesson_03b_what_the_ffn_stores",
-        "lesson_capstone_decode_is_memory_bound", "report", "all",
-    }
+    assert set(planned_jobs(project, "--forcerun", "extract")) == {"extract", "report", "all"} | \
+        lessons_reading("metadata_json", "tensors_index", "tensors_csv")

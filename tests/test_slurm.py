@@ -23,13 +23,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bytesup.synthetic import write_tiny_llama
-from workflow_helpers import QUICK_TIMING, copy_project, sha256, snakemake, write_config
+from conftest import TINY_DATE, tiny_project
+from workflow_helpers import sha256, snakemake
 
 ROOT = Path(__file__).resolve().parents[1]
 SLURM_SCRIPTS = ROOT / "tests" / "slurm"
 BINARIES = ("munged", "munge", "slurmctld", "slurmd", "sbatch", "srun", "squeue", "scontrol", "sinfo")
-REPORT_DATE = "2026-01-02"
+REPORT_DATE = TINY_DATE
 
 # The local cluster has no accounting database, so the plugin asks squeue (which keeps finished
 # jobs for MinJobAge); it checks the first time one second after a submission, not forty.
@@ -76,17 +76,6 @@ def _sinfo_node() -> dict:
     return {"name": name, "cpus": int(cpus), "mem_mb": int(mem.rstrip("+"))}
 
 
-def _tiny_project(dest: Path) -> Path:
-    project = copy_project(dest)
-    gguf = write_tiny_llama(project / "tiny.gguf")
-    write_config(
-        project, model="tiny",
-        models={"tiny": {"source": "path", "path": str(gguf), "sha256": sha256(gguf)}},
-        timing=QUICK_TIMING, report_date=REPORT_DATE,
-    )
-    return project
-
-
 def declared_resources(project: Path, *args: str) -> dict:
     """Each rule's threads, mem_mb and runtime as this run would ask them, from a dry run."""
     proc = snakemake(project, "-n", *args)
@@ -111,12 +100,10 @@ def profile_set_resources(project: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def runs(slurm_cluster, tmp_path_factory):
+def runs(slurm_cluster, finished_tiny, tmp_path_factory):
     """The same tiny-model config run locally and through SLURM, each in its own project copy."""
-    local = _tiny_project(tmp_path_factory.mktemp("local-project"))
-    snakemake(local)
-
-    cluster = _tiny_project(tmp_path_factory.mktemp("slurm-project"))
+    local = finished_tiny  # the same config, run locally once for the whole session
+    cluster = tiny_project(tmp_path_factory.mktemp("slurm") / "project", local / "tiny.gguf")
     cores = min(2, slurm_cluster["cpus"])  # what `threads: workflow.cores` asks of the node
     args = ["--profile", "workflow/profiles/slurm", "--cores", str(cores), *TEST_CLUSTER_ARGS]
     declared = declared_resources(cluster, *args)

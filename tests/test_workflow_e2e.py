@@ -7,29 +7,17 @@ import re
 
 import pytest
 
-from bytesup.synthetic import write_tiny_llama
-from workflow_helpers import (
-    QUICK_TIMING,
-    assert_metrics_match, check_manifest, copy_project, independent_ffn, sha256, snakemake, write_config,
-)
-
+from conftest import TINY_DATE
+from workflow_helpers import assert_metrics_match, check_manifest, copy_project, independent_ffn, sha256, snakemake, write_config
 
 
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    project = copy_project(tmp_path_factory.mktemp("tiny-project"))
-    gguf = write_tiny_llama(project / "tiny.gguf")
-    write_config(
-        project, model="tiny",
-        models={"tiny": {"source": "path", "path": str(gguf), "sha256": sha256(gguf)}},
-        timing=QUICK_TIMING, report_date="2026-01-02",
-    )
-    proc = snakemake(project)
-    return project, gguf, proc
+def tiny_run(finished_tiny):
+    return finished_tiny, finished_tiny / "tiny.gguf"
 
 
 def test_tiny_run_builds_every_stage(tiny_run):
-    project, gguf, _ = tiny_run
+    project, gguf = tiny_run
     assert (project / "resources/models/tiny.gguf").read_bytes() == gguf.read_bytes()
     record = json.loads((project / "resources/models/tiny.json").read_text())
     assert record["sha256"] == sha256(gguf)
@@ -46,15 +34,15 @@ def test_tiny_run_builds_every_stage(tiny_run):
 
 
 def test_tiny_lesson3_matches_an_independent_implementation(tiny_run):
-    project, gguf, _ = tiny_run
+    project, gguf = tiny_run
     metrics = json.loads((project / "results/tiny/lessons/03_ffn_by_hand/metrics.json").read_text())
     assert_metrics_match(metrics, independent_ffn(gguf))
     assert metrics["gate_first_naive"] == pytest.approx(metrics["gate_first"], rel=1e-5, abs=1e-6)
 
 
 def test_tiny_report_is_dated_self_contained_and_cited(tiny_run):
-    project, _, _ = tiny_run
-    report = project / "report/2026-01-02"
+    project, _ = tiny_run
+    report = project / "report" / TINY_DATE
     html = (report / "index.html").read_text()
     assert "<script" not in html
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", html), "the report must fetch nothing"
@@ -62,14 +50,15 @@ def test_tiny_report_is_dated_self_contained_and_cited(tiny_run):
     manifest = check_manifest(report, project)
     rules = {f["rule"] for f in manifest["files"]}
     assert {"fetch", "extract", "timing_cpu", "timing_gpu", "lesson_03_ffn_by_hand"} <= rules
-    assert manifest["git_describe"] and manifest["config"]["model"] == "tiny"
+    # the project copy is not a git checkout: the report says so rather than inventing a version
+    assert manifest["git_describe"] == "unknown (not a git checkout)" and manifest["config"]["model"] == "tiny"
     assert manifest["machine"]["cpu_model"] and manifest["packages"]["snakemake"]
     md = (report / "report.md").read_text()
     assert md.count("[^") == 2 * len(manifest["notes"])  # each footnote: its marker and its text
 
 
 def test_nothing_to_do_after_a_complete_run(tiny_run):
-    project, _, _ = tiny_run
+    project, _ = tiny_run
     proc = snakemake(project, "-n")
     assert "Nothing to be done" in proc.stdout + proc.stderr
 

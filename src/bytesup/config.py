@@ -115,7 +115,21 @@ def validate(config: dict, schema_path: str | Path) -> dict:
     if err is not None:
         raise ConfigError(_one_line(err))
     model_spec(config, config["model"])
+    config["lessons"] = lesson_ids(config["lessons"])
     return config
+
+
+def lesson_ids(wanted) -> list[str]:
+    """`all` -> every lesson in the course's order; a list -> the same ids, checked, in the course's order."""
+    from bytesup.lessons import registry
+
+    known = list(registry())
+    if wanted == "all":
+        return known
+    unknown = [w for w in wanted if w not in known]
+    if unknown:
+        raise ConfigError(f"lessons: {', '.join(map(repr, unknown))} not known; known lessons: {', '.join(known)}")
+    return [k for k in known if k in wanted]
 
 
 def model_spec(config: dict, name: str) -> dict:

@@ -26,7 +26,8 @@ from bytesup.citations import SELF, CitationError, Ledger
 from bytesup.claims import COLUMNS as CLAIM_COLUMNS
 from bytesup.claims import STATUSES as CLAIM_STATUSES
 from bytesup.report_doc import Doc
-from bytesup.report_lessons import LESSON_HEADLINES
+from bytesup.lessons import registry
+from bytesup.lessons.spec import parameter
 
 FORMAT = "bytesup-report/1"
 REPORT_FILES = ("index.html", "report.md", "manifest.json", "claims.csv")
@@ -89,12 +90,17 @@ def csv_table(doc: Doc, path: str, caption: str, max_rows: int | None = TABLE_RO
 
 
 def _numbers_spec(lesson: str, metrics_path: str, ledger: Ledger) -> list[tuple[str, str, str | None]]:
-    """(label, key, format) of a lesson's headline numbers: report_lessons, else every top-level scalar."""
-    spec = LESSON_HEADLINES.get(lesson, {}).get("numbers")
-    if spec:
-        return list(spec)
+    """(label, key, format) of a lesson's headline numbers: its SPEC's, else every top-level scalar."""
+    spec = registry().get(lesson)
+    if spec is not None and spec.headlines:
+        return [(h.text, h.key, h.fmt) for h in spec.headlines]
     data = _json(ledger.location(metrics_path))
     return [(k, k, None) for k, v in data.items() if isinstance(v, (int, float, bool)) and v is not None]
+
+
+def _title(lesson: str) -> str:
+    spec = registry().get(lesson)
+    return spec.heading if spec is not None else lesson
 
 
 def _summary(doc: Doc, run: dict, manifest: dict) -> None:
@@ -111,10 +117,12 @@ def _summary(doc: Doc, run: dict, manifest: dict) -> None:
     )
     rows = []
     for lesson, files in run["lessons"].items():
-        if "metrics.json" not in files:
+        if "metrics_json" not in files:
             continue
-        for label, key, fmt in _numbers_spec(lesson, files["metrics.json"], L)[:SUMMARY_NUMBERS_PER_LESSON]:
-            rows.append([f"{lesson}: {label}", L.cite(files["metrics.json"], key, fmt)])
+        for label, key, fmt in _numbers_spec(lesson, files["metrics_json"], L)[:SUMMARY_NUMBERS_PER_LESSON]:
+            rows.append([f"{_title(lesson)}: {label}", L.cite(files["metrics_json"], key, fmt)])
+    for lesson, why in run.get("refused", {}).items():
+        rows.append([f"{_title(lesson)}", f"not run: {why}"])
     cpu = run["timing"].get("cpu_summary")
     if cpu:
         data = _json(L.location(cpu))
@@ -138,8 +146,8 @@ def _summary(doc: Doc, run: dict, manifest: dict) -> None:
 def _model_file(doc: Doc, run: dict) -> None:
     """What the extract stage read from the GGUF: architecture, counts, shape keys, the hash it checked."""
     L = doc.ledger
-    extract = {Path(p).name: p for p, rule in run["sources"].items() if rule == "extract"}
-    meta, index, tensors = extract.get("metadata.json"), extract.get("extract.json"), extract.get("tensors.csv")
+    extract = run["sources"].get("extract", {})
+    meta, index, tensors = extract.get("metadata"), extract.get("index"), extract.get("tensors_csv")
     rows = []
 
     def add(label: str, path: str | None, key: str, fmt: str | None = None) -> None:
@@ -171,27 +179,35 @@ def _model_file(doc: Doc, run: dict) -> None:
         doc.table(["quantity", "value"], rows)
 
 
-def _lesson(doc: Doc, lesson: str, files: dict) -> None:
+def _lesson(doc: Doc, lesson: str, files: dict, refused: str | None = None) -> None:
+    """One lesson's section: where its text comes from, its headline numbers, figures, tables, claims."""
     L = doc.ledger
-    spec = LESSON_HEADLINES.get(lesson, {})
-    doc.heading(2, spec.get("title", lesson), anchor=lesson)
-    metrics = files.get("metrics.json")
+    spec = registry().get(lesson)
+    doc.heading(2, _title(lesson), anchor=lesson)
+    if spec is not None:
+        doc.para(f"From: {spec.source}. Lesson id {spec.id}; its notebook is workflow/notebooks/{spec.id}.ipynb.")
+    if refused:
+        doc.para(f"Not run for this model: {refused}.")
+        return
+    metrics = files.get("metrics_json")
     if metrics:
         numbers = _numbers_spec(lesson, metrics, L)
         if numbers:
             doc.table(["quantity", "value"], [[label, L.cite(metrics, key, fmt)] for label, key, fmt in numbers])
-    captions = dict(spec.get("figures", {}))
-    for name in sorted(files):
-        if name.endswith(".png") and name not in captions:
-            captions[name] = name  # a figure report_lessons does not name yet still shows, under its file name
-    for name, caption in captions.items():
+    if spec is not None:
+        figures = [(parameter(name), caption) for name, caption in spec.figures.items()]
+        tables = [parameter(name) for name in spec.tables]
+    else:  # a lesson the registry does not know: every figure and table it wrote, under its name
+        figures = [(name, name) for name in sorted(files) if name.endswith("_png")]
+        tables = [name for name in sorted(files) if name.endswith("_csv") and name != "claims_csv"]
+    for name, caption in figures:
         if name in files:
             doc.figure(files[name], caption, os.path.relpath(files[name], doc.out_dir))
-    for name, path in files.items():
-        if name.endswith(".csv") and name != "claims.csv":
-            csv_table(doc, path, f"Table {name}")
-    if "claims.csv" in files:
-        path = files["claims.csv"]
+    for name in tables:
+        if name in files:
+            csv_table(doc, files[name], f"Table {Path(files[name]).name}")
+    if "claims_csv" in files:
+        path = files["claims_csv"]
         doc.heading(3, "The course's numbers against this run")
         counts = []
         for status in CLAIM_STATUSES:
@@ -212,7 +228,7 @@ COURSE_MACHINE_CLAIMS = (
 
 def _course_machine(doc: Doc, lessons: dict) -> None:
     """The course's DGX Spark figures beside this machine's, both read from lesson 3's claims.csv."""
-    claims = lessons.get("03_ffn_by_hand", {}).get("claims.csv")
+    claims = lessons.get("03_ffn_by_hand", {}).get("claims_csv")
     if not claims:
         return
     L = doc.ledger
@@ -276,9 +292,9 @@ def _claims_overall(doc: Doc, lessons: dict) -> None:
     doc.heading(2, "Course claims overall", anchor="claims")
     rows = []
     for lesson, files in lessons.items():
-        if "claims.csv" in files:
-            path = files["claims.csv"]
-            rows.append([lesson] + [L.cite(path, f"count/status={s}") for s in CLAIM_STATUSES] + [L.cite(path, "rows")])
+        if "claims_csv" in files:
+            path = files["claims_csv"]
+            rows.append([_title(lesson)] + [L.cite(path, f"count/status={s}") for s in CLAIM_STATUSES] + [L.cite(path, "rows")])
     rows.append(["all lessons"] + [L.cite(CLAIMS_FILE, f"count/status={s}") for s in CLAIM_STATUSES]
                 + [L.cite(CLAIMS_FILE, "rows")])
     doc.table(["lesson", *CLAIM_STATUSES, "claims"], rows)
@@ -352,14 +368,32 @@ def write_claims(lessons: dict, path: Path) -> None:
     """Every lesson's claims.csv, one after the other, in one table (the report cites its counts)."""
     columns, rows = list(CLAIM_COLUMNS), []
     for files in lessons.values():
-        if "claims.csv" in files:
-            header, lesson_rows = _csv_rows(files["claims.csv"])
+        if "claims_csv" in files:
+            header, lesson_rows = _csv_rows(files["claims_csv"])
             columns += [c for c in header if c not in columns]
             rows += lesson_rows
     with open(path, "w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, columns, lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
+
+
+def _by_kind(sources: dict) -> dict:
+    """The run's files by what they are, from the rules' output names (never from their paths)."""
+    cpu, gpu = sources.get("timing_cpu", {}), sources.get("timing_gpu", {})
+    timing = {"sweep_png": sources.get("timing_figure", {}).get("figure"),
+              "cpu_summary": cpu.get("summary"), "sweep_csv": cpu.get("sweep"), "stream_csv": cpu.get("stream"),
+              "dequant_csv": cpu.get("dequant"), "gpu_summary": gpu.get("summary"),
+              "gpu_sweep_csv": gpu.get("sweep"), "gpu_stream_csv": gpu.get("stream")}
+    lessons = {rule.removeprefix("lesson_"): outputs for rule, outputs in sources.items() if rule.startswith("lesson_")}
+    return {"model_record": sources["fetch"]["record"], "timing": {k: v for k, v in timing.items() if v},
+            "lessons": {lesson: lessons[lesson] for lesson in _course_order(lessons)}}
+
+
+def _course_order(lessons) -> list[str]:
+    """Lesson ids in the course's order (the registry's); ids it does not know come last, sorted."""
+    known = list(registry())
+    return sorted(lessons, key=lambda x: (known.index(x) if x in known else len(known), x))
 
 
 def _jsonable(value):
@@ -374,18 +408,20 @@ def _span(times: list[str | None], pick) -> str | None:
 def build(run: dict, out_dir: str | Path) -> dict:
     """Write index.html, report.md, manifest.json and claims.csv for one run; returns the manifest.
 
-    `run` holds: date, started, config, machine, packages, git_describe, model_record (path),
-    sources ({path: rule} of every file that may be cited), lessons ({lesson: {file name: path}}),
-    timing ({cpu_summary, sweep_csv, dequant_csv, stream_csv, gpu_summary, gpu_*_csv: paths}),
-    and optionally job_times ({path: {job_started, job_finished}}, from Snakemake's records).
+    `run` holds: date, started, config, machine, packages, git_describe, sources (every file that
+    may be cited, by the rule that wrote it and its output name: {rule: {output name: path}},
+    lesson rules named lesson_<lesson id>), refused ({lesson: why it did not run}), and optionally
+    job_times ({path: {job_started, job_finished}}, from Snakemake's records).
     Paths are relative to the current directory, the project root. Markdown figure links are
     relative to `out_dir`, so it must sit where the report will be read (or at the same depth).
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    run = {**run, **_by_kind(run["sources"])}
     ledger = Ledger(report_dir=out_dir)
-    for path, rule in run["sources"].items():
-        ledger.add_source(path, rule)
+    for rule, outputs in run["sources"].items():
+        for path in outputs.values():
+            ledger.add_source(path, rule)
     write_claims(run["lessons"], out_dir / CLAIMS_FILE)
     ledger.add_source(CLAIMS_FILE, "report", in_report=True)
 
@@ -409,8 +445,8 @@ def build(run: dict, out_dir: str | Path) -> dict:
     doc.heading(1, "llm-bytes-up report \u00b7 ", ledger.cite(SELF, "date"))
     _summary(doc, run, manifest)
     _model_file(doc, run)
-    for lesson, files in run["lessons"].items():
-        _lesson(doc, lesson, files)
+    for lesson in _course_order([*run["lessons"], *run.get("refused", {})]):
+        _lesson(doc, lesson, run["lessons"].get(lesson, {}), run.get("refused", {}).get(lesson))
     _timing(doc, run["timing"], run["lessons"])
     _claims_overall(doc, run["lessons"])
 
@@ -426,7 +462,8 @@ def build(run: dict, out_dir: str | Path) -> dict:
         "outputs_started": _span([f["job_started"] for f in files], min),
         "outputs_finished": _span([f["job_finished"] for f in files], max),
     }
-    uncited = sorted(set(run["sources"]) - {f["path"] for f in files})
+    every = {path for outputs in run["sources"].values() for path in outputs.values()}
+    uncited = sorted(every - {f["path"] for f in files})
     manifest["inputs_not_cited"] = uncited
     manifest["report"]["finished"] = provenance.now()
     _provenance(doc, manifest)

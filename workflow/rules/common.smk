@@ -3,7 +3,10 @@ import datetime
 import sys
 
 from bytesup.config import ConfigError, model_spec, validate
+from bytesup.lessons import read_metadata, registry
 from bytesup.runlock import clear_owner, record_owner, remove_stale_lock
+
+LESSONS = registry()  # every lesson the package declares, in the course's order
 
 try:
     validate(config, workflow.source_path("../schemas/config.schema.yaml"))
@@ -37,7 +40,6 @@ REPORT_DATE = config.get("report_date") or datetime.date.today().isoformat()
 
 wildcard_constraints:
     model=r"[A-Za-z0-9][A-Za-z0-9._-]*",
-    lesson=r"\d\d_[a-z0-9_]+",
     date=r"\d{4}-\d{2}-\d{2}",
 
 
@@ -46,8 +48,13 @@ def gguf_path(wildcards=None):
 
 
 def report_targets():
+    """The dated report, and the timing figure: the report needs it too, but it is named here so
+    that `snakemake -n` lists the timing jobs before the extract checkpoint has run."""
     names = ("index.html", "report.md", "manifest.json", "claims.csv")
-    return [f"report/{REPORT_DATE}/{name}" for name in names] + [f"report/{REPORT_DATE}.zip"]
+    dated = [f"report/{REPORT_DATE}/{name}" for name in names] + [
+        f"report/{REPORT_DATE}.zip"
+    ]
+    return dated + [f"results/timing/{MODEL}/sweep.png"]
 
 
 # --- fetch ---------------------------------------------------------------------------
@@ -63,37 +70,87 @@ def fetch_spec(wildcards):
     return model_spec(config, wildcards.model)
 
 
+# --- extract -------------------------------------------------------------------------
+
+
+def extract_patterns():
+    """The tensors the selected lessons read, in a stable order: a lesson's "?" pattern is
+    optional unless another lesson needs the same tensors for sure."""
+    patterns = []
+    for lesson in config["lessons"]:
+        for p in LESSONS[lesson].tensors:
+            if p not in patterns:
+                patterns.append(p)
+    return [p for p in patterns if not (p.startswith("?") and p[1:] in patterns)]
+
+
+# --- lessons -------------------------------------------------------------------------
+
+
+def lesson_mem_mb(spec):
+    """A lesson job's memory: its own, plus the float32 weights it may keep resident."""
+    return spec.mem_mb + (
+        config["forward"]["resident_budget_mb"] if spec.runs_model else 0
+    )
+
+
+def model_architecture(model):
+    """general.architecture of a model, read from the extract checkpoint's metadata.json."""
+    path = checkpoints.extract.get(model=model).output.metadata
+    return read_metadata(path).get("general.architecture")
+
+
+def lessons_run(model):
+    """(lessons that run, {lesson: why it does not}) for a model, from its architecture."""
+    arch = model_architecture(model)
+    run, refused = [], {}
+    for lesson in config["lessons"]:
+        why = LESSONS[lesson].refusal(arch)
+        if why:
+            refused[lesson] = why
+        else:
+            run.append(lesson)
+    return run, refused
+
+
 # --- report --------------------------------------------------------------------------
 
 
-def report_inputs(wildcards):
-    """Every file the report may cite, by the rule that writes it (rule name -> paths)."""
-    m = MODEL
-    by_rule = {
-        "fetch": [f"resources/models/{m}.json"],
-        "extract": [
-            f"results/{m}/gguf/metadata.json",
-            f"results/{m}/gguf/tensors.csv",
-            f"results/{m}/gguf/extract.json",
-        ],
-        "timing_cpu": expand(rules.timing_cpu.output, model=m),
-        "timing_gpu": expand(rules.timing_gpu.output, model=m),
-        "timing_figure": expand(rules.timing_figure.output, model=m),
+def named_outputs(rule_name, **wildcards):
+    """{output name: path} of a rule, its wildcards filled in."""
+    return {
+        name: path.format(**wildcards)
+        for name, path in getattr(rules, rule_name).output.items()
     }
-    for lesson in config["lessons"]:
-        outs = lesson_outputs(lesson, m)
-        outs.pop("notebook")
-        by_rule[f"lesson_{lesson}"] = list(outs.values())
-    return by_rule
-
-
-def report_input_files(wildcards):
-    return [path for paths in report_inputs(wildcards).values() for path in paths]
 
 
 def report_sources(wildcards):
-    return {p: rule for rule, ps in report_inputs(wildcards).items() for p in ps}
+    """Every file the report may cite, by the rule that writes it and that rule's output name."""
+    m = MODEL
+    sources = {
+        name: named_outputs(name, model=m)
+        for name in ("fetch", "timing_cpu", "timing_gpu", "timing_figure")
+    }
+    extract = named_outputs("extract", model=m)
+    extract.pop(
+        "tensors_dir"
+    )  # the .npy files: the report cites extract.json, which hashes each
+    sources["extract"] = extract
+    for lesson in lessons_run(m)[0]:
+        outs = named_outputs(f"lesson_{lesson}", model=m)
+        outs.pop("notebook")
+        sources[f"lesson_{lesson}"] = outs
+    sources["fetch"].pop(
+        "gguf"
+    )  # the model itself is cited by its record (name, size, sha256)
+    return sources
 
 
-def report_lessons(wildcards):
-    return {lesson: lesson_outputs(lesson, MODEL) for lesson in config["lessons"]}
+def report_input_files(wildcards):
+    return [
+        path for outs in report_sources(wildcards).values() for path in outs.values()
+    ]
+
+
+def lessons_refused(wildcards):
+    return lessons_run(MODEL)[1]

@@ -1,7 +1,10 @@
-# Stage 2: metadata, the tensor table, and float32 .npy files of the tensors the lessons read.
+# Stage 2: metadata, the tensor table, and float32 .npy files of the tensors the lessons read
+# (the union of the lessons' SPEC.tensors). A checkpoint: which lessons can run depends on the
+# architecture its metadata.json names (a lesson that does not follow it is not run, and the
+# report says why).
 
 
-rule extract:
+checkpoint extract:
     input:
         gguf="resources/models/{model}.gguf",
     output:
@@ -9,15 +12,17 @@ rule extract:
         tensors_csv="results/{model}/gguf/tensors.csv",
         index="results/{model}/gguf/extract.json",
         tensors_dir=directory("results/{model}/gguf/tensors"),
-    params:
-        patterns=config["extract"]["tensors"],
-        needed_by={lesson: LESSONS[lesson].get("tensors", []) for lesson in config["lessons"]},
     log:
         "logs/extract/{model}.log",
+    conda:
+        "../envs/bytesup.yaml"
     resources:
         mem_mb=4000,
         runtime=60,
-    conda:
-        "../envs/bytesup.yaml"
+    params:
+        patterns=extract_patterns(),
+        needed_by={
+            lesson: list(LESSONS[lesson].tensors) for lesson in config["lessons"]
+        },
     script:
         "../scripts/extract.py"

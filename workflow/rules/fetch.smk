@@ -7,16 +7,16 @@ rule fetch:
     output:
         gguf="resources/models/{model}.gguf",
         record="resources/models/{model}.json",
-    params:
-        name=lambda wc: wc.model,
-        spec=fetch_spec,
     log:
         "logs/fetch/{model}.log",
     retries: 1
+    conda:
+        "../envs/bytesup.yaml"
     resources:
         mem_mb=1000,
         runtime=240,
-    conda:
-        "../envs/bytesup.yaml"
+    params:
+        name=lambda wc: wc.model,
+        spec=fetch_spec,
     script:
         "../scripts/fetch.py"

@@ -28,14 +28,14 @@ rule report:
             )
         ),
         archive=update("report/{date}.zip"),
-    params:
-        sources=report_sources,
-        model=MODEL,
-        lessons=report_lessons,
     log:
         "logs/report/{date}.log",
     localrule: True
     conda:
         "../envs/bytesup.yaml"
+    params:
+        sources=report_sources,
+        refused=lessons_refused,
+        model=MODEL,
     script:
         "../scripts/report.py"

@@ -13,17 +13,17 @@ rule timing_cpu:
         sweep="results/timing/{model}/cpu/sweep.csv",
         stream="results/timing/{model}/cpu/stream.csv",
         dequant="results/timing/{model}/cpu/dequant.csv",
-    params:
-        timing=config["timing"],
-        seed=config["seed"],
     log:
         "logs/timing/{model}/cpu.log",
+    conda:
+        "../envs/bytesup.yaml"
     threads: workflow.cores
     resources:
         mem_mb=8000,
         runtime=30,
-    conda:
-        "../envs/bytesup.yaml"
+    params:
+        timing=config["timing"],
+        seed=config["seed"],
     script:
         "../scripts/timing_cpu.py"
 
@@ -35,19 +35,19 @@ rule timing_gpu:
         summary="results/timing/{model}/gpu/summary.json",
         sweep="results/timing/{model}/gpu/sweep.csv",
         stream="results/timing/{model}/gpu/stream.csv",
-    params:
-        timing=config["timing"],
-        seed=config["seed"],
-        mode=config["gpu"],
     log:
         "logs/timing/{model}/gpu.log",
+    conda:
+        "../envs/bytesup.yaml"
     threads: workflow.cores
     resources:
         mem_mb=8000,
         runtime=30,
         gpu=1 if config["gpu"] == "on" else 0,
-    conda:
-        "../envs/bytesup.yaml"
+    params:
+        timing=config["timing"],
+        seed=config["seed"],
+        mode=config["gpu"],
     script:
         "../scripts/timing_gpu.py"
 
@@ -59,17 +59,17 @@ rule timing_figure:
         gpu_summary="results/timing/{model}/gpu/summary.json",
         gpu_sweep="results/timing/{model}/gpu/sweep.csv",
     output:
-        report(
+        figure=report(
             "results/timing/{model}/sweep.png",
             caption="../report/timing_sweep.rst",
             category="Timing",
         ),
     log:
         "logs/timing/{model}/figure.log",
+    conda:
+        "../envs/bytesup.yaml"
     resources:
         mem_mb=1000,
         runtime=5,
-    conda:
-        "../envs/bytesup.yaml"
     script:
         "../scripts/timing_figure.py"

@@ -18,24 +18,7 @@ sm = snakemake  # noqa: F821  (injected by Snakemake's script directive)
 logging.basicConfig(filename=sm.log[0], level=logging.INFO, format="%(message)s")
 
 started = provenance.now()
-model = sm.params.model
-sources = dict(sm.params.sources)
-lessons = {
-    lesson: {Path(path).name: path for name, path in files.items() if name != "notebook"}
-    for lesson, files in sm.params.lessons.items()
-}
-timing = {}
-for path in sources:
-    p = Path(path)
-    if p.parts[:2] == ("results", "timing"):
-        kind = p.parent.name  # cpu or gpu
-        if p.suffix == ".png":
-            timing[f"{p.stem}_png"] = path
-        elif p.name == "summary.json":
-            timing[f"{kind}_summary"] = path
-        else:
-            timing[f"{p.stem}_csv" if kind == "cpu" else f"gpu_{p.stem}_csv"] = path
-
+sources = {rule: dict(outputs) for rule, outputs in sm.params.sources.items()}  # {rule: {output name: path}}
 run = {
     "date": sm.wildcards.date,
     "started": started,
@@ -43,12 +26,12 @@ run = {
     "machine": provenance.machine(),
     "packages": provenance.package_versions(),
     "git_describe": provenance.git_describe(),
-    "model_record": f"resources/models/{model}.json",
     "sources": sources,
-    "lessons": lessons,
-    "timing": timing,
-    "job_times": {path: provenance.job_times(path) for path in sources},
+    "refused": dict(sm.params.refused),
+    "job_times": {path: provenance.job_times(path) for outputs in sources.values() for path in outputs.values()},
 }
+for lesson, why in run["refused"].items():
+    logging.info("lesson %s did not run: %s", lesson, why)
 
 final = Path(sm.output.html).parent
 stage = final.with_name(f".{final.name}.building")

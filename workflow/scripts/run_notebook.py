@@ -1,13 +1,15 @@
 """Execute one lesson notebook with papermill (called by the lesson rules).
 
-The notebook runs into its log file first, so a failed run leaves the partly executed
-notebook where the user can open it; only a finished run is copied to the output.
+The notebook receives exactly the parameters its SPEC names (bytesup.lessons.spec): model,
+model_sha256, the config keys it takes, and every input and output path by name. It runs into
+its log file first, so a failed run leaves the partly executed notebook where the user can open
+it; only a finished run is copied to the output.
 """
 
 import json
 import os
-import shutil
 import sys
+import shutil
 from pathlib import Path
 
 import papermill
@@ -19,17 +21,16 @@ sm = snakemake  # noqa: F821  (injected by Snakemake's script directive)
 # starts `python`, so this environment's bin folder goes first on PATH.
 os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
 
-parameters = {name: str(path) for name, path in sm.input.items() if name != "notebook"}
+files = {**dict(sm.input.items()), **dict(sm.output.items())}
+parameters = {name: str(path) for name, path in files.items() if name not in ("notebook", "model_record")}
 parameters.update(
-    out_dir=sm.params.out_dir,
-    model=sm.params.model,
+    model=sm.wildcards.model,
     model_sha256=json.loads(Path(sm.input.model_record).read_text())["sha256"],
-    token=sm.params.token,
-    seed=int(sm.params.seed),
+    **sm.params.settings,
 )
 partial = Path(sm.log.notebook)
 partial.parent.mkdir(parents=True, exist_ok=True)
-Path(sm.params.out_dir).mkdir(parents=True, exist_ok=True)
+Path(sm.output.notebook).parent.mkdir(parents=True, exist_ok=True)
 
 try:
     papermill.execute_notebook(

@@ -76,7 +76,8 @@ class LessonSpec:
     headlines: tuple[Headline, ...] = ()
     config_keys: tuple[str, ...] = ()  # config keys passed as notebook parameters (token, seed, ...)
     architectures: tuple[str, ...] | None = None  # general.architecture values it follows; None: any file
-    mem_mb: int = 2000  # peak memory of the job, true for the course's specimen (7.16 GB Q8_0)
+    runs_model: bool = False  # runs the forward pass: its job also holds up to forward.resident_budget_mb
+    mem_mb: int = 2000  # peak memory of the job besides that, true for the course's specimen (7.16 GB Q8_0)
     runtime: int = 30  # minutes
 
     def __post_init__(self):
