@@ -202,13 +202,30 @@ def run_verify(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
+# -- lessons ----------------------------------------------------------------------------
+
+
+def add_lessons(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("lessons", help="list the lessons, in the course's order, with the ids the config takes")
+    p.set_defaults(run=run_lessons)
+
+
+def run_lessons(args: argparse.Namespace) -> int:
+    from bytesup.lessons import registry
+
+    for spec in registry().values():
+        follows = ", ".join(spec.architectures) if spec.architectures else "any architecture"
+        print(f"{spec.id}\n    {spec.heading}\n    from: {spec.source}\n    follows: {follows}")
+    return 0
+
+
 # -- main -------------------------------------------------------------------------------
 
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_inspect, add_verify]
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_inspect, add_verify, add_lessons]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bytesup", description="Look inside GGUF model files; check dated reports.")
+    parser = argparse.ArgumentParser(prog="bytesup", description="Look inside GGUF model files; check dated reports; list the lessons.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in COMMANDS:
