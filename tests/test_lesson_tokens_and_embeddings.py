@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import csv
 import json
 from pathlib import Path
@@ -14,6 +15,7 @@ from bytesup.extract import extract
 from bytesup.gguf_file import GGUFFile
 from bytesup.lessons import LessonInputError, TensorFiles, read_json
 from bytesup.lessons import tokens_and_embeddings as lesson
+from bytesup.lessons.spec import parameter
 from bytesup.synthetic import write_tiny_llama
 from workflow_helpers import run_notebook
 
@@ -172,24 +174,37 @@ def test_claims_statuses(tiny):
 # --- the notebook, end to end ---------------------------------------------------------------------
 
 
+def parameters_cell_names(notebook: Path) -> list[str]:
+    """Names assigned at top level in the notebook's cell tagged `parameters`, in order."""
+    cells = [c for c in json.loads(notebook.read_text())["cells"] if "parameters" in c["metadata"].get("tags", [])]
+    assert len(cells) == 1, "exactly one cell tagged parameters"
+    tree = ast.parse("".join(cells[0]["source"]))
+    return [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets]
+
+
+def test_notebook_declares_exactly_the_spec_parameters():
+    assert parameters_cell_names(NOTEBOOK) == lesson.SPEC.parameter_names()
+
+
 def test_notebook_runs_on_a_tiny_model(tiny, tmp_path):
     gguf, metadata_json, index = tiny
-    record = tmp_path / "tiny.json"
-    record.write_text(json.dumps({"name": "tiny", "sha256": ""}), encoding="utf-8")
     out = tmp_path / "out"
-    run_notebook(NOTEBOOK, tmp_path / "run.ipynb", cwd=ROOT, model="tiny",
-                 metadata_json=metadata_json, tensors_index=index,
-                 model_gguf=gguf, model_record=record, out_dir=out)
-    expected = {"metrics.json", "claims.csv", "token_row.csv", "nearest_neighbours.csv",
-                "random_vector_variants.csv", "cosine_random_vs_nearest.png"}  # fmt: skip
-    assert expected <= {p.name for p in out.iterdir()}
-    metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+    outputs = {parameter(name): out / f"x_{name}" for name in lesson.SPEC.files}
+    run_notebook(NOTEBOOK, tmp_path / "run.ipynb", cwd=ROOT, model="tiny", model_sha256="",
+                 metadata_json=metadata_json, tensors_index=index, model_gguf=gguf, **outputs)
+    assert sorted(p.name for p in out.iterdir()) == sorted(f"x_{name}" for name in lesson.SPEC.files)
+    metrics = json.loads((out / "x_metrics.json").read_text(encoding="utf-8"))
     assert round(metrics["random_dot"], 2) == -18.14 and metrics["is_specimen"] is False
-    with (out / "claims.csv").open(encoding="utf-8") as fh:
+    with (out / "x_claims.csv").open(encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
     assert [r["status"] for r in rows] == ["specimen differs"] + ["reproduced"] * 4
-    with (out / "token_row.csv").open(encoding="utf-8") as fh:
+    with (out / "x_token_row.csv").open(encoding="utf-8") as fh:
         assert len(list(csv.DictReader(fh))) == 32
+    code = "\n".join("".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code")
+    for step in ("token_id = vocab.index(stored)", "x = np.asarray(E[token_id]", "rms_x = np.sqrt(np.mean(x * x))",
+                 "a, b = rng.standard_normal(4096), rng.standard_normal(4096)"):
+        assert step in code, step
+    assert "matplotlib.use" not in code
 
 
 def test_default_model_cat_row(default_gguf):
