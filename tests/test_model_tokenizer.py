@@ -213,6 +213,9 @@ def test_spm_byte_fallback_and_specials():
     # a control token in the text is matched whole; the space prefix follows it again
     assert tok.encode("<start>cat", add_special=False) == [269, 266]
     assert tok.encode("cat", add_special=False) == [266]
+    assert tok.encode("cat</s><unk>", add_special=False) == [266, 2, 0]  # control and unknown, whole
+    assert tok.encode("cat</s>", add_special=False, parse_special=False)[0] == 266  # as plain text
+    assert 2 not in tok.encode("cat</s>", add_special=False, parse_special=False)
     eos = Tokenizer.from_metadata(spm_metadata(SPM_PIECES, **{"tokenizer.ggml.add_eos_token": True}))
     assert eos.encode("cat") == [1, 266, 2]
 
@@ -235,3 +238,32 @@ def test_unsupported_model_and_pre(default_gguf):
 def test_missing_vocabulary_is_one_line():
     with pytest.raises(TokenizerError, match=r"^x\.gguf: tokenizer\.ggml\.tokens is missing"):
         Tokenizer.from_metadata({"tokenizer.ggml.model": "gpt2"}, source="x.gguf")
+
+
+def test_pre_tokenizer_regexes_match_hf_tokenizers():
+    """Our regex sequences cut text exactly where Hugging Face tokenizers' pre-tokenizers do."""
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers import Regex
+    from tokenizers import pre_tokenizers as pt
+
+    from bytesup.tokens import gpt2_byte_to_char
+
+    table = gpt2_byte_to_char()
+    byte_level = pt.ByteLevel(add_prefix_space=False, use_regex=True)
+    hf = {
+        "gpt2": byte_level,
+        "smollm": pt.Sequence([pt.Digits(individual_digits=True), byte_level]),
+        "llama-bpe": pt.Sequence([
+            pt.Split(Regex(
+                r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+                r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+            ), behavior="isolated"),
+            pt.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]),
+    }
+    assert tokenizers.__version__
+    for name, pre in hf.items():
+        for s in STRINGS:
+            theirs = [piece for piece, _ in pre.pre_tokenize_str(s)]
+            ours = ["".join(table[b] for b in w.encode("utf-8")) for w in pre_tokenize(s, PRE_TOKENIZERS[name])]
+            assert ours == theirs, (name, s)

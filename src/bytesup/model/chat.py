@@ -116,7 +116,7 @@ def render_chat(
         )
     except jinja2.exceptions.SecurityError as exc:
         raise ChatTemplateError(f"{source}: the chat template tried something unsafe and was stopped: {_one_line(exc)}") from None
-    except Exception as exc:  # a template is data: whatever it raises becomes one line
+    except Exception as exc:  # noqa: BLE001 - a template is data: whatever it raises becomes one line
         raise ChatTemplateError(f"{source}: the chat template failed ({type(exc).__name__}): {_one_line(exc)}") from None
 
 

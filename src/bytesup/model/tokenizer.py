@@ -207,9 +207,11 @@ class Tokenizer:
     # --- step 1: special tokens, matched whole ----------------------------------------------
     @property
     def special_pattern(self) -> regex.Pattern | None:
-        """Control and user-defined tokens, longest first so the longest match wins."""
+        """Control, user-defined and unknown tokens (llama.cpp's cache_special_tokens), longest
+        first so the longest match wins."""
         if not hasattr(self, "_special_re"):
-            texts = {t for t, k in zip(self.tokens, self.token_types) if k in (CONTROL, USER_DEFINED) and t}
+            kinds = (CONTROL, USER_DEFINED, UNKNOWN)
+            texts = {t for t, k in zip(self.tokens, self.token_types) if k in kinds and t}
             ordered = sorted(texts, key=lambda t: (-len(t), t))
             self._special_re = regex.compile("|".join(regex.escape(t) for t in ordered)) if ordered else None
         return self._special_re
