@@ -3,6 +3,7 @@ beside their numbers, and the report's provenance repeats them."""
 
 from __future__ import annotations
 
+import os
 import platform
 from pathlib import Path
 
@@ -24,3 +25,11 @@ def blas_info() -> list[dict]:
 
     keep = ("user_api", "internal_api", "prefix", "version", "num_threads", "architecture", "threading_layer")
     return [{k: info.get(k) for k in keep} for info in threadpool_info() if info.get("user_api") == "blas"]
+
+
+def memory_bytes() -> int | None:
+    """The machine's physical memory in bytes (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None

@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bytesup.machine import blas_info, cpu_model
+from bytesup.machine import blas_info, cpu_model, memory_bytes
 
 PACKAGES = (
     "bytesup", "snakemake", "numpy", "gguf", "pandas", "matplotlib", "papermill",
@@ -53,13 +53,6 @@ def package_versions(names=PACKAGES) -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             versions[name] = "not installed"
     return versions
-
-
-def memory_bytes() -> int | None:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
 
 
 def config_sha256(config: dict) -> str:

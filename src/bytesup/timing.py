@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from bytesup.machine import blas_info, cpu_model
+from bytesup.machine import blas_info, cpu_model, memory_bytes
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +133,7 @@ def machine_facts(threads: int) -> dict:
         "threads": threads,
         "llc_bytes": size,
         "llc_source": source,
+        "memory_bytes": memory_bytes(),
         "blas": blas_info(),
         "environment": {name: os.environ[name] for name in ENV_FACTS if name in os.environ},
     }
