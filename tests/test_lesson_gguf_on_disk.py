@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import csv
 import json
 import struct
@@ -13,6 +14,7 @@ import pytest
 from bytesup import claims
 from bytesup.gguf_file import GGUFFile
 from bytesup.lessons import gguf_on_disk as lesson
+from bytesup.lessons.spec import parameter
 from bytesup.synthetic import write_tiny_llama
 from workflow_helpers import run_notebook
 
@@ -221,27 +223,49 @@ def test_specimen_numbers_would_reproduce():
 # --- the notebook, end to end on a synthetic model ------------------------------------------------
 
 
+def parameters_cell_names(notebook: Path) -> list[str]:
+    """Names assigned at top level in the notebook's cell tagged `parameters`, in order."""
+    cells = [c for c in json.loads(notebook.read_text())["cells"] if "parameters" in c["metadata"].get("tags", [])]
+    assert len(cells) == 1, "exactly one cell tagged parameters"
+    tree = ast.parse("".join(cells[0]["source"]))
+    return [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets]
+
+
+def test_notebook_declares_exactly_the_spec_parameters():
+    assert parameters_cell_names(NOTEBOOK) == lesson.SPEC.parameter_names()
+
+
 def test_notebook_runs_on_a_tiny_model(tmp_path):
     gguf = write_tiny_llama(tmp_path / "tiny.gguf")
-    record = tmp_path / "tiny.json"
-    record.write_text(json.dumps({"name": "tiny", "sha256": ""}), encoding="utf-8")
     out = tmp_path / "out"
-    run_notebook(NOTEBOOK, tmp_path / "run.ipynb", cwd=ROOT,
-                 model="tiny", model_gguf=gguf, model_record=record, out_dir=out)
-    expected = {"metrics.json", "claims.csv", "metadata_table.csv", "tensor_table.csv", "byte_accounting.csv",
-                "bytes_by_type.csv", "bytes_by_type.png", "q8_0_block.csv", "q4_1_block.csv"}  # fmt: skip
-    assert expected <= {p.name for p in out.iterdir()}
-    metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+    outputs = {parameter(name): out / f"x_{name}" for name in lesson.SPEC.files}
+    run_notebook(NOTEBOOK, tmp_path / "run.ipynb", cwd=ROOT, model="tiny", model_sha256="", model_gguf=gguf, **outputs)
+    assert sorted(p.name for p in out.iterdir()) == sorted(f"x_{name}" for name in lesson.SPEC.files)
+    metrics = json.loads((out / "x_metrics.json").read_text(encoding="utf-8"))
     assert metrics["bytes_accounted"] == metrics["file_size"] == gguf.stat().st_size
     assert metrics["is_specimen"] is False
-    with (out / "claims.csv").open(encoding="utf-8") as fh:
+    with (out / "x_claims.csv").open(encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
     assert list(rows[0]) == list(claims.COLUMNS)
     assert {r["status"] for r in rows if r["claim_id"].startswith("course.")} == {"reproduced"}
     assert {r["status"] for r in rows if r["claim_id"].startswith("file.")} == {"specimen differs"}
-    with (out / "q4_1_block.csv").open(encoding="utf-8") as fh:
+    with (out / "x_q4_1_block.csv").open(encoding="utf-8") as fh:
         block = list(csv.DictReader(fh))
     assert len(block) == 32 and all(r["same_bits"] == "True" for r in block)
+    code = "\n".join("".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code")
+    for step in ('struct.unpack_from("<IQQ", prefix, 4)', "w = np.float32(d) * q.astype(np.float32)",
+                 "w = d * q.astype(np.float32) + m", "llama_tensor_shapes(spec)"):
+        assert step in code, step
+    assert "matplotlib.use" not in code and "gguf.quants" not in code
+
+
+def test_run_returns_each_table_once(tiny):
+    metrics, tables = lesson.run(tiny)
+    assert set(metrics) == set(lesson.compute(tiny))
+    assert tables["metadata"] == lesson.metadata_table(tiny) and tables["tensors"] == lesson.tensor_table(tiny)
+    assert sum(r["bytes"] for r in tables["accounting"][:-1]) == metrics["file_size"]
+    pick, blk, checks, rows = tables["blocks"]["q4_1"]
+    assert pick.type_name == "Q4_1" and len(rows) == 32 and checks["bit_exact_gguf_py"] is True
 
 
 # --- the real default model (skipped where it is absent) -------------------------------------------

@@ -516,8 +516,10 @@ def metadata_architecture(metadata: Mapping, tied: bool) -> Architecture | None:
 # --- the whole lesson ----------------------------------------------------------------------------
 
 
-def compute(f: GGUFFile, token: str = " cat") -> dict:
-    """Every number the lesson reports, as a flat dict (lists and numpy values allowed)."""
+def run(f: GGUFFile, token: str = " cat") -> tuple[dict, dict]:
+    """(metrics, tables): every number the lesson reports, as a flat dict (lists and numpy values
+    allowed), and the tables behind them, each computed once: "metadata", "tensors", "accounting",
+    "by_type" (rows) and "blocks" ({"q8_0": ..., "q4_1": ...}: (pick, Block, checks, rows), or None)."""
     buf = read_prefix(f)  # header, metadata and tensor infos: what the hand readers look at
     header = read_header(buf)
     acc = f.byte_accounting()
@@ -605,13 +607,16 @@ def compute(f: GGUFFile, token: str = " cat") -> dict:
     except (TokenError, KeyError):
         tid = None  # not one token here: the Q8_0 block comes from the first Q8_0 tensor instead
     m["token"], m["token_id"] = token, tid
+    blocks: dict = {}
     for key, pick in chosen_blocks(f, tid).items():
+        blocks[key] = None
         if pick is None:
             m[f"{key}_block"] = None  # the file has no tensor of this type
             m[f"{key}_block_bit_exact_gguf_py"] = m[f"{key}_block_bit_exact_bytesup"] = None
             m[f"{key}_block_d"] = m[f"{key}_block_tensor"] = None
             continue
-        _, checks = block_report(f, pick)
+        blk, checks = block_report(f, pick)
+        blocks[key] = (pick, blk, checks, block_rows(blk, checks["gguf_py_values"]))
         m[f"{key}_block"] = {k: v for k, v in checks.items() if not k.startswith("bit_exact")}
         m[f"{key}_block_bit_exact_gguf_py"] = checks["bit_exact_gguf_py"]
         m[f"{key}_block_bit_exact_bytesup"] = checks["bit_exact_bytesup"]
@@ -619,7 +624,14 @@ def compute(f: GGUFFile, token: str = " cat") -> dict:
         m[f"{key}_block_tensor"] = pick.tensor
 
     m.update(course_arithmetic())
-    return m
+    tables = {"metadata": meta_rows, "tensors": info_rows, "accounting": accounting_rows(acc), "by_type": types,
+              "blocks": blocks}  # fmt: skip
+    return m, tables
+
+
+def compute(f: GGUFFile, token: str = " cat") -> dict:
+    """The metrics of ``run`` alone."""
+    return run(f, token)[0]
 
 
 def evaluate_claims(metrics: Mapping, *, model: str, sha256: str = "", metadata: Mapping | None = None,
