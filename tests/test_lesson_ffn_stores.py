@@ -245,16 +245,39 @@ WRITES = ["claims.csv", "metrics.json", "parameter_shares.png", "parameters.csv"
           "slot_coefficients.png", "top_slots.csv", "value_vectors.csv"]
 
 
+def parameters_cell_names(notebook: Path) -> list[str]:
+    """The names the notebook's cell tagged `parameters` assigns at top level, in order."""
+    import ast
+
+    cells = [c for c in json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+             if "parameters" in c.get("metadata", {}).get("tags", [])]
+    assert len(cells) == 1, "exactly one cell tagged parameters"
+    tree = ast.parse("".join(cells[0]["source"]))
+    return [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)]
+
+
+def test_notebook_declares_exactly_the_spec_parameters():
+    assert parameters_cell_names(NOTEBOOK) == lesson.SPEC.parameter_names()
+    nb = json.loads(NOTEBOOK.read_text(encoding="utf-8"))
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert all(not c["outputs"] and c["execution_count"] is None for c in code), "commit the notebook stripped"
+    assert not any("matplotlib.use" in "".join(c["source"]) for c in code)
+
+
+def extracted_project(root: Path, gguf: Path) -> Path:
+    """A project folder (Snakefile marker) with the extract stage's files at the default paths."""
+    (root / "Snakefile").write_text("# project root marker\n")
+    base = root / "results" / "smollm2-135m" / "gguf"
+    extract(gguf, base, PATTERNS)
+    (root / "workflow" / "notebooks").mkdir(parents=True)
+    return base
+
+
 def test_notebook_runs_standalone_from_its_folder(tmp_path):
     """papermill with the default parameters, from workflow/notebooks/ of a project with a finished extract."""
     pytest.importorskip("papermill")
-    (tmp_path / "Snakefile").write_text("# project root marker\n")
-    gguf = write_tiny_llama(tmp_path / "tiny.gguf", tied=True)
-    base = tmp_path / "results" / "smollm2-135m" / "gguf"
-    extract(gguf, base, PATTERNS)
-    nb_dir = tmp_path / "workflow" / "notebooks"
-    nb_dir.mkdir(parents=True)
-    run_notebook(NOTEBOOK, tmp_path / "executed.ipynb", cwd=nb_dir)
+    base = extracted_project(tmp_path, write_tiny_llama(tmp_path / "tiny.gguf", tied=True))
+    run_notebook(NOTEBOOK, tmp_path / "executed.ipynb", cwd=tmp_path / "workflow" / "notebooks")
     out = tmp_path / "results" / "smollm2-135m" / "lessons" / "03b_what_the_ffn_stores"
     assert sorted(p.name for p in out.iterdir()) == WRITES
     got = json.loads((out / "metrics.json").read_text())
@@ -271,3 +294,31 @@ def test_notebook_runs_standalone_from_its_folder(tmp_path):
     assert drift and all(abs(float(r["drift_length"]) - float(r["formula_drift_length"])) < 1e-9 for r in drift)
     for name in ("slot_coefficients.png", "rome_drift.png", "parameter_shares.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_notebook_writes_where_its_parameters_say(tmp_path):
+    """Every output path comes from a parameter, as the rule passes them; nothing lands at the defaults."""
+    pytest.importorskip("papermill")
+    extracted_project(tmp_path, write_tiny_llama(tmp_path / "tiny.gguf", tied=False))
+    out = tmp_path / "elsewhere"
+    outputs = {k: str(out / Path(v).name) for k, v in lesson.SPEC.outputs("x").items() if k != "notebook"}
+    run_notebook(NOTEBOOK, tmp_path / "executed.ipynb", cwd=tmp_path / "workflow" / "notebooks",
+                 model_sha256="ab" * 32, seed=3, **outputs)
+    assert sorted(p.name for p in out.iterdir()) == WRITES
+    assert not (tmp_path / "results" / "smollm2-135m" / "lessons").exists()
+    got = json.loads((out / "metrics.json").read_text())
+    assert got["model_sha256"] == "ab" * 32 and got["seed"] == 3 and got["tied"] is False
+
+
+@pytest.mark.slow
+def test_notebook_on_the_default_model(tmp_path, default_gguf):
+    """The in-cell checks hold on the real weights (SmolLM2-135M, tied, Q4_1)."""
+    pytest.importorskip("papermill")
+    extracted_project(tmp_path, default_gguf)
+    run_notebook(NOTEBOOK, tmp_path / "executed.ipynb", cwd=tmp_path / "workflow" / "notebooks")
+    out = tmp_path / "results" / "smollm2-135m" / "lessons" / "03b_what_the_ffn_stores"
+    got = json.loads((out / "metrics.json").read_text())
+    assert got["slots_per_layer"] == 1536 and got["model_total"] == 134_515_008 and got["tied"] is True
+    assert got["rome_target_rel_err"] < 1e-12 and got["regroup_rel_diff"] < 1e-4
+    with (out / "claims.csv").open(encoding="utf-8") as f:
+        assert {r["status"] for r in csv.DictReader(f)} == {"reproduced"}

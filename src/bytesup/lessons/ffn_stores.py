@@ -1,4 +1,4 @@
-"""Lesson 5, "What the FFN stores" (course text 001): the FFN as a bank of key-value memories.
+"""Lesson 3's deep dive, "What the FFN stores" (course text 001): the FFN as a bank of key-value memories.
 
 What is computed, in the lesson's order:
   1. the regrouping, on this model's real block-``block`` weights: W_down h is a sum of columns,
@@ -34,7 +34,7 @@ from bytesup import param_counts as pc
 from bytesup.model import configs
 from bytesup.layers import silu
 from bytesup.lessons.spec import COMPANION, Headline, LessonSpec
-from bytesup.lessons import FIGSIZE, LessonInputError
+from bytesup.lessons import LessonInputError, figure
 from bytesup.ffn_walk import Walk, dims, walk
 from bytesup.tokens import display, lookup, tokenizer_of
 
@@ -185,13 +185,18 @@ def rebuild_error(s: Slots, counts: Iterable[int]) -> dict[int, float]:
     return {m: float(np.linalg.norm(out - partial[:, min(m, s.a.shape[0]) - 1]) / n) for m in counts}
 
 
-def slot_metrics(s: Slots, top_k: int) -> dict:
+def rebuild_curve(s: Slots) -> dict[int, float]:
+    """rebuild_error for every m from 1 to the number of slots: the right panel of the slots figure."""
+    return rebuild_error(s, range(1, s.a.shape[0] + 1))
+
+
+def slot_metrics(s: Slots, top_k: int, curve: Mapping[int, float]) -> dict:
+    """The top slots by |a_i|, and how many slots rebuild the output (from ``rebuild_curve``)."""
     a = s.a.astype(np.float64)
     g = s.walk.trace.g
     top = s.order[:top_k]
     counts = [c for c in (1, 10, 100, s.a.shape[0] // 4, s.a.shape[0] // 2) if c <= s.a.shape[0]]
-    err = rebuild_error(s, counts)
-    curve = rebuild_error(s, range(1, s.a.shape[0] + 1))
+    err = {m: curve[m] for m in counts}
     slots_for_half = next(m for m, e in curve.items() if e <= 0.5)
     slots_for_90 = next(m for m, e in curve.items() if e <= 0.1)
     return {
@@ -502,7 +507,7 @@ def rome(metadata: Mapping, tensors: Mapping, s: Slots, target: str, *, seed: in
                 residual_length=float(np.linalg.norm(r)), metrics=metrics)
 
 
-def rome_table(ro: Rome, n_named: int | None = None) -> list[dict]:
+def rome_table(ro: Rome) -> list[dict]:
     """One row per key: its overlap with k*, the measured drift, and the formula's drift."""
     rows = []
     for j, i in enumerate(ro.key_ids):
@@ -559,6 +564,8 @@ class Lesson:
     parameters: list
     archs: list
     counted: list  # pc.count(...) of each architecture, this model's with its file bytes added
+    rebuild_curve: dict  # m -> relative error of the output rebuilt from the m largest terms
+    rome_drift: list  # rome_table(rome): one row per key the edit was tested on
 
 
 def run(metadata: Mapping, tensors: Mapping, tensor_rows: Sequence[Mapping], token: str = " cat",
@@ -570,7 +577,8 @@ def run(metadata: Mapping, tensors: Mapping, tensor_rows: Sequence[Mapping], tok
     s = slots(metadata, tensors, token, block)
     m: dict = {"block": block, "token": token, "token_id": s.walk.token_id, "seed": seed}
     m.update(regroup_metrics(s))
-    m.update(slot_metrics(s, top_k))
+    curve = rebuild_curve(s)
+    m.update(slot_metrics(s, top_k, curve))
     m.update(ffn_output_reading(s, tensors, metadata, n_tokens))
     arch, acc = model_accounting(metadata, tensor_rows, model)
     m.update({f"model_{k}": v for k, v in acc.items()})
@@ -582,7 +590,8 @@ def run(metadata: Mapping, tensors: Mapping, tensor_rows: Sequence[Mapping], tok
     counted = [acc, pc.count(configs.LLAMA3_8B), pc.count(configs.GPT2_SMALL)]
     return Lesson(metrics=m, slots=s, rome=ro, top_slots=top_slot_table(s, top_k),
                   value_vectors=value_vector_table(s, tensors, metadata, top_k, n_tokens),
-                  parameters=parameter_table(archs, counted), archs=archs, counted=counted)
+                  parameters=parameter_table(archs, counted), archs=archs, counted=counted,
+                  rebuild_curve=curve, rome_drift=rome_table(ro))
 
 
 def compute(metadata: Mapping, tensors: Mapping, tensor_rows: Sequence[Mapping], token: str = " cat",
@@ -600,12 +609,11 @@ def evaluate_claims(metrics: Mapping, *, model: str, sha256: str = "", metadata:
 # --- figures ------------------------------------------------------------------------------------
 
 
-def plot_slots(s: Slots, top_k: int = 10, title: str = ""):
-    """Left: every slot's coefficient a_i, the top ones marked. Right: how many slots rebuild the output."""
-    import matplotlib.pyplot as plt
-
+def plot_slots(s: Slots, curve: Mapping[int, float], top_k: int = 10, title: str = ""):
+    """Left: every slot's coefficient a_i, the top ones marked. Right: how many slots rebuild the output
+    (``curve`` from rebuild_curve)."""
     a = s.a.astype(np.float64)
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=FIGSIZE)
+    fig, (ax1, ax2) = figure(1, 2)
     ax1.vlines(np.arange(a.size), 0, a, color="0.55", lw=0.5)
     top = s.order[:top_k]
     ax1.plot(top, a[top], "o", color="C3", ms=3, label=f"top {top_k} by |a|")
@@ -613,7 +621,6 @@ def plot_slots(s: Slots, top_k: int = 10, title: str = ""):
     ax1.set_xlabel("slot i")
     ax1.set_ylabel("a_i = SiLU(g_i) u_i")
     ax1.legend(fontsize=7)
-    curve = rebuild_error(s, range(1, a.size + 1))
     ax2.plot(list(curve), list(curve.values()), color="C0")
     ax2.set_xscale("log")
     ax2.set_ylim(0, 1.05)
@@ -627,10 +634,9 @@ def plot_slots(s: Slots, top_k: int = 10, title: str = ""):
 
 
 def plot_rome(ro: Rome, title: str = ""):
-    """Left: each key's drift against its overlap with k*, on the formula's line. Right: cos(k, k*)."""
-    import matplotlib.pyplot as plt
-
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=FIGSIZE)
+    """Left: each key's drift against its overlap with k*, on the formula's line.
+    Right: the sampled keys' relative drift, with C = I and with ROME's C = K K^T."""
+    fig, (ax1, ax2) = figure(1, 2)
     x = ro.overlap
     ax1.scatter(x, ro.drift_length, s=4, color="C0", lw=0, label="keys: measured |W_hat k - W k|")
     s = np.array([min(float(x.min()), 0.0), 0.0, 1.0])  # from the lowest overlap up to k* itself
@@ -662,12 +668,10 @@ def plot_rome(ro: Rome, title: str = ""):
 
 def plot_parameters(archs: Sequence[configs.Architecture], counted: Sequence[Mapping]):
     """Where each model's parameters are: attention, FFN, norms, embeddings and head, as shares."""
-    import matplotlib.pyplot as plt
-
     parts = (("FFN", lambda c: c["ffn_total"]), ("attention", lambda c: c["attention_total"]),
              ("norms", lambda c: c["layers"] * c["block_norms"] + c["output_norm"]),
              ("embeddings + head", lambda c: c["embeddings_and_head"] + c["positions"]))
-    fig, ax = plt.subplots(figsize=FIGSIZE)
+    fig, ax = figure()
     left = np.zeros(len(archs))
     for (label, f), colour in zip(parts, ("C3", "C0", "C2", "C7")):
         share = np.array([f(c) / c["total"] for c in counted])
