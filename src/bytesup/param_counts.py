@@ -27,9 +27,9 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from bytesup.model.configs import Architecture
+from bytesup.model.configs import Architecture, type_bytes
 
-BF16_BYTES = 2
+BF16_BYTES = type_bytes("BF16", 1)  # what the texts price a weight at (gguf-py's block table)
 
 
 BLOCK_PARTS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down", "norms")
