@@ -306,10 +306,46 @@ def test_specimen_on_the_course_machine_is_compared(tiny):
     assert {r.status for r in results} == {"reproduced"}
 
 
-# --- 6. the notebook, standalone, on a tiny model with a measured GPU -------------------------------
+def test_this_models_kv_cache_and_bound_table(tiny):
+    _, meta, rows = tiny
+    d = lesson.dims(meta)
+    arch = lesson.model_architecture(d, rows)
+    assert (arch.n_layers, arch.n_kv_heads, arch.head_dim, arch.tied) == (2, 2, 8, "output.weight" not in {r["name"] for r in rows})
+    sweep = sweep_rows(50, 200)
+    run = lesson.run(meta, rows, timing_summary=cpu_summary(sweep), timing_sweep=as_csv_rows(sweep), gpu_summary=GPU_SKIPPED)
+    assert run.metrics["model_kv_cache_bytes_per_context_token"] == 2 * 2 * 2 * 8 * 2  # K and V, blocks, heads, width, F16
+    wider = dict(d, value_dim=16)  # values twice as long as keys: K at 8, V at 16
+    assert lesson.model_kv_bytes_per_context_token(wider, rows) == 2 * 2 * (8 + 16) * 2
+    assert [(b["device"], b["model"]) for b in run.bounds] == [("cpu", a.label) for a in run.accounts]
+    assert {b["bound"] for b in run.bounds} <= {"memory", "compute"}
+    assert run.bounds[0]["memory ceiling tok/s"] == run.metrics["model_cpu_memory_ceiling_tps"]
 
 
-def test_notebook_runs_standalone_from_its_folder(tmp_path):
+# --- 6. the notebook, standalone, on a tiny model ---------------------------------------------------
+
+
+def parameters_cell_names(notebook: Path) -> list[str]:
+    """The names the notebook's cell tagged `parameters` assigns at top level, in order."""
+    import ast
+
+    cells = [c for c in json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+             if "parameters" in c.get("metadata", {}).get("tags", [])]
+    assert len(cells) == 1, "exactly one cell tagged parameters"
+    tree = ast.parse("".join(cells[0]["source"]))
+    return [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)]
+
+
+def test_notebook_declares_exactly_the_spec_parameters():
+    assert parameters_cell_names(NOTEBOOK) == lesson.SPEC.parameter_names()
+    nb = json.loads(NOTEBOOK.read_text(encoding="utf-8"))
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert all(not c["outputs"] and c["execution_count"] is None for c in code), "commit the notebook stripped"
+    assert not any("matplotlib.use" in "".join(c["source"]) for c in code)
+
+
+@pytest.mark.parametrize("gpu", ["measured", "skipped"])
+def test_notebook_runs_standalone_from_its_folder(tmp_path, gpu):
+    """Default input paths; outputs at the defaults (GPU skipped) or where parameters say (GPU measured)."""
     pytest.importorskip("papermill")
     (tmp_path / "Snakefile").write_text("# project root marker\n")
     gguf = write_tiny_llama(tmp_path / "tiny.gguf", tied=True)
@@ -320,16 +356,22 @@ def test_notebook_runs_standalone_from_its_folder(tmp_path):
     (timing / "cpu").mkdir(parents=True)
     (timing / "cpu" / "summary.json").write_text(json.dumps(cpu_summary(sweep)))
     write_csv(timing / "cpu" / "sweep.csv", sweep)
-    gsum, gsweep = gpu_files()
+    gsum, gsweep = gpu_files() if gpu == "measured" else (GPU_SKIPPED, [])  # skipped: a header-only sweep.csv
     (timing / "gpu").mkdir(parents=True)
     (timing / "gpu" / "summary.json").write_text(json.dumps(gsum))
     write_csv(timing / "gpu" / "sweep.csv", gsweep)
     nb_dir = tmp_path / "workflow" / "notebooks"
     nb_dir.mkdir(parents=True)
-    run_notebook(NOTEBOOK, tmp_path / "executed.ipynb", cwd=nb_dir)
+    default_out = tmp_path / "results" / "smollm2-135m" / "lessons" / lesson.SPEC.id
+    if gpu == "measured":
+        out = tmp_path / "elsewhere"
+        outputs = {k: str(out / Path(v).name) for k, v in lesson.SPEC.outputs("x").items() if k != "notebook"}
+    else:
+        out, outputs = default_out, {}
+    run_notebook(NOTEBOOK, tmp_path / "executed.ipynb", cwd=nb_dir, **outputs)
 
-    out = tmp_path / "results" / "smollm2-135m" / "lessons" / lesson.SPEC.id
     assert sorted(p.name for p in out.iterdir()) == WRITES
+    assert default_out.exists() is (gpu == "skipped")
     got = json.loads((out / "metrics.json").read_text())
     want = plain(lesson.compute(read_metadata(base / "metadata.json"), pc.read_tensor_table(base / "tensors.csv"),
                                 timing_summary=cpu_summary(sweep), timing_sweep=as_csv_rows(sweep),
@@ -339,11 +381,15 @@ def test_notebook_runs_standalone_from_its_folder(tmp_path):
             assert got[key] == pytest.approx(want[key], rel=1e-12), key
         else:
             assert got[key] == want[key], key
-    assert got["is_specimen"] is False and got["gpu_status"] == "measured"
-    assert got["roofline_gpu_ridge_intensity"] == pytest.approx(400000 / 4000)
+    assert got["is_specimen"] is False and got["gpu_status"] == gpu
     with (out / "roofline_points.csv").open(encoding="utf-8") as f:
         points = list(csv.DictReader(f))
-    assert len(points) == 27 and {p["device"] for p in points} == {"cpu", "gpu"}
+    if gpu == "measured":
+        assert got["roofline_gpu_ridge_intensity"] == pytest.approx(400000 / 4000)
+        assert len(points) == 27 and {p["device"] for p in points} == {"cpu", "gpu"}
+    else:
+        assert "roofline_gpu_ridge_intensity" not in got and got["gpu_skipped"] == "no CUDA device"
+        assert len(points) == 9 and {p["device"] for p in points} == {"cpu"}
     with (out / "claims.csv").open(encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert list(rows[0]) == list(claims.COLUMNS)

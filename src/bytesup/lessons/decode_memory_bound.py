@@ -1,4 +1,4 @@
-"""Lesson 7 (capstone), "Why LLM decode is memory-bound": bytes per token, and what they allow.
+"""The capstone, "Why LLM decode is memory-bound": bytes per token, and what they allow.
 
 Generating one token at batch 1 multiplies one vector by every weight matrix of the model. Each
 weight is fetched from memory, used for one multiply and one add, and not needed again until the
@@ -26,23 +26,24 @@ What "read per token" includes (the rule of `per_token_reads`):
   * a model with tied embeddings has no output.weight and multiplies by token_embd as its head:
     that pass reads the whole table, listed as its own line beside the one-row lookup.
 Not included: the KV cache (grows with the context; reported separately per token of context),
-activations, and the tokenizer. Weights are counted in their stored format (Q8_0 34 bytes per 32
-weights, bf16 2 bytes), which is what decode streams when it dequantizes on the fly.
+activations, and the tokenizer. Weights are counted in their stored format (bytes per block from
+gguf-py's GGML_QUANT_SIZES, through configs.type_bytes), which is what decode streams when it
+dequantizes on the fly.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 from bytesup import claims as claims_mod
 from bytesup import param_counts as pc
 from bytesup.model import configs
-from bytesup.model.configs import DEEPSEEK_CODER_6_7B, llama_tensor_shapes
+from bytesup.model.configs import DEEPSEEK_CODER_6_7B, kv_bytes_per_token, llama_tensor_shapes
 from bytesup.lessons.spec import CAPSTONE, Headline, LessonSpec
-from bytesup.lessons import FIGSIZE, LessonInputError
+from bytesup.lessons import LessonInputError, figure
 from bytesup.ffn_walk import dims
 from bytesup.timing_results import course_machine, read_timing  # noqa: F401  (read_timing: the notebook)
 
@@ -214,7 +215,26 @@ def kv_cache_bytes_per_context_token(a: configs.Architecture, cache_type: str = 
     Decode reads the whole cache for every new token, so at context length T add T times this to
     the weights' bytes. Not part of `bytes_per_token`, which counts weights only.
     """
-    return configs.kv_bytes_per_token(a, cache_type)
+    return kv_bytes_per_token(a, cache_type)
+
+
+def model_architecture(d: Mapping, tensor_rows: Sequence[Mapping], name: str = "this model") -> configs.Architecture:
+    """This run's model as a configuration: its sizes from the metadata (ffn_walk.dims), its vocabulary
+    from the embedding table's rows, tied when the file has no output.weight."""
+    embd = next((r for r in tensor_rows if r["name"] == "token_embd.weight"), None)
+    if embd is None:
+        raise LessonInputError("tensors.csv: no token_embd.weight row; re-run the extract stage")
+    vocab = parse_shape(embd["shape"])[0]
+    return pc.architecture_from_gguf(d, (r["name"] for r in tensor_rows), vocab, name)
+
+
+def model_kv_bytes_per_context_token(d: Mapping, tensor_rows: Sequence[Mapping]) -> int:
+    """kv_cache_bytes_per_context_token for this run's model. A model whose values are not as long as
+    its keys (metadata value_length) caches K at one width and V at the other: half of each count."""
+    arch = model_architecture(d, tensor_rows)
+    if d["value_dim"] == d["head_dim"]:
+        return kv_cache_bytes_per_context_token(arch)
+    return sum(kv_cache_bytes_per_context_token(replace(arch, head_dim=w)) for w in (d["head_dim"], d["value_dim"])) // 2
 
 
 @dataclass
@@ -335,7 +355,9 @@ def ceilings(accounts: Sequence[Accounting], bw_rows: Sequence[Mapping]) -> list
 
 ROOFLINE_COLUMNS = ("device", "dtype", "op", "n", "flops", "bytes", "intensity", "gflops", "median_s", "noisy",
                     "derived")
-ITEMSIZE = {"fp32": 4, "float32": 4, "bf16": 2, "fp16": 2}
+# The timing sweep's dtype names -> bytes per element, from gguf-py's table (configs.type_bytes).
+ITEMSIZE = {name: configs.type_bytes(ggml, 1) for name, ggml in
+            (("fp32", "F32"), ("float32", "F32"), ("bf16", "BF16"), ("fp16", "F16"))}
 
 
 def roofline_points(sweep: Sequence[Mapping], device: str) -> tuple[list[dict], list[str]]:
@@ -408,6 +430,18 @@ def roofline_ceiling(summary: Mapping, rf: Mapping) -> dict:
     bound = None if mem is None or comp is None else ("memory" if mem <= comp else "compute")
     return {"memory_ceiling_tps": mem, "compute_ceiling_tps": comp, "bound": bound,
             "compute_over_memory_ceiling": comp / mem if mem and comp else None}
+
+
+def bound_table(accounts: Sequence[Accounting], all_roofs: Mapping[str, Mapping]) -> list[dict]:
+    """Per device and model: decode's intensity at batch 1 against the ridge, both ceilings, which binds."""
+    rows = []
+    for dev, rf in all_roofs.items():
+        for acc in accounts:
+            c = roofline_ceiling(acc.summary, rf)
+            rows.append({"device": dev, "model": acc.label, "decode FLOPs/byte": acc.summary["decode_intensity"],
+                         "ridge FLOPs/byte": rf["ridge_intensity"], "memory ceiling tok/s": c["memory_ceiling_tps"],
+                         "compute ceiling tok/s": c["compute_ceiling_tps"], "bound": c["bound"]})
+    return rows
 
 
 def flops_per_weight_n1(sweep: Sequence[Mapping], points: Sequence[Mapping]) -> float | None:
@@ -495,6 +529,7 @@ class Run:
     points: list[dict]
     roofs: dict  # device -> roofs()
     bandwidths: list[dict]
+    bounds: list[dict]  # bound_table(): which roof binds decode, per device and model
 
 
 def run(
@@ -526,8 +561,7 @@ def run(
     m["model_types"] = sorted({str(r["type"]) for r in tensor_rows})
     for layout in PUBLISHED_LAYOUTS:
         m[f"{layout.key}_kv_cache_bytes_per_context_token"] = kv_cache_bytes_per_context_token(layout.arch)
-    m["model_kv_cache_bytes_per_context_token"] = d["block_count"] * d["head_count_kv"] * (
-        d["head_dim"] + d["value_dim"]) * 2  # F16 cache
+    m["model_kv_cache_bytes_per_context_token"] = model_kv_bytes_per_context_token(d, tensor_rows)
     # cross-checks: Llama-3-8B against param_counts (which counts no lookup row), the specimen's
     # tensors as the file would list them against this run's table when the run is the specimen
     m["llama3_8b_param_counts_streamed"] = pc.count(configs.LLAMA3_8B)["streamed_params"]
@@ -537,10 +571,10 @@ def run(
 
     # the course's own arithmetic (text 000): the specimen's ffn_gate in float32, 128 of 273 GB/s
     a = DEEPSEEK_CODER_6_7B
-    m["course_ffn_gate_fp32_mb"] = a.d_ff * a.d_model * 4 / 1e6
+    m["course_ffn_gate_fp32_mb"] = type_bytes("F32", a.d_ff * a.d_model) / 1e6
     m["course_matvec_fraction_of_peak"] = published("timing.matvec_gbps") / published("timing.peak_gbps")
     gate = next((r for r in tensor_rows if r["name"] == "blk.0.ffn_gate.weight"), None)
-    m["model_ffn_gate_fp32_mb"] = math.prod(parse_shape(gate["shape"])) * 4 / 1e6 if gate else None
+    m["model_ffn_gate_fp32_mb"] = type_bytes("F32", math.prod(parse_shape(gate["shape"]))) / 1e6 if gate else None
 
     # 2. ceilings from bandwidth alone
     m.update(timing_metrics(cpu, cpu_sweep, gpu))
@@ -575,7 +609,8 @@ def run(
     m["sweep_flops_per_weight_n1"] = flops_per_weight_n1(cpu_sweep, cpu_points)
     m["roofline_points"] = len(cpu_points) + len(gpu_points)
     m["notes"] = [*timing_notes, *bw_notes, *cpu_notes, *gpu_notes]
-    return Run(m, accounts, group_table(accounts), ceil, cpu_points + gpu_points, all_roofs, bw_rows)
+    return Run(m, accounts, group_table(accounts), ceil, cpu_points + gpu_points, all_roofs, bw_rows,
+               bound_table(accounts, all_roofs))
 
 
 def evaluate_claims(metrics: Mapping, *, model: str, sha256: str = "", metadata: Mapping | None = None):
@@ -590,9 +625,7 @@ def evaluate_claims(metrics: Mapping, *, model: str, sha256: str = "", metadata:
 
 def plot_bytes_per_token(accounts: Sequence[Accounting], title: str = ""):
     """Where each model's bytes per token go: one 100 % bar per model, its total written beside it."""
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=FIGSIZE)
+    fig, ax = figure()
     colours = ["C0", "C1", "C2", "C4", "0.6"]
     for i, acc in enumerate(accounts):
         total = acc.summary["bytes_per_token"]
@@ -627,10 +660,9 @@ def plot_roofline(points: Sequence[Mapping], all_roofs: Mapping[str, Mapping], w
 
     `markers` are (label, intensity) of batch-1 decode, drawn as dotted verticals (see decode_markers).
     """
-    import matplotlib.pyplot as plt
     import numpy as np
 
-    fig, ax = plt.subplots(figsize=FIGSIZE)
+    fig, ax = figure()
     xs = [p["intensity"] for p in points] + [v for _, v in markers]
     lo, hi = min(xs + [0.1]) / 2, max(xs + [10.0]) * 2
     x = np.geomspace(lo, hi, 200)
