@@ -32,6 +32,8 @@ from bytesup.model.forward import (
     flops_per_token,
     macs_per_token,
     rms_norm,
+    rope,
+    rope_angles,
     weight_float32_bytes_per_token,
 )
 from bytesup.model.weights import choose_mode, float32_bytes
@@ -172,6 +174,26 @@ def test_mode_follows_the_budget(tiny_gguf):
     assert need == 4 * (66 * 32 + 2 * block + 32 + 66 * 32)
 
 
+def test_adjacent_rope_on_gguf_rows_is_rotate_half_on_hf_rows():
+    """Why the layout is "adjacent pairs": convert_hf_to_gguf.py permutes each head's Q/K rows
+    (reshape(heads, 2, hd/2, d).swapaxes(1, 2)), so ggml's NORM rope on pairs (2i, 2i+1) gives
+    what Hugging Face's rotate_half gives on pairs (i, i + hd/2) of the original rows."""
+    rng = np.random.default_rng(1)
+    heads, hd, d, base = 3, 8, 16, 10000.0
+    w_hf = rng.standard_normal((heads * hd, d)).astype(np.float32)
+    w_gguf = w_hf.reshape(heads, 2, hd // 2, d).swapaxes(1, 2).reshape(w_hf.shape)  # convert_hf_to_gguf.permute
+    x = rng.standard_normal((5, d)).astype(np.float32)
+    positions = np.arange(7, 12)
+    cos, sin = rope_angles(positions, hd, base)
+    ours = rope((x @ w_gguf.T).reshape(5, heads, hd), cos, sin)
+    # transformers: q * cos + rotate_half(q) * sin, angles repeated over both halves
+    q = (x @ w_hf.T).reshape(5, heads, hd)
+    c, s_ = np.concatenate([cos, cos], -1)[:, None], np.concatenate([sin, sin], -1)[:, None]
+    hf = q * c + np.concatenate([-q[..., hd // 2 :], q[..., : hd // 2]], -1) * s_
+    hf_in_gguf_order = hf.reshape(5, heads, 2, hd // 2).swapaxes(2, 3).reshape(5, heads, hd)
+    np.testing.assert_allclose(ours, hf_in_gguf_order, rtol=1e-5, atol=1e-5)
+
+
 def test_rms_norm_rows_equal_layers_rms_norm():
     rng = np.random.default_rng(0)
     x, g = rng.standard_normal((5, 48)).astype(np.float32), rng.standard_normal(48).astype(np.float32)
@@ -291,6 +313,15 @@ def test_too_long_counts_the_cache(tiny_gguf):
         model.forward(list(range(60)) * 2, cache)
         with pytest.raises(ForwardInputError, match=r"120 cached \+ 9 new tokens exceed llama\.context_length"):
             model.forward(IDS, cache)
+
+
+def test_closed_model_and_bad_mode_are_one_line_errors(tiny_gguf):
+    with Model.from_gguf(tiny_gguf) as model:
+        pass
+    with pytest.raises(ValueError, match="model is closed"):
+        model.forward([1])
+    with pytest.raises(ValueError, match="'resident' or 'streaming', not 'gpu'"):
+        Model.from_gguf(tiny_gguf, mode="gpu")
 
 
 # -- memory: streaming keeps one block of float32 -------------------------------------------
