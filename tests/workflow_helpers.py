@@ -25,6 +25,7 @@ PROJECT_FILES = ("Snakefile", "config", "workflow")
 QUICK_TIMING = {
     "batch_sizes": [1, 4, 256], "repeats": 3, "warmup": 1,
     "min_weight_bytes": 1 << 20, "stream_bytes": 8 << 20, "dequant_bytes": 1 << 20,
+    "decode_tokens": 3, "prefill_sizes": [1, 8],
 }
 
 

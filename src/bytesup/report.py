@@ -43,6 +43,14 @@ TIMING_HEADLINES = [
     ("matvec bandwidth as a fraction of STREAM copy", "matvec_fraction_of_copy", "%"),
     ("time(N=256) / time(N=1)", "matmul_ratio_256_over_1", ".1f"),
 ]
+DECODE_HEADLINES = [
+    ("decode, the project's NumPy decoder (tokens/s)", "decode_tokens_per_s", ".1f"),
+    ("bytes of weights read per token", "decode_bytes_per_token", ",d"),
+    ("ceiling at this job's STREAM copy (tokens/s)", "decode_ceiling_tokens_per_s", ".1f"),
+    ("fraction of that ceiling reached", "decode_fraction_of_ceiling", "%"),
+    ("llama.cpp decode on the same file (tokens/s)", "llama_cpp/decode_tokens_per_s", ".1f"),
+    ("llama.cpp: fraction of the quantized file's ceiling", "llama_cpp/decode_fraction_of_ceiling", "%"),
+]
 TIMING_CONTEXT = [
     ("other processes' share of the CPU during timing", "other_processes_cpu_fraction", "%"),
     ("machine shared with other work", "machine_shared", None),
@@ -269,6 +277,9 @@ def _timing(doc: Doc, timing: dict, lessons: dict) -> None:
         for name in ("sweep_csv", "stream_csv", "dequant_csv"):
             if timing.get(name):
                 csv_table(doc, timing[name], f"Table {Path(timing[name]).name}")
+    decode = timing.get("decode_summary")
+    if decode:
+        _decode(doc, decode, timing.get("prefill_csv"))
     gpu = timing.get("gpu_summary")
     if gpu:
         doc.heading(3, "GPU")
@@ -285,6 +296,30 @@ def _timing(doc: Doc, timing: dict, lessons: dict) -> None:
             for name in ("gpu_sweep_csv", "gpu_stream_csv"):
                 if timing.get(name):
                     csv_table(doc, timing[name], f"Table GPU {Path(timing[name]).name}")
+
+
+def _decode(doc: Doc, decode: str, prefill: str | None) -> None:
+    """The whole model decoding on this machine: tokens/s against the memory ceiling, and prefill."""
+    L = doc.ledger
+    data = _json(L.location(decode))
+    doc.heading(3, "The whole model, decoding")
+    if "skipped" in data:
+        doc.para("Not measured for this model: ", L.cite(decode, "skipped"), ".")
+        return
+
+    def present(key: str) -> bool:
+        try:
+            return L.read(decode, key) is not None
+        except CitationError:
+            return False
+
+    rows = [[label, L.cite(decode, key, fmt)] for label, key, fmt in DECODE_HEADLINES + TIMING_CONTEXT
+            if present(key)]
+    doc.table(["quantity", "value"], rows)
+    if present("llama_cpp/skipped"):
+        doc.para("llama.cpp: ", L.cite(decode, "llama_cpp/skipped"), ".")
+    if prefill:
+        csv_table(doc, prefill, f"Table {Path(prefill).name}")
 
 
 def _claims_overall(doc: Doc, lessons: dict) -> None:
@@ -380,11 +415,12 @@ def write_claims(lessons: dict, path: Path) -> None:
 
 def _by_kind(sources: dict) -> dict:
     """The run's files by what they are, from the rules' output names (never from their paths)."""
-    cpu, gpu = sources.get("timing_cpu", {}), sources.get("timing_gpu", {})
+    cpu, gpu, decode = (sources.get(rule, {}) for rule in ("timing_cpu", "timing_gpu", "timing_decode"))
     timing = {"sweep_png": sources.get("timing_figure", {}).get("figure"),
               "cpu_summary": cpu.get("summary"), "sweep_csv": cpu.get("sweep"), "stream_csv": cpu.get("stream"),
               "dequant_csv": cpu.get("dequant"), "gpu_summary": gpu.get("summary"),
-              "gpu_sweep_csv": gpu.get("sweep"), "gpu_stream_csv": gpu.get("stream")}
+              "gpu_sweep_csv": gpu.get("sweep"), "gpu_stream_csv": gpu.get("stream"),
+              "decode_summary": decode.get("summary"), "prefill_csv": decode.get("prefill")}
     lessons = {rule.removeprefix("lesson_"): outputs for rule, outputs in sources.items() if rule.startswith("lesson_")}
     return {"model_record": sources["fetch"]["record"], "timing": {k: v for k, v in timing.items() if v},
             "lessons": {lesson: lessons[lesson] for lesson in _course_order(lessons)}}

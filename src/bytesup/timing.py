@@ -59,6 +59,8 @@ DEFAULTS: dict[str, Any] = {
     "noisy_spread": 0.10,
     "dequant_types": ["Q8_0", "Q4_1"],
     "dequant_bytes": 16 * MiB,
+    "decode_tokens": 32,  # whole-model decode steps timed (bytesup.timing_decode)
+    "prefill_sizes": [1, 8, 32, 128, 256],  # prompt lengths N of the whole-model prefill
     "seed": 0,
 }
 

@@ -129,7 +129,7 @@ def report_sources(wildcards):
     m = MODEL
     sources = {
         name: named_outputs(name, model=m)
-        for name in ("fetch", "timing_cpu", "timing_gpu", "timing_figure")
+        for name in ("fetch", "timing_cpu", "timing_decode", "timing_gpu", "timing_figure")
     }
     extract = named_outputs("extract", model=m)
     extract.pop(

@@ -28,6 +28,28 @@ rule timing_cpu:
         "../scripts/timing_cpu.py"
 
 
+rule timing_decode:
+    input:
+        gguf="resources/models/{model}.gguf",
+    output:
+        summary="results/timing/{model}/cpu/decode.json",
+        prefill="results/timing/{model}/cpu/prefill.csv",
+    params:
+        timing=config["timing"],
+        seed=config["seed"],
+        resident_budget_mb=config["forward"]["resident_budget_mb"],
+    log:
+        "logs/timing/{model}/decode.log",
+    threads: workflow.cores
+    resources:
+        mem_mb=config["forward"]["resident_budget_mb"] + 2000,
+        runtime=60,
+    conda:
+        "../envs/bytesup.yaml"
+    script:
+        "../scripts/timing_decode.py"
+
+
 rule timing_gpu:
     input:
         gguf="resources/models/{model}.gguf",

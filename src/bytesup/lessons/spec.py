@@ -37,6 +37,8 @@ RUN_FILES = {
     "timing_sweep": "timing_cpu.sweep",
     "gpu_summary": "timing_gpu.summary",
     "gpu_sweep": "timing_gpu.sweep",
+    "decode_summary": "timing_decode.summary",
+    "decode_prefill": "timing_decode.prefill",
 }
 
 ALWAYS_PARAMETERS = ("model", "model_sha256")

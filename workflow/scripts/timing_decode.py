@@ -1,0 +1,28 @@
+"""Whole-model decode and prefill timing for rule `timing_decode`: decode.json and prefill.csv.
+
+All logic lives in bytesup.timing_decode; this wires the rule's input, outputs, params, threads
+and log to it. An expected failure (malformed GGUF, an architecture the forward pass does not
+follow, a bad setting) ends the job with one line, no traceback.
+"""
+
+import sys
+
+from bytesup.gguf_file import GGUFFormatError
+from bytesup.joblog import job_logging
+from bytesup.model.arch import ArchMetadataError, UnsupportedArchitectureError
+from bytesup.timing import TimingError
+from bytesup.timing_decode import run_decode, write_decode_results
+
+
+def main(sm) -> None:
+    with job_logging(sm.log[0] if sm.log else None) as logger:
+        try:
+            result = run_decode(sm.input.gguf, dict(sm.params.timing, seed=sm.params.seed), threads=sm.threads,
+                                resident_budget_bytes=int(sm.params.resident_budget_mb) * 2**20)
+        except (GGUFFormatError, TimingError, UnsupportedArchitectureError, ArchMetadataError) as err:
+            logger.error("%s", err)
+            sys.exit(1)
+        write_decode_results(result, sm.output.summary, sm.output.prefill)
+
+
+main(snakemake)  # noqa: F821  (injected by Snakemake's script directive)
