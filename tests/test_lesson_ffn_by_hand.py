@@ -1,6 +1,5 @@
 """Lesson 3 on a small deterministic synthetic model, checked against an independent float64 version."""
 
-import ast
 import csv
 import json
 from pathlib import Path
@@ -225,18 +224,6 @@ def test_tensor_files_and_metrics_json(tmp_path):
 
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "workflow" / "notebooks" / "03_ffn_by_hand.ipynb"
-
-
-def parameters_cell_names(notebook: Path) -> list[str]:
-    """Names assigned at top level in the notebook's cell tagged `parameters`, in order."""
-    cells = [c for c in json.loads(notebook.read_text())["cells"] if "parameters" in c["metadata"].get("tags", [])]
-    assert len(cells) == 1, "exactly one cell tagged parameters"
-    tree = ast.parse("".join(cells[0]["source"]))
-    return [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets]
-
-
-def test_notebook_declares_exactly_the_spec_parameters():
-    assert parameters_cell_names(NOTEBOOK) == lesson.SPEC.parameter_names()
 
 
 def test_notebook_runs_standalone_from_its_folder(tmp_path):

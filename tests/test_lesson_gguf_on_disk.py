@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import csv
 import json
 import struct
@@ -12,6 +11,7 @@ import numpy as np
 import pytest
 
 from bytesup import claims
+from bytesup import quant_blocks as qb
 from bytesup.gguf_file import GGUFFile
 from bytesup.lessons import gguf_on_disk as lesson
 from bytesup.lessons.spec import parameter
@@ -43,16 +43,16 @@ def test_hex_dump_line():
      (0x7BFF, 65504.0), (0x15E4, 0.001438140869140625), (0xB540, -0.328125)],
 )  # fmt: skip
 def test_fp16_by_hand_known_values(bits, value):
-    assert lesson.fp16_by_hand(bits).value == value
+    assert qb.fp16_by_hand(bits).value == value
 
 
 def test_fp16_by_hand_matches_numpy_for_every_pattern():
     bits = np.arange(65536, dtype=np.uint32).astype(np.uint16)
-    ours = np.array([lesson.fp16_by_hand(int(b)).value for b in bits], dtype=np.float64)
+    ours = np.array([qb.fp16_by_hand(int(b)).value for b in bits], dtype=np.float64)
     numpy = bits.view(np.float16).astype(np.float64)
     assert np.array_equal(ours, numpy, equal_nan=True)
-    assert lesson.fp16_by_hand(0x7C00).value == float("inf")
-    h = lesson.fp16_by_hand(0xB540)
+    assert qb.fp16_by_hand(0x7C00).value == float("inf")
+    h = qb.fp16_by_hand(0xB540)
     assert (h.sign, h.exponent, h.mantissa) == (1, 13, 320)
 
 
@@ -61,7 +61,7 @@ def test_fp16_by_hand_matches_numpy_for_every_pattern():
 
 def test_q8_0_block_toy():
     raw = struct.pack("<H", 0x3800) + struct.pack("<32b", *range(-16, 16))  # d = 0.5
-    blk = lesson.decode_q8_0(raw)
+    blk = qb.decode_q8_0(raw)
     assert blk.d.value == 0.5 and blk.q == list(range(-16, 16))
     assert blk.values.tolist() == [0.5 * q for q in range(-16, 16)]
     assert lesson.same_bits(blk.values, lesson.gguf_py_block(raw, "Q8_0"))
@@ -71,7 +71,7 @@ def test_q4_1_block_toy_nibble_order():
     # byte j: low nibble j (weight j), high nibble 15 - j (weight j + 16)
     packed = bytes(j | ((15 - j) << 4) for j in range(16))
     raw = struct.pack("<HH", 0x3400, 0xBC00) + packed  # d = 0.25, m = -1
-    blk = lesson.decode_q4_1(raw)
+    blk = qb.decode_q4_1(raw)
     assert blk.q == list(range(16)) + list(range(15, -1, -1))
     assert blk.values.tolist() == [0.25 * q - 1.0 for q in blk.q]
     assert lesson.same_bits(blk.values, lesson.gguf_py_block(raw, "Q4_1"))
@@ -79,9 +79,9 @@ def test_q4_1_block_toy_nibble_order():
 
 def test_wrong_block_sizes_are_refused():
     with pytest.raises(ValueError, match="34 bytes"):
-        lesson.decode_q8_0(b"\x00" * 33)
+        qb.decode_q8_0(b"\x00" * 33)
     with pytest.raises(ValueError, match="20 bytes"):
-        lesson.decode_q4_1(b"\x00" * 34)
+        qb.decode_q4_1(b"\x00" * 34)
 
 
 @pytest.mark.parametrize("type_name, size", [("Q8_0", 34), ("Q4_1", 20)])
@@ -92,7 +92,7 @@ def test_random_blocks_bit_exact_against_gguf_py(type_name, size):
         for at in (0, 2) if type_name == "Q4_1" else (0,):  # keep the fp16 fields finite
             raw[at + 1] &= 0x7B
         raw = bytes(raw)
-        blk = lesson.BLOCK_DECODERS[type_name](raw)
+        blk = qb.BLOCK_DECODERS[type_name](raw)
         assert lesson.same_bits(blk.values, lesson.gguf_py_block(raw, type_name))
 
 
@@ -221,18 +221,6 @@ def test_specimen_numbers_would_reproduce():
 
 
 # --- the notebook, end to end on a synthetic model ------------------------------------------------
-
-
-def parameters_cell_names(notebook: Path) -> list[str]:
-    """Names assigned at top level in the notebook's cell tagged `parameters`, in order."""
-    cells = [c for c in json.loads(notebook.read_text())["cells"] if "parameters" in c["metadata"].get("tags", [])]
-    assert len(cells) == 1, "exactly one cell tagged parameters"
-    tree = ast.parse("".join(cells[0]["source"]))
-    return [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets]
-
-
-def test_notebook_declares_exactly_the_spec_parameters():
-    assert parameters_cell_names(NOTEBOOK) == lesson.SPEC.parameter_names()
 
 
 def test_notebook_runs_on_a_tiny_model(tmp_path):

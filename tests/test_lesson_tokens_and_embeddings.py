@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import csv
 import json
 from pathlib import Path
@@ -172,18 +171,6 @@ def test_claims_statuses(tiny):
 
 
 # --- the notebook, end to end ---------------------------------------------------------------------
-
-
-def parameters_cell_names(notebook: Path) -> list[str]:
-    """Names assigned at top level in the notebook's cell tagged `parameters`, in order."""
-    cells = [c for c in json.loads(notebook.read_text())["cells"] if "parameters" in c["metadata"].get("tags", [])]
-    assert len(cells) == 1, "exactly one cell tagged parameters"
-    tree = ast.parse("".join(cells[0]["source"]))
-    return [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets]
-
-
-def test_notebook_declares_exactly_the_spec_parameters():
-    assert parameters_cell_names(NOTEBOOK) == lesson.SPEC.parameter_names()
 
 
 def test_notebook_runs_on_a_tiny_model(tiny, tmp_path):

@@ -38,6 +38,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from bytesup.dequant import reference_dequantize
 from bytesup.machine import blas_info, cpu_model, memory_bytes
 
 log = logging.getLogger(__name__)
@@ -444,13 +445,6 @@ def _package_dequantizer() -> tuple[Callable, set[str]]:
     return dequant.dequantize, hand
 
 
-def _reference_dequantize(raw2d: np.ndarray, type_name: str) -> np.ndarray:
-    import gguf.quants
-    from gguf import GGMLQuantizationType
-
-    return gguf.quants.dequantize(raw2d, GGMLQuantizationType[type_name])
-
-
 def bit_exact(a: np.ndarray, b: np.ndarray) -> bool:
     """Same shape and the same float32 bits (so -0.0 vs 0.0 or two NaN payloads count)."""
     from bytesup.dequant import bit_equal  # the one definition, beside the dequantizers
@@ -491,7 +485,7 @@ def dequant_bench(model, types: Sequence[str], budget_bytes: int, repeats: int, 
             return [ours(raw, type_name, shape) for raw, shape in inputs]
 
         def run_ref():
-            return [_reference_dequantize(raw, type_name).reshape(shape) for raw, shape in inputs]
+            return [reference_dequantize(raw, type_name, shape) for raw, shape in inputs]
 
         t_ours, t_ref = [], []
         for i in range(warmup + repeats):

@@ -31,7 +31,7 @@ from bytesup.gguf_file import GGUFFile
 from bytesup.layers import rms
 from bytesup.lessons.spec import SERIES, Headline, LessonSpec
 from bytesup.lessons import LessonInputError, figure, metadata_values
-from bytesup.lessons.gguf_on_disk import BLOCK_DECODERS
+from bytesup.quant_blocks import BLOCK_DECODERS
 from bytesup.tokens import TokenError, display, lookup, tokenizer_of, vocab_form
 from bytesup.vectors import length
 
