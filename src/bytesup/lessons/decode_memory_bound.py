@@ -648,14 +648,17 @@ def plot_bytes_per_token(accounts: Sequence[Accounting], title: str = ""):
     return fig
 
 
+FP32_MATVEC_INTENSITY = 2 / configs.type_bytes("F32", 1)  # FLOPs per byte of a float32 matvec: 2 per 4-byte weight
+
+
 def decode_markers(accounts: Sequence[Accounting]) -> list[tuple[str, float]]:
     """Where batch-1 decode sits on the roofline: fp32 weights (the sweep's), then each model's mix."""
-    return [("fp32", 0.5)] + [(a.label, a.summary["decode_intensity"]) for a in accounts
+    return [("fp32", FP32_MATVEC_INTENSITY)] + [(a.label, a.summary["decode_intensity"]) for a in accounts
                               if a.summary["decode_intensity"]]
 
 
 def plot_roofline(points: Sequence[Mapping], all_roofs: Mapping[str, Mapping], warm_gbps=None,
-                  markers: Sequence[tuple[str, float]] = (("fp32", 0.5),), title: str = ""):
+                  markers: Sequence[tuple[str, float]] = (("fp32", FP32_MATVEC_INTENSITY),), title: str = ""):
     """Achieved GFLOP/s against FLOPs per byte, log-log, under each device's two measured roofs.
 
     `markers` are (label, intensity) of batch-1 decode, drawn as dotted verticals (see decode_markers).
@@ -686,7 +689,8 @@ def plot_roofline(points: Sequence[Mapping], all_roofs: Mapping[str, Mapping], w
                     ax.annotate(f"N={p['n']}", (p["intensity"], p["gflops"]), textcoords="offset points",
                                 xytext=(4, -10), fontsize=7)
     if warm_gbps:
-        ax.plot([0.5], [0.5 * warm_gbps], "x", color="C0", label=f"cpu matvec, warm (in cache): {warm_gbps:.0f} GB/s")
+        x_warm = FP32_MATVEC_INTENSITY
+        ax.plot([x_warm], [x_warm * warm_gbps], "x", color="C0", label=f"cpu matvec, warm (in cache): {warm_gbps:.0f} GB/s")
     for name, v in markers:
         ax.axvline(v, color="0.7", lw=0.6, ls=":")
         ax.text(v, 0.02, f"decode {name} ", transform=ax.get_xaxis_transform(), rotation=90, fontsize=7,
