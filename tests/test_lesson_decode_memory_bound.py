@@ -324,25 +324,6 @@ def test_this_models_kv_cache_and_bound_table(tiny):
 # --- 6. the notebook, standalone, on a tiny model ---------------------------------------------------
 
 
-def parameters_cell_names(notebook: Path) -> list[str]:
-    """The names the notebook's cell tagged `parameters` assigns at top level, in order."""
-    import ast
-
-    cells = [c for c in json.loads(notebook.read_text(encoding="utf-8"))["cells"]
-             if "parameters" in c.get("metadata", {}).get("tags", [])]
-    assert len(cells) == 1, "exactly one cell tagged parameters"
-    tree = ast.parse("".join(cells[0]["source"]))
-    return [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)]
-
-
-def test_notebook_declares_exactly_the_spec_parameters():
-    assert parameters_cell_names(NOTEBOOK) == lesson.SPEC.parameter_names()
-    nb = json.loads(NOTEBOOK.read_text(encoding="utf-8"))
-    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
-    assert all(not c["outputs"] and c["execution_count"] is None for c in code), "commit the notebook stripped"
-    assert not any("matplotlib.use" in "".join(c["source"]) for c in code)
-
-
 @pytest.mark.parametrize("gpu", ["measured", "skipped"])
 def test_notebook_runs_standalone_from_its_folder(tmp_path, gpu):
     """Default input paths; outputs at the defaults (GPU skipped) or where parameters say (GPU measured)."""

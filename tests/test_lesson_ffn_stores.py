@@ -245,25 +245,6 @@ WRITES = ["claims.csv", "metrics.json", "parameter_shares.png", "parameters.csv"
           "slot_coefficients.png", "top_slots.csv", "value_vectors.csv"]
 
 
-def parameters_cell_names(notebook: Path) -> list[str]:
-    """The names the notebook's cell tagged `parameters` assigns at top level, in order."""
-    import ast
-
-    cells = [c for c in json.loads(notebook.read_text(encoding="utf-8"))["cells"]
-             if "parameters" in c.get("metadata", {}).get("tags", [])]
-    assert len(cells) == 1, "exactly one cell tagged parameters"
-    tree = ast.parse("".join(cells[0]["source"]))
-    return [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)]
-
-
-def test_notebook_declares_exactly_the_spec_parameters():
-    assert parameters_cell_names(NOTEBOOK) == lesson.SPEC.parameter_names()
-    nb = json.loads(NOTEBOOK.read_text(encoding="utf-8"))
-    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
-    assert all(not c["outputs"] and c["execution_count"] is None for c in code), "commit the notebook stripped"
-    assert not any("matplotlib.use" in "".join(c["source"]) for c in code)
-
-
 def extracted_project(root: Path, gguf: Path) -> Path:
     """A project folder (Snakefile marker) with the extract stage's files at the default paths."""
     (root / "Snakefile").write_text("# project root marker\n")

@@ -72,3 +72,16 @@ def test_another_architecture_is_a_skipped_record(tmp_path):
     write_decode_results(result, tmp_path / "d.json", tmp_path / "p.csv")
     assert json.loads((tmp_path / "d.json").read_text())["status"] == "skipped"
     assert next(csv.reader((tmp_path / "p.csv").open())) == PREFILL_COLUMNS
+
+
+def test_a_tensor_nothing_can_dequantize_is_a_skipped_record(tmp_path):
+    import struct
+
+    path = write_tiny_llama(tmp_path / "m.gguf", types={"blk.1.ffn_up.weight": "F16"})
+    data = bytearray(path.read_bytes())
+    name = b"blk.1.ffn_up.weight"
+    at = data.index(name) + len(name)  # then: n_dims u32, 2 dims u64, type u32
+    struct.pack_into("<I", data, at + 4 + 16, 25)  # F16 -> I16: same size, nothing dequantizes it
+    path.write_bytes(bytes(data))
+    s = run_decode(path, QUICK, threads=1)["summary"]
+    assert s["status"] == "skipped" and "blk.1.ffn_up.weight" in s["skipped"] and "I16" in s["skipped"]

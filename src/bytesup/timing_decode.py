@@ -125,11 +125,7 @@ def llama_cpp_timing(gguf_path: str | Path, threads: int, n_tokens: int, prefill
 def run_decode(gguf_path: str | Path, cfg: dict | None = None, threads: int = 1,
                resident_budget_bytes: int = 2000 * 2**20) -> dict:
     """The decode timing job: {'summary': dict, 'prefill': rows}."""
-    from threadpoolctl import threadpool_limits
-
-    from bytesup.model.forward import Model, flops_per_token
-
-    from bytesup.gguf_file import GGUFFile
+    from bytesup.gguf_file import GGUFFile, UnsupportedTypeError
     from bytesup.model.arch import supported
 
     cfg = settings(cfg)
@@ -137,7 +133,19 @@ def run_decode(gguf_path: str | Path, cfg: dict | None = None, threads: int = 1,
         refusal = supported(f.metadata, f.tensor_names, path=gguf_path)
     if refusal:
         return {"summary": {"status": "skipped", "skipped": refusal}, "prefill": []}
-    threads = max(int(threads), 1)
+    try:
+        measured = _measure(gguf_path, cfg, max(int(threads), 1), resident_budget_bytes)
+    except UnsupportedTypeError as err:  # a tensor no dequantizer reads: no whole-model pass here
+        return {"summary": {"status": "skipped", "skipped": f"the forward pass cannot read the file: {err}"},
+                "prefill": []}
+    return measured
+
+
+def _measure(gguf_path, cfg: dict, threads: int, resident_budget_bytes: int) -> dict:
+    from threadpoolctl import threadpool_limits
+
+    from bytesup.model.forward import Model, flops_per_token
+
     reps, warm, noisy = int(cfg["repeats"]), int(cfg["warmup"]), float(cfg["noisy_spread"])
     load_before = list(os.getloadavg())
     share = CpuShare()

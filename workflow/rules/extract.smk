@@ -14,6 +14,7 @@ checkpoint extract:
         tensors_dir=directory("results/{model}/gguf/tensors"),
     log:
         "logs/extract/{model}.log",
+    priority: 10  # first after the fetch: the lessons wait on it, and its errors name them
     conda:
         "../envs/bytesup.yaml"
     resources:
