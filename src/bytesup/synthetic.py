@@ -29,6 +29,8 @@ from gguf import GGUFValueType, GGUFWriter
 from gguf.constants import GGMLQuantizationType
 from gguf.quants import quantize
 
+from bytesup.model.configs import Architecture, llama_tensor_shapes
+
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>"]
 WORDS = ["Ġthe", "Ġcat", "Ġcats", "Ġkitten", "Ġdog", "Ġdogs", "Ġpuppy", "Ġsat", "Ġon", "Ġmat", "Ġa", "Ġran"]
 BASE_CHARS = ["Ġ", ".", ","] + [chr(c) for c in range(ord("a"), ord("z") + 1)]
@@ -117,6 +119,7 @@ def write_tiny_llama(
     extra_metadata: dict[str, Any] | None = None,
     tokens: list[str] | None = None,
     types: dict[str, str] | None = None,
+    arch: str = "llama",
 ) -> Path:
     """Write a tiny llama GGUF to `path` and return the path.
 
@@ -124,6 +127,9 @@ def write_tiny_llama(
     tied: leave out output.weight (the output projection reuses token_embd, as in SmolLM2).
     tokens: your own vocabulary (any strings, hostile ones included).
     types: tensor-name patterns -> ggml type names, consulted before DEFAULT_TYPES.
+    arch: general.architecture, and the prefix of the model's keys ("gemma3" gives gemma3.block_count
+        ...): the same llama-shaped tensors under another architecture's name, to test that lessons
+        which follow llama refuse it.
     extra_metadata: key -> value (type inferred: str, bool, int -> INT32 / INT64 when large,
         float -> FLOAT32, list -> ARRAY), or key -> (value, "UINT64") to name the GGUF type.
         Empty strings are written too (GGUFWriter.add_string would skip them); empty arrays
@@ -143,10 +149,9 @@ def write_tiny_llama(
     token_types = [TOKEN_TYPE_CONTROL if t in SPECIAL_TOKENS else TOKEN_TYPE_NORMAL for t in tokens]
     all_types = dict(types or {})
     all_types.update((k, v) for k, v in DEFAULT_TYPES.items() if k not in all_types)
-    n_embd_kv = n_embd // n_head * n_head_kv
 
     tmp = path.with_name(path.name + ".tmp")
-    writer = GGUFWriter(tmp, "llama")
+    writer = GGUFWriter(tmp, arch)
     writer.add_name("tiny-llama")
     writer.add_context_length(n_ctx)
     writer.add_embedding_length(n_embd)
@@ -169,23 +174,9 @@ def write_tiny_llama(
     for key, value in (extra_metadata or {}).items():
         _add_value(writer, key, value)
 
-    shapes: list[tuple[str, tuple[int, ...]]] = [("token_embd.weight", (n_vocab, n_embd))]
-    for i in range(n_layers):
-        shapes += [
-            (f"blk.{i}.attn_norm.weight", (n_embd,)),
-            (f"blk.{i}.attn_q.weight", (n_embd, n_embd)),
-            (f"blk.{i}.attn_k.weight", (n_embd_kv, n_embd)),
-            (f"blk.{i}.attn_v.weight", (n_embd_kv, n_embd)),
-            (f"blk.{i}.attn_output.weight", (n_embd, n_embd)),
-            (f"blk.{i}.ffn_norm.weight", (n_embd,)),
-            (f"blk.{i}.ffn_gate.weight", (n_ff, n_embd)),
-            (f"blk.{i}.ffn_up.weight", (n_ff, n_embd)),
-            (f"blk.{i}.ffn_down.weight", (n_embd, n_ff)),
-        ]
-    shapes.append(("output_norm.weight", (n_embd,)))
-    if not tied:
-        shapes.append(("output.weight", (n_vocab, n_embd)))
-
+    layout = Architecture("tiny", d_model=n_embd, d_ff=n_ff, n_layers=n_layers, vocab=n_vocab, n_heads=n_head,
+                          n_kv_heads=n_head_kv, head_dim=n_embd // n_head, tied=tied)
+    shapes = llama_tensor_shapes(layout)
     for name, shape in shapes:  # numpy order: rows x row length
         if name == "token_embd.weight":
             data = _embeddings(rng, tokens, n_embd)
