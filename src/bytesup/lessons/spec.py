@@ -121,5 +121,5 @@ class LessonSpec:
         """None when the lesson follows this architecture, else the one line saying why it does not run."""
         if self.follows(architecture):
             return None
-        return (f"{self.id}: not run for architecture {architecture!r}; this lesson follows "
-                f"{', '.join(self.architectures)} only and never applies that recipe to another architecture")
+        return (f"it follows {', '.join(self.architectures)} only, and this model's architecture is "
+                f"{architecture!r}; it is not run rather than apply that recipe to another architecture")
