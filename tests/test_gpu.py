@@ -19,6 +19,8 @@ TINY_CFG = {
     "min_weight_bytes": 1 << 30,
     "stream_bytes": 1 << 20,
     "min_sample_ms": 0.0,
+    "decode_tokens": 4,
+    "prefill_sizes": [1, 8, 32, 512],  # 512 > the tiny model's context (128): left out
 }
 
 
@@ -147,11 +149,88 @@ def test_twin_sweep_computes_w_times_x(twin_gguf):
     np.testing.assert_allclose(got, w @ x, rtol=1e-5, atol=1e-6)  # the op the sweep times
 
 
+# --- the whole-model decode in the twin ------------------------------------------------
+
+
+def test_twin_decode_numbers_follow_their_definitions(twin, twin_gguf):
+    from bytesup.model.forward import Model, weight_float32_bytes_per_token
+
+    s = twin["summary"]
+    assert "decode_skipped" not in s and s["decode_tokens"] == 4
+    with Model.from_gguf(twin_gguf) as model:
+        bytes_per_token = model.weight_bytes_per_token().float32_bytes
+        assert bytes_per_token == weight_float32_bytes_per_token(model.spec)
+    assert s["decode_bytes_per_token"] == bytes_per_token
+    assert s["decode_tokens_per_s"] == pytest.approx(1.0 / s["decode_median_s"])
+    # ceiling = the job's own device copy bandwidth / bytes per token; fraction = tokens/s / ceiling
+    assert s["decode_ceiling_tokens_per_s"] == pytest.approx(s["stream_copy_gbps"] * 1e9 / bytes_per_token)
+    assert s["decode_fraction_of_ceiling"] == pytest.approx(s["decode_tokens_per_s"] / s["decode_ceiling_tokens_per_s"])
+    assert s["decode_gbps"] == pytest.approx(bytes_per_token * s["decode_tokens_per_s"] / 1e9)
+    assert s["decode_rel_iqr"] >= 0 and isinstance(s["decode_noisy"], bool)
+    assert s["decode_budget_bytes"] == gpu.decode_budget(s["machine"])
+    # prefill: tokens/s = N / median seconds, for each N the context holds
+    rows = twin["prefill"]
+    assert [r["n"] for r in rows] == [1, 8, 32] and list(s["prefill_tokens_per_s"]) == ["1", "8", "32"]
+    for r in rows:
+        assert r["repeats"] == TINY_CFG["repeats"] and r["device"] == "cpu"
+        assert s["prefill_tokens_per_s"][str(r["n"])] == r["tokens_per_s"] == pytest.approx(r["n"] / r["median_s"])
+    assert {"decode", "decode_ceiling", "prefill"} <= set(s["counting"])
+    json.dumps(s, allow_nan=False)
+
+
+def test_twin_decode_uses_the_torch_forward_pass(twin_gguf):
+    """The job's timers around forward_torch: one time per decode step after the prompt and the
+    warm-up (the cache ends there), one per prefill repeat. (Its logits: test_model_forward_torch.)"""
+    torch = pytest.importorskip("torch")
+    from bytesup.model.forward import Model
+    from bytesup.model.forward_torch import TorchModel
+
+    with Model.from_gguf(twin_gguf) as model:
+        twin = TorchModel.from_model(model, "cpu")
+        decode = gpu.time_device_decode(torch, "cpu", twin, n_tokens=3, warmup=1)
+        assert len(decode["times"]) == 3 and all(t > 0 for t in decode["times"])
+        assert decode["context_end"] == gpu.DECODE_PROMPT_LEN + 1 + 3
+        assert len(gpu.time_device_prefill(torch, "cpu", twin, 8, repeats=3, warmup=1)) == 3
+
+
+def test_decode_is_skipped_with_its_reason_when_over_budget(twin_gguf):
+    pytest.importorskip("torch")
+    cfg = dict(TINY_CFG, batch_sizes=[1])
+    result = gpu.run_gpu(twin_gguf, cfg, mode="auto", device="cpu", decode_budget_bytes=1000)
+    s = result["summary"]
+    assert s["status"] == "measured" and s["matvec_cold_gbps"] > 0  # the sweep still ran
+    assert s["decode_skipped"].startswith(f"{twin_gguf}: float32 weights of ")
+    assert "exceed the decode budget of 1,000 bytes" in s["decode_skipped"] and "\n" not in s["decode_skipped"]
+    for key in gpu.DECODE_KEYS:
+        assert s[key] is None
+    assert s["prefill_tokens_per_s"] == {} and result["prefill"] == []
+    json.dumps(s, allow_nan=False)
+
+
+def test_decode_is_skipped_for_what_the_forward_pass_does_not_follow(tmp_path):
+    torch = pytest.importorskip("torch")
+    path = write_tiny_llama(tmp_path / "yarn.gguf", extra_metadata={"llama.rope.scaling.type": "yarn"})
+    out = gpu.device_decode(torch, "cpu", path, timing.settings(TINY_CFG), 10.0, 1 << 30)
+    assert out["decode_skipped"] == f"{path}: llama: rope scaling 'yarn' (llama.rope.scaling.type) is not supported" \
+                                    " by the forward pass"
+    assert out["decode_tokens_per_s"] is None and out["prefill_rows"] == []
+
+
+def test_decode_budget_is_device_memory_minus_headroom():
+    from bytesup.model.weights import DEFAULT_RESIDENT_BUDGET
+
+    assert gpu.decode_budget({"memory_bytes": 80 << 30}) == 72 << 30  # 10% of 80 GiB > 4 GiB
+    assert gpu.decode_budget({"memory_bytes": 16 << 30}) == 12 << 30  # 4 GiB > 10% of 16 GiB
+    assert gpu.decode_budget({"memory_bytes": 2 << 30}) == 0
+    assert gpu.decode_budget({"memory_bytes": None}) == DEFAULT_RESIDENT_BUDGET  # the CPU twin
+
+
 @pytest.mark.skipif(not gpu.cuda_status()[0], reason="no CUDA device")
 def test_on_a_cuda_device(twin_gguf):
     s = gpu.run_gpu(twin_gguf, TINY_CFG, mode="on")["summary"]
     assert s["status"] == "measured" and s["device"] == "cuda" and s["machine"]["name"]
     assert s["counting"]["timer"].startswith("CUDA events")
+    assert "decode_skipped" not in s and s["decode_tokens_per_s"] > 0 and 0 < s["decode_fraction_of_ceiling"]
 
 
 # --- the CUDA-only pieces, against a stand-in for torch.cuda ----------------------------

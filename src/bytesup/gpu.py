@@ -11,6 +11,14 @@ On 'cpu' - the twin that CI runs, since CI has no GPU - the same code runs with 
 host clock and synchronisation as a no-op. Counting (bytes, FLOPs, spread, noisy,
 targets) is bytesup.timing's, so the two jobs cannot drift apart.
 
+After the sweep, the whole model: the project's forward pass in torch
+(bytesup.model.forward_torch, float32 weights resident on the device) decodes one token at a
+time with its KV cache, each step timed alone; its tokens/s is set against the ceiling
+  device copy GB/s (this job) / float32 bytes of weights one token reads,
+as the CPU job's decode.json does, and prefill tokens/s is measured for a few N. It is skipped,
+with the reason in `decode_skipped`, when the architecture is not supported or the float32
+weights do not fit the budget (the device's memory minus headroom).
+
 `gpu:` in the config decides what happens without a CUDA device: auto writes a
 'skipped' record, on stops with a one-line error, off always skips.
 """
@@ -36,6 +44,9 @@ MODES = ("auto", "on", "off")
 DTYPES = ("fp32", "bf16")
 DEVICE_STREAM_MIN_BYTES = 256 * MiB
 ASSUMED_L2_BYTES = 64 * MiB  # when torch does not report the device's L2 size
+DECODE_HEADROOM_BYTES = 4 * 2**30  # device memory kept free beside the decode's weights (at least;
+DECODE_HEADROOM_FRACTION = 0.10  # or this share of the device's memory when larger): KV cache, activations
+DECODE_PROMPT_LEN = 8  # prompt tokens before the timed decode steps (as bytesup.timing_decode)
 
 
 class GPUUnavailable(RuntimeError):
@@ -217,14 +228,175 @@ def device_sweep(torch, device: str, matrices: list[np.ndarray], dtype: str, bat
     return timing.add_time_ratios(out)
 
 
+# --- the whole model: decode and prefill ------------------------------------------------
+
+
+def decode_budget(facts: dict) -> int:
+    """The most float32 weight bytes the decode may put on the device: its memory minus headroom
+    (DECODE_HEADROOM_BYTES or DECODE_HEADROOM_FRACTION of it, whichever is larger). The CPU twin,
+    whose facts carry no device memory, takes the NumPy decoder's resident budget."""
+    from bytesup.model.weights import DEFAULT_RESIDENT_BUDGET
+
+    memory = facts.get("memory_bytes")
+    if not memory:
+        return DEFAULT_RESIDENT_BUDGET
+    return max(int(memory) - max(DECODE_HEADROOM_BYTES, int(memory * DECODE_HEADROOM_FRACTION)), 0)
+
+
+def _host_available_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo (the weights pass through the host once), or None."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def decode_refusal(gguf_path: str | Path, budget_bytes: int) -> str | None:
+    """None when the whole-model decode can run here, else the one-line reason it is skipped."""
+    from bytesup.gguf_file import GGUFFile
+    from bytesup.model.arch import spec_from_metadata, supported
+    from bytesup.model.weights import float32_bytes
+
+    with GGUFFile(gguf_path) as f:
+        refusal = supported(f.metadata, f.tensor_names, path=gguf_path)
+        if refusal:
+            return refusal
+        spec = spec_from_metadata(f.metadata, f.tensor_names, path=gguf_path)
+    need = float32_bytes(spec)
+    if need > budget_bytes:
+        return (f"{gguf_path}: float32 weights of {_size(need)} exceed the decode budget of {_size(budget_bytes)}"
+                " (the device's memory minus headroom, or run_gpu's decode_budget_bytes)")
+    host = _host_available_bytes()
+    if host is not None and need > host:
+        return (f"{gguf_path}: float32 weights of {_size(need)} exceed the host's available memory"
+                f" ({_size(host)}), through which they reach the device")
+    return None
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n:,} bytes"
+
+
+def time_device_decode(torch, device: str, model, n_tokens: int, warmup: int,
+                       prompt_len: int = DECODE_PROMPT_LEN) -> dict:
+    """Per-token seconds of `n_tokens` decode steps after a short prompt, each step timed alone
+    (CUDA events on the device; the host clock on the CPU twin), after `warmup` untimed steps.
+    Greedy, as in generation: the next input is the argmax (which waits for the step)."""
+    from bytesup.timing_decode import PROMPT_IDS_SEED, _ids
+
+    timer = device_timer(torch, device)
+    cache = model.new_cache(prompt_len + warmup + n_tokens)
+    logits = model.forward(_ids(model.spec.vocab, prompt_len, PROMPT_IDS_SEED), cache)
+    nxt = int(torch.argmax(logits[-1]))
+    for _ in range(warmup):
+        nxt = int(torch.argmax(model.forward([nxt], cache)[-1]))
+    times = []
+    for _ in range(n_tokens):
+        timer.start()
+        logits = model.forward([nxt], cache)
+        times.append(timer.stop())
+        nxt = int(torch.argmax(logits[-1]))
+    return {"times": times, "context_end": cache.n}
+
+
+def time_device_prefill(torch, device: str, model, n: int, repeats: int, warmup: int) -> list[float]:
+    """Seconds of one prefill pass of n tokens into a fresh cache, `repeats` times."""
+    from bytesup.timing_decode import PROMPT_IDS_SEED, _ids
+
+    timer = device_timer(torch, device)
+    ids = _ids(model.spec.vocab, n, PROMPT_IDS_SEED)
+    out = []
+    for i in range(warmup + repeats):
+        cache = model.new_cache(n)
+        timer.start()
+        model.forward(ids, cache)
+        seconds = timer.stop()
+        if i >= warmup:
+            out.append(seconds)
+    return out
+
+
+DECODE_KEYS = ("decode_tokens_per_s", "decode_bytes_per_token", "decode_ceiling_tokens_per_s",
+               "decode_fraction_of_ceiling", "decode_median_s", "decode_rel_iqr", "decode_gbps")
+
+
+def device_decode(torch, device: str, gguf_path: str | Path, cfg: dict, copy_gbps: float, budget_bytes: int) -> dict:
+    """The whole-model decode and prefill on the device, under the CPU decode.json's key names.
+
+    Returns the summary's decode keys plus 'prefill_rows', 'noisy' and 'counting' (taken out by
+    run_gpu); when skipped, the decode keys are None and 'decode_skipped' says why.
+    """
+    from bytesup.model.forward import Model, flops_per_token
+    from bytesup.model.forward_torch import TorchModel
+
+    counting = {
+        "decode": "bytes per token = every float32 weight the step reads once (all blocks, final norm, the "
+                  "whole output head, one embedding row); tokens/s = 1 / median seconds per step",
+        "decode_ceiling": "device copy GB/s (this job) x 1e9 / decode bytes per token",
+        "prefill": "tokens/s = N / median seconds of one N-token pass into a fresh cache",
+    }
+    refusal = decode_refusal(gguf_path, budget_bytes)
+    if refusal:
+        log.info("whole-model decode skipped: %s", refusal)
+        return {"decode_skipped": refusal, **dict.fromkeys(DECODE_KEYS), "prefill_tokens_per_s": {},
+                "decode_budget_bytes": budget_bytes, "prefill_rows": [], "noisy": [], "counting": counting}
+    reps, warm, noisy = int(cfg["repeats"]), int(cfg["warmup"]), float(cfg["noisy_spread"])
+    with Model.from_gguf(gguf_path, mode="resident") as numpy_model:
+        model = TorchModel.from_model(numpy_model, device)
+        bytes_per_token = numpy_model.weight_bytes_per_token().float32_bytes
+    spec = model.spec
+    sizes = [int(n) for n in cfg["prefill_sizes"] if int(n) <= spec.context_length]
+    n_tokens = int(cfg["decode_tokens"])
+    decode = time_device_decode(torch, device, model, n_tokens, max(warm, 1))
+    d_stats = summarize(decode["times"], noisy)
+    prefill_rows = []
+    for n in sizes:
+        stats = summarize(time_device_prefill(torch, device, model, n, reps, 1), noisy)
+        prefill_rows.append({"engine": "bytesup (torch)", "device": device, "n": n, **stats,
+                             "tokens_per_s": n / stats["median_s"],
+                             "gflops": n * flops_per_token(spec, n) / stats["median_s"] / 1e9})
+    tps = 1.0 / d_stats["median_s"]
+    ceiling = copy_gbps * 1e9 / bytes_per_token
+    log.info("%s decode: %.1f tokens/s, ceiling %.1f (%.1f%%)", device, tps, ceiling, 100 * tps / ceiling)
+    out = {
+        "decode_engine": "bytesup (torch, float32 weights resident on the device)",
+        "decode_tokens": n_tokens,
+        "decode_median_s": d_stats["median_s"],
+        "decode_rel_iqr": d_stats["rel_iqr"],
+        "decode_noisy": d_stats["noisy"],
+        "decode_tokens_per_s": tps,
+        "decode_bytes_per_token": bytes_per_token,
+        "decode_gbps": bytes_per_token * tps / 1e9,
+        "decode_ceiling_tokens_per_s": ceiling,
+        "decode_fraction_of_ceiling": tps / ceiling,
+        "decode_flops_per_token": flops_per_token(spec, decode["context_end"]),
+        "decode_weights_device_bytes": model.weights.nbytes,
+        "decode_budget_bytes": budget_bytes,
+        "prefill_tokens_per_s": {str(r["n"]): r["tokens_per_s"] for r in prefill_rows},
+        "prefill_gflops": {str(r["n"]): r["gflops"] for r in prefill_rows},
+        "prefill_rows": prefill_rows,
+        "noisy": (["decode"] if d_stats["noisy"] else []) + [f"prefill.N={r['n']}" for r in prefill_rows
+                                                              if r["noisy"]],
+        "counting": counting,
+    }
+    del model
+    return out
+
+
 # --- the job ------------------------------------------------------------------------
 
 
-def run_gpu(gguf_path: str | Path, cfg: dict | None = None, mode: str = "auto", device: str | None = None) -> dict:
+def run_gpu(gguf_path: str | Path, cfg: dict | None = None, mode: str = "auto", device: str | None = None,
+            decode_budget_bytes: int | None = None) -> dict:
     """The GPU timing job. `device` forces one ('cpu' for the twin); otherwise `mode` decides.
 
-    Returns {'summary', 'sweep', 'stream', 'dequant'} like timing.run_cpu; when skipped the
-    tables are empty and the summary says why.
+    Returns {'summary', 'sweep', 'stream', 'dequant'} like timing.run_cpu, plus 'prefill' (the
+    whole-model prefill rows) when measured; when skipped the tables are empty and the summary
+    says why. decode_budget_bytes: the most float32 weight bytes the whole-model decode may put
+    on the device (None: decode_budget(device facts)).
     """
     mode = normal_mode(mode)
     if device is None:
@@ -254,9 +426,19 @@ def run_gpu(gguf_path: str | Path, cfg: dict | None = None, mode: str = "auto", 
         facts["max_memory_allocated_bytes"] = int(torch.cuda.max_memory_allocated(device))
 
     summary = build_gpu_summary(facts, cfg, mode, device, stream_rows, sweep_rows, weights.describe(cache))
+    # the whole model: decode and prefill of the torch forward pass, against this job's copy bandwidth
+    del weights
+    budget = decode_budget(facts) if decode_budget_bytes is None else int(decode_budget_bytes)
+    decode = device_decode(torch, device, gguf_path, cfg, summary["stream_copy_gbps"], budget)
+    prefill_rows = decode.pop("prefill_rows")
+    summary["noisy"] += decode.pop("noisy")
+    summary["counting"].update(decode.pop("counting"))
+    summary.update(decode)
+    if torch.device(device).type == "cuda":
+        facts["max_memory_allocated_bytes_with_decode"] = int(torch.cuda.max_memory_allocated(device))
     summary["other_processes_cpu_fraction"] = other = share.other_fraction()
     summary["machine_shared"] = bool(other is not None and other > timing.BUSY_OTHER_FRACTION)
-    return {"summary": summary, "sweep": sweep_rows, "stream": stream_rows, "dequant": []}
+    return {"summary": summary, "sweep": sweep_rows, "stream": stream_rows, "dequant": [], "prefill": prefill_rows}
 
 
 def build_gpu_summary(facts: dict, cfg: dict, mode: str, device: str, stream_rows: list[dict],
