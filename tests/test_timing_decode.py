@@ -12,7 +12,8 @@ import pytest
 from gguf import GGUFReader
 
 from bytesup.synthetic import write_tiny_llama
-from bytesup.timing_decode import LLAMA_CPP_HINT, PREFILL_COLUMNS, run_decode, write_decode_results
+from bytesup import llama_cpp_ref
+from bytesup.timing_decode import PREFILL_COLUMNS, run_decode, write_decode_results
 
 QUICK = {"repeats": 3, "warmup": 1, "decode_tokens": 4, "prefill_sizes": [1, 4, 16], "stream_bytes": 4 << 20}
 
@@ -48,8 +49,13 @@ def test_decode_reads_every_weight_once_and_the_ceiling_follows(tmp_path, tied):
     for row in result["prefill"]:
         assert row["tokens_per_s"] == pytest.approx(row["n"] / row["median_s"])
         assert s["prefill_tokens_per_s"][str(row["n"])] == row["tokens_per_s"]
-    if "skipped" in s["llama_cpp"]:
-        assert s["llama_cpp"]["skipped"] == LLAMA_CPP_HINT
+    usable, why = llama_cpp_ref.status(path)
+    if usable:
+        lc = s["llama_cpp"]
+        assert lc["decode_bytes_per_token"] == s["decode_file_bytes_per_token"]
+        assert lc["decode_fraction_of_ceiling"] == pytest.approx(lc["decode_tokens_per_s"] / lc["decode_ceiling_tokens_per_s"])
+    else:
+        assert s["llama_cpp"] == {"skipped": why} and llama_cpp_ref.INSTALL in why
     assert 0 <= s["other_processes_cpu_fraction"] and isinstance(s["machine_shared"], bool)
 
 

@@ -40,8 +40,6 @@ from bytesup.timing import (
 log = logging.getLogger(__name__)
 
 DECODE_FRACTION_TARGET = 0.60  # the issue's goal for the default model, resident float32
-LLAMA_CPP_HINT = ("not installed: pip install -e '.[llama]' builds llama-cpp-python 0.3.36 from source "
-                  "(README, 'Reference engines')")
 PROMPT_IDS_SEED = 1234  # which token ids feed the timed passes (any valid ids will do)
 
 PREFILL_COLUMNS = ["engine", "n", "median_s", "tokens_per_s", "gflops", "rel_iqr", "noisy", "repeats"]
@@ -86,10 +84,12 @@ def time_prefill(model, n: int, repeats: int, warmup: int, seed: int = PROMPT_ID
 def llama_cpp_timing(gguf_path: str | Path, threads: int, n_tokens: int, prefill_sizes, repeats: int,
                      warmup: int, vocab: int) -> dict:
     """llama.cpp's decode and prefill on the same file and threads, or {'skipped': why}."""
-    try:
-        from llama_cpp import Llama
-    except ImportError:
-        return {"skipped": LLAMA_CPP_HINT}
+    from bytesup import llama_cpp_ref
+
+    usable, why = llama_cpp_ref.status(gguf_path)
+    if not usable:
+        return {"skipped": why}
+    from llama_cpp import Llama
     n_ctx = max(max(prefill_sizes), 16 + warmup + n_tokens) + 8
     llm = Llama(model_path=str(gguf_path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
                 n_batch=max(prefill_sizes), logits_all=False, verbose=False)

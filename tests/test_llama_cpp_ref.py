@@ -1,0 +1,29 @@
+"""Whether llama.cpp can run here is decided in a child process: a build for another CPU kills
+its process with SIGILL, and that must end as a one-line reason, not as a crashed job."""
+
+import sys
+
+import pytest
+
+from bytesup import llama_cpp_ref
+
+
+def test_not_installed_says_how_to_install(monkeypatch, tiny_gguf):
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # import llama_cpp now raises ImportError
+    usable, why = llama_cpp_ref.status(tiny_gguf)
+    assert not usable and why.startswith("llama-cpp-python is not installed: ") and "GGML_NATIVE=OFF" in why
+
+
+def test_a_crash_in_the_child_is_a_reason_not_a_crash(monkeypatch, tiny_gguf):
+    pytest.importorskip("llama_cpp")
+    monkeypatch.setattr(llama_cpp_ref, "_PROBE", "import os, signal; os.kill(os.getpid(), signal.SIGILL)")
+    usable, why = llama_cpp_ref.status(tiny_gguf)
+    assert not usable and "crashed with SIGILL (an instruction this CPU lacks: rebuild it)" in why
+    assert "\n" not in why
+
+
+def test_an_error_in_the_child_names_the_file(monkeypatch, tiny_gguf):
+    pytest.importorskip("llama_cpp")
+    monkeypatch.setattr(llama_cpp_ref, "_PROBE", "raise SystemExit('failed to load model')")
+    usable, why = llama_cpp_ref.status(tiny_gguf)
+    assert not usable and why.endswith("could not run tiny.gguf: failed to load model")
