@@ -279,6 +279,8 @@ def test_a_measured_gpu_is_reported_and_verifies(tmp_path):
         "status": "measured", "device": "cuda:0", "stream_copy_gbps": 3900.5, "stream_triad_gbps": 3950.1,
         "matvec_cold_gbps": 3100.0, "matvec_fraction_of_copy": 0.79, "matmul_ratio_256_over_1": 1.9,
         "machine": {"type": "cuda", "name": "NVIDIA H200", "driver": "550.54"},
+        "decode_tokens_per_s": 410.5, "decode_bytes_per_token": 538062336,
+        "decode_ceiling_tokens_per_s": 7249.0, "decode_fraction_of_ceiling": 0.0566,
     }))
     sweep = f"results/timing/{MODEL}/gpu/sweep.csv"
     (root / sweep).write_text("op,dtype,n,gbps\nmatvec,fp32,1,3100.0\n")
@@ -289,6 +291,8 @@ def test_a_measured_gpu_is_reported_and_verifies(tmp_path):
     assert "Device: NVIDIA H200[^" in md and "No GPU on this run" not in md
     assert "| timing, GPU: matvec bandwidth as a fraction of device copy | 79.0 %[^" in md
     assert "GPU: NVIDIA H200[^" in md  # the summary's machine line, from the manifest
+    assert "| decode, the project's decoder's torch twin \\(tokens/s\\) | 410.5[^" in md
+    assert "| fraction of that ceiling reached | 5.7 %[^" in md
     manifest = json.loads((report_dir / "manifest.json").read_text())
     keys = {c["key"] for c in manifest["citations"] if c["file"] == SELF}
     assert {"machine/gpus/0/name", "machine/gpus/0/driver", "machine/gpus/0/memory_mib"} <= keys

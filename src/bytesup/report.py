@@ -291,6 +291,10 @@ def _timing(doc: Doc, timing: dict, lessons: dict) -> None:
                 doc.para("Device: ", L.cite(gpu, "machine/name"), ".")
             rows = [[label, L.cite(gpu, key, fmt)] for label, key, fmt in TIMING_HEADLINES + TIMING_CONTEXT
                     if data.get(key) is not None]
+            rows += [[label.replace("NumPy decoder", "decoder's torch twin").replace("STREAM copy", "device copy"),
+                      L.cite(gpu, key, fmt)] for label, key, fmt in DECODE_HEADLINES[:4] if data.get(key) is not None]
+            if data.get("decode_skipped"):
+                rows.append(["whole-model decode", L.cite(gpu, "decode_skipped")])
             if rows:
                 doc.table(["quantity", "value"], rows)
             for name in ("gpu_sweep_csv", "gpu_stream_csv"):
