@@ -1,0 +1,319 @@
+"""Lesson 6, attention and the KV cache: attention by hand against an independent float64 attention
+(gguf-py's reader and dequantizer, complex-number rope), the KV arithmetic against the published
+configurations written out, the cache against a full recompute, and the notebook end to end."""
+
+from __future__ import annotations
+
+import ast
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from workflow_helpers import run_notebook
+
+from bytesup import claims
+from bytesup.lessons import LessonInputError, plain
+from bytesup.lessons import attention_kv as lesson
+from bytesup.lessons.spec import parameter
+from bytesup.model.forward import Model
+from bytesup.synthetic import write_tiny_llama
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "workflow" / "notebooks" / "06_attention_and_the_kv_cache.ipynb"
+TINY_PROMPT = " the cat sat on the mat"
+
+
+# --- an independent attention: gguf-py + float64, sharing no code with the package -------------------
+
+
+def gguf_fields(path):
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+
+    reader = GGUFReader(str(path))
+
+    def field(name, default=None):
+        return reader.fields[name].contents() if name in reader.fields else default
+
+    def tensor(name):
+        t = next(t for t in reader.tensors if t.name == name)
+        return dequantize(t.data, t.tensor_type).astype(np.float64).reshape(tuple(int(d) for d in reversed(t.shape)))
+
+    return field, tensor
+
+
+def reference_attention(path, ids, block=0):
+    """Block 0's attention half in float64: weights (heads, N, N), output projection and y = x + out."""
+    field, tensor = gguf_fields(path)
+    arch = field("general.architecture")
+    n_head, n_kv = field(f"{arch}.attention.head_count"), field(f"{arch}.attention.head_count_kv")
+    d = field(f"{arch}.embedding_length")
+    hd = d // n_head
+    base = float(field(f"{arch}.rope.freq_base", 10000.0))
+    eps = float(field(f"{arch}.attention.layer_norm_rms_epsilon"))
+    assert block == 0
+    x = tensor("token_embd.weight")[ids]
+    xn = x / np.sqrt(np.mean(x * x, axis=1, keepdims=True) + eps) * tensor(f"blk.{block}.attn_norm.weight")
+    n = len(ids)
+    q = (xn @ tensor(f"blk.{block}.attn_q.weight").T).reshape(n, n_head, hd)
+    k = (xn @ tensor(f"blk.{block}.attn_k.weight").T).reshape(n, n_kv, hd)
+    v = (xn @ tensor(f"blk.{block}.attn_v.weight").T).reshape(n, n_kv, hd)
+
+    def turn(a):  # GGUF llama rows: adjacent pairs as complex numbers, pair i turned by pos * base^(-2i/hd)
+        z = a[..., 0::2] + 1j * a[..., 1::2]
+        z = z * np.exp(1j * np.outer(np.arange(n), base ** (-np.arange(0, hd, 2) / hd)))[:, None, :]
+        out = np.empty_like(a)
+        out[..., 0::2], out[..., 1::2] = z.real, z.imag
+        return out
+
+    q, k = turn(q), turn(k)
+    weights = np.zeros((n_head, n, n))
+    heads = np.zeros((n, n_head, hd))
+    for h in range(n_head):
+        g = h * n_kv // n_head
+        for i in range(n):
+            s = np.array([q[i, h] @ k[j, g] / math.sqrt(hd) for j in range(i + 1)])
+            e = np.exp(s - s.max())
+            weights[h, i, : i + 1] = e / e.sum()
+            heads[i, h] = weights[h, i, : i + 1] @ v[: i + 1, g]
+    out = heads.reshape(n, d) @ tensor(f"blk.{block}.attn_output.weight").T
+    return {"weights": weights, "out": out, "y": x + out, "n_head": n_head, "n_kv": n_kv, "hd": hd,
+            "n_layers": field(f"{arch}.block_count")}
+
+
+# --- tiny synthetic models ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    path = write_tiny_llama(tmp_path_factory.mktemp("tiny") / "tiny.gguf", n_head=4, n_head_kv=2)
+    with Model.from_gguf(path) as model:
+        metadata = dict(model.gguf.metadata)
+    m, tables = lesson.run(path, metadata, TINY_PROMPT, {"resident_budget_mb": 100}, model_name="tiny",
+                           contexts=(4, 8, 1000), repeats=1, decode_steps=3)
+    return path, metadata, m, tables
+
+
+def test_attention_by_hand_matches_an_independent_float64_attention(tiny):
+    path, _, m, tables = tiny
+    ids = m["prompt_ids"]
+    ref = reference_attention(path, ids)
+    last = len(ids) - 1
+    np.testing.assert_allclose(m["hand_weights_last_head0"], ref["weights"][0, last], rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(tables["hand"].weights, ref["weights"], rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(m["hand_out_last_first3"], ref["out"][last, :3], rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(m["block_attention_y_last_first3"], ref["y"][last, :3], rtol=1e-4, atol=1e-6)
+    # the traced forward pass's block-0 pattern is the same
+    np.testing.assert_allclose(tables["attention"][0], ref["weights"], rtol=1e-4, atol=1e-6)
+    # by hand against the package: the same float32 arithmetic
+    assert m["hand_vs_block_max_abs_diff"] < 1e-5
+    assert m["hand_k_vs_cache_max_abs_diff"] < 1e-6 and m["hand_v_vs_cache_max_abs_diff"] < 1e-6
+    assert m["hand_weights_vs_trace_max_abs_diff"] < 1e-6
+    assert m["hand_masked_weight_max"] == 0.0 and m["hand_weights_row_sums_max_abs_err"] < 1e-6
+
+
+def test_grouped_query_heads_and_the_top_table(tiny):
+    path, _, m, tables = tiny
+    assert m["gqa_group_size"] == 2 and m["gqa_kv_head_of_query_head"] == [0, 0, 1, 1]
+    top = tables["attention_top"]
+    assert len(top) == m["block_count"] * m["head_count"] == 2 * 4
+    ref = reference_attention(path, m["prompt_ids"])
+    for r in top[:4]:  # block 0, from the independent weights
+        row = ref["weights"][r["head"], -1]
+        assert r["top_position"] == int(np.argmax(row)) and r["top_weight"] == pytest.approx(row.max(), rel=1e-4)
+        assert r["top_token"] == m["prompt_tokens"][r["top_position"]] and r["kv_head"] == r["head"] // 2
+    share = np.mean([r["top_position"] == 0 for r in top])
+    assert m["attention_first_position_share"] == pytest.approx(share)
+    assert [(r["block"], r["head"]) for r in m["attention_top_shown"]] == [(b, h) for b in (0, 1) for h in (0, 2, 3)]
+
+
+def test_rope_turns_pairs_and_both_row_layouts_agree(tiny):
+    _, _, m, tables = tiny
+    hd = m["head_dim"]
+    assert m["rope_radians_per_token_first_pair"] == 1.0
+    assert m["rope_radians_per_token_last_pair"] == pytest.approx(m["rope_freq_base"] ** (-(hd - 2) / hd))
+    assert m["rope_turn_max_abs_err"] < 1e-5 and m["rope_norm_change_max_rel"] < 1e-5
+    assert m["rope_layouts_scores_max_abs_diff"] < 1e-4
+    rows = tables["rope"]
+    assert [r["pair"] for r in rows] == [0, 1, 2, hd // 2 - 1]
+    assert rows[1]["pos_3"] == pytest.approx(3 * m["rope_freq_base"] ** (-2 / hd))
+
+
+def test_gguf_row_permutation_is_undone_and_halves_match_neighbours():
+    """convert_hf_to_gguf.py's permute, written out: rope on halves of the HF rows == rope on pairs of the GGUF rows."""
+    from bytesup.model.forward import rope, rope_angles
+
+    rng = np.random.default_rng(0)
+    n_head, hd, d, n = 3, 8, 5, 6
+    w_hf = rng.standard_normal((n_head * hd, d)).astype(np.float32)
+    # convert_hf_to_gguf.LlamaModel.permute
+    w_gguf = w_hf.reshape(n_head, 2, hd // 2, d).swapaxes(1, 2).reshape(w_hf.shape)
+    np.testing.assert_array_equal(lesson.gguf_rows_to_hf(w_gguf, n_head), w_hf)
+    x = rng.standard_normal((n, d)).astype(np.float32)
+    cos, sin = rope_angles(np.arange(n), hd, 10000.0)
+    pairs = rope((x @ w_gguf.T).reshape(n, n_head, hd), cos, sin)
+    halves = lesson.rope_halves((x @ w_hf.T).reshape(n, n_head, hd), cos, sin)
+    # the same numbers, in the other order: GGUF dims (2i, 2i+1) are HF dims (i, i + hd/2)
+    np.testing.assert_allclose(pairs[..., 0::2], halves[..., : hd // 2], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(pairs[..., 1::2], halves[..., hd // 2 :], rtol=1e-6, atol=1e-6)
+
+
+def test_the_cache_gives_the_recomputed_logits_and_timing_runs_resident(tiny):
+    path, _, m, tables = tiny
+    assert m["kv_cache_max_abs_diff"] < 1e-4 and m["kv_cache_max_abs_diff_all_steps"] < 1e-4
+    assert m["kv_cache_same_next_token"] and len(m["kv_cache_generated_ids"]) == 3
+    assert m["kv_cache_positions"] == m["n_prompt_tokens"] + 3
+    assert m["kv_cache_float32_bytes_used"] == m["kv_cache_positions"] * m["kv_bytes_per_token_f32"]
+    # contexts beyond the model's 128 are dropped
+    assert m["timing_contexts"] == [4, 8] and m["timing_done"] and m["weights_mode"] == "resident"
+    assert all(r["cached_median_s"] > 0 and r["recompute_median_s"] > 0 for r in tables["timing"])
+    assert m["timing_max_context"] == 8 and m["timing_cached_s_at_max"] == tables["timing"][-1]["cached_median_s"]
+    # the no-cache decoder's last logits are the full forward pass's
+    with Model.from_gguf(path) as model:
+        ids = [37, 56, 34, 37]
+        np.testing.assert_allclose(lesson.recompute_last_logits(model, ids), model.forward(ids)[-1], rtol=1e-5, atol=1e-5)
+
+
+def test_a_streaming_model_is_not_timed(tiny):
+    path, metadata, _, _ = tiny
+    m, tables = lesson.run(path, metadata, TINY_PROMPT, {"resident_budget_mb": 0}, contexts=(4,), repeats=1,
+                           decode_steps=1)
+    assert m["weights_mode"] == "streaming" and tables["timing"] == []
+    assert m["timing_done"] is False and "resident" in m["timing_skipped"] and m["timing_cached_s_at_max"] is None
+    assert m["hand_vs_block_max_abs_diff"] < 1e-5  # block weights were copied before the scratch was reused
+
+
+def test_kv_sizes_from_the_published_configurations(tiny):
+    _, _, m, tables = tiny
+    assert m["specimen_kv_bytes_per_token"] == 2 * 32 * 32 * 128 * 2 == 524_288
+    assert m["llama3_8b_kv_bytes_per_token"] == 2 * 32 * 8 * 128 * 2 == 131_072
+    assert m["specimen_kv_bytes_at_context_length"] == 524_288 * 16_384
+    assert m["llama3_8b_kv_bytes_at_context_length"] == 131_072 * 8_192
+    # tiny: 2 blocks, 2 K/V heads of 32 / 4 = 8 numbers
+    assert m["kv_bytes_per_token"] == 2 * 2 * 2 * 8 * 2 and m["kv_bytes_per_token_f32"] == 2 * m["kv_bytes_per_token"]
+    assert m["kv_bytes_per_token_without_gqa"] == 2 * 2 * 4 * 8 * 2
+    # weights: the specimen as Q8_0 (34 bytes per 32 weights, norms F32), Llama-3-8B as BF16
+    matrices = 2 * 32256 * 4096 + 32 * (4 * 4096 * 4096 + 3 * 4096 * 11008)
+    norms = (2 * 32 + 1) * 4096
+    assert m["specimen_weights_bytes"] == matrices // 32 * 34 + 4 * norms == 7_162_576_896
+    assert m["llama3_8b_weights_bytes"] == 2 * 8_030_261_248
+    assert m["model_file_bytes"] == tables["kv_size"][0]["weights_bytes"]
+    assert m["kv_cache_equals_weights_tokens"] == pytest.approx(m["model_file_bytes"] / m["kv_bytes_per_token"])
+
+
+def test_a_sliding_window_stops_the_growth():
+    assert lesson.kv_cache_bytes(100, 50) == 5000
+    assert lesson.kv_cache_bytes(100, 5000, window=1024) == 102_400
+    np.testing.assert_array_equal(lesson.kv_cache_bytes(2, [10, 100, 1000], window=100), [20, 200, 200])
+
+
+def test_claims_reproduce_the_published_facts_and_wait_for_the_specimen(tiny):
+    _, metadata, m, _ = tiny
+    results = lesson.evaluate_claims(m, model="tiny", metadata=metadata)
+    assert {r.claim.metric for r in results} <= set(m)
+    for r in results:
+        assert r.status == ("specimen differs" if r.claim.requires else "reproduced"), r.claim.claim_id
+    # on the specimen the same file must reproduce: 32 K/V heads, group 1, 524,288 bytes
+    spec_m = {**m, "head_count_kv": 32, "gqa_group_size": 1, "kv_bytes_per_token": 524_288}
+    checked = claims.check_all(claims.load_claims(lesson.SPEC.id), spec_m, {"specimen"})
+    assert {r.status for r in checked} == {"reproduced"}
+
+
+def test_bad_inputs_say_what_is_wrong(tiny):
+    path, metadata, _, _ = tiny
+    with pytest.raises(LessonInputError, match="prompt"):
+        lesson.run(path, metadata, "", {"resident_budget_mb": 100})
+    with pytest.raises(LessonInputError, match="forward.resident_budget_mb"):
+        lesson.run(path, metadata, TINY_PROMPT, {"budget": 1})
+    with pytest.raises(LessonInputError, match="block 7"):
+        lesson.run(path, metadata, TINY_PROMPT, {"resident_budget_mb": 100}, block=7)
+
+
+def test_figures_are_drawn(tiny, tmp_path):
+    from bytesup.lessons import save_figure
+
+    tables = tiny[3]
+    for name, fig in [
+        ("a.png", lesson.plot_attention(tables["attention"], tables["tokens"], tables["spec"], "t")),
+        ("k.png", lesson.plot_kv_size(tables["kv_size"], "t")),
+        ("t.png", lesson.plot_timing(tables["timing"], "t")),
+        ("n.png", lesson.plot_timing([], "t")),
+    ]:
+        assert save_figure(fig, tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# --- the notebook -------------------------------------------------------------------------------------
+
+
+def parameters_cell_names(notebook: Path) -> list[str]:
+    cells = [c for c in json.loads(notebook.read_text())["cells"] if "parameters" in c["metadata"].get("tags", [])]
+    assert len(cells) == 1, "exactly one cell tagged parameters"
+    tree = ast.parse("".join(cells[0]["source"]))
+    return [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets]
+
+
+def test_notebook_declares_exactly_the_spec_parameters():
+    assert parameters_cell_names(NOTEBOOK) == lesson.SPEC.parameter_names()
+
+
+def test_notebook_does_each_step_in_its_cells():
+    code = "\n".join("".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code")
+    for step in ("xn = rms_norm(x, w.attn_norm, spec.rms_eps)", "Q = xn @ w.wq.T", "K = xn @ w.wk.T", "V = xn @ w.wv.T",
+                 "q_rot, k_rot = rope(q, cos, sin), rope(k, cos, sin)", "scores[future] = -np.inf",
+                 "weights = softmax(scores)", "softmax(s) @ v[:, kvh]", "@ w.wo.T", "y = x + out",
+                 "2 * spec.n_layers * spec.n_kv_heads * spec.head_dim * f16"):
+        assert step in code, step
+    assert "matplotlib.use" not in code
+
+
+@pytest.mark.slow
+def test_notebook_on_the_default_model(default_gguf, tmp_path):
+    """papermill from workflow/notebooks/ of a project whose extract stage ran on SmolLM2-135M; the metrics
+    against gguf-py + float64 and the published arithmetic."""
+    pytest.importorskip("papermill")
+    from bytesup.extract import extract
+
+    (tmp_path / "Snakefile").write_text("# project root marker\n")
+    extract(default_gguf, tmp_path / "results" / "smollm2-135m" / "gguf", [])
+    nb_dir = tmp_path / "workflow" / "notebooks"
+    nb_dir.mkdir(parents=True)
+    out = tmp_path / "out"
+    outputs = {parameter(name): out / name for name in lesson.SPEC.files}
+    run_notebook(NOTEBOOK, tmp_path / "executed.ipynb", cwd=nb_dir, model_gguf=default_gguf, **outputs)
+    assert sorted(p.name for p in out.iterdir()) == sorted(lesson.SPEC.files)
+    m = json.loads((out / "metrics.json").read_text())
+
+    assert m["prompt"] == "The capital of France is" and m["weights_mode"] == "resident"
+    ref = reference_attention(default_gguf, m["prompt_ids"])
+    assert (ref["n_layers"], ref["n_head"], ref["n_kv"], ref["hd"]) == (30, 9, 3, 64)
+    assert m["kv_bytes_per_token"] == 2 * 30 * 3 * 64 * 2 == 23_040 and m["kv_bytes_per_token_f32"] == 46_080
+    assert m["gqa_group_size"] == 3 and m["gqa_kv_head_of_query_head"] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    assert m["kv_bytes_at_context_length"] == 23_040 * 8192
+    assert m["specimen_kv_bytes_per_token"] == 524_288 and m["llama3_8b_kv_bytes_per_token"] == 131_072
+    last = len(m["prompt_ids"]) - 1
+    np.testing.assert_allclose(m["hand_weights_last_head0"], ref["weights"][0, last], rtol=1e-3, atol=1e-5)
+    np.testing.assert_allclose(m["block_attention_y_last_first3"], ref["y"][last, :3], rtol=1e-3, atol=1e-5)
+    assert m["hand_vs_block_max_abs_diff"] < 1e-5 and m["kv_cache_max_abs_diff"] < 1e-3
+    assert m["kv_cache_same_next_token"] is True
+    with (out / "attention_top.csv").open() as f:
+        top = list(csv.DictReader(f))
+    assert len(top) == 30 * 9
+    for r in top[:9]:  # block 0 from the independent weights
+        row = ref["weights"][int(r["head"]), last]
+        assert int(r["top_position"]) == int(np.argmax(row))
+        assert float(r["top_weight"]) == pytest.approx(row.max(), rel=1e-3)
+    shown = {(r["block"], r["head"]): r for r in m["attention_top_shown"]}
+    assert set(shown) == {(b, h) for b in (0, 15, 29) for h in (0, 4, 8)}
+    assert shown[0, 0]["token"] == m["prompt_tokens"][int(np.argmax(ref["weights"][0, last]))]
+    assert m["timing_contexts"] == [8, 32, 64, 128] and len(m["timing_recompute_median_s"]) == 4
+    with (out / "claims.csv").open(encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == list(claims.COLUMNS)
+    assert {r["status"] for r in rows} == {"reproduced", "specimen differs"}
+    with (out / "kv_cache_size.csv").open() as f:
+        assert [r["model"] for r in csv.DictReader(f)] == ["smollm2-135m", "deepseek-coder-6.7b", "Llama-3-8B"]
+    for png in lesson.SPEC.figures:
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert plain(m) == m  # written as plain JSON numbers
