@@ -192,14 +192,11 @@ def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     Only the first n_rot dimensions rotate (all of them for llama). Returns a new array.
     """
     n_rot = 2 * cos.shape[-1]
-    out = x.copy()
-    pairs = x[..., :n_rot].reshape(*x.shape[:-1], n_rot // 2, 2)
-    x0, x1 = pairs[..., 0], pairs[..., 1]
+    x0, x1 = x[..., 0:n_rot:2], x[..., 1:n_rot:2]  # first and second of each pair
     c, s = cos[:, None, :], sin[:, None, :]  # the same angles for every head
-    rotated = out[..., :n_rot].reshape(pairs.shape)
-    rotated[..., 0] = x0 * c - x1 * s
-    rotated[..., 1] = x0 * s + x1 * c
-    out[..., :n_rot] = rotated.reshape(*x.shape[:-1], n_rot)
+    out = x.copy()
+    out[..., 0:n_rot:2] = x0 * c - x1 * s
+    out[..., 1:n_rot:2] = x0 * s + x1 * c
     return out
 
 
