@@ -1,4 +1,4 @@
-"""Lesson 3's deep dive, "What the FFN stores" (course text 001): the FFN as a bank of key-value memories.
+"""Lesson 3's deep dive, "What the FFN stores" (course the FFN-stores text): the FFN as a bank of key-value memories.
 
 What is computed, in the lesson's order:
   1. the regrouping, on this model's real block-``block`` weights: W_down h is a sum of columns,
@@ -76,7 +76,7 @@ SPEC = LessonSpec(
 )
 BLOCK = 0
 
-# Text 001's toy key-value bank (panel v): the slots' gate and up scores as printed. The weights
+# The FFN-stores text's toy key-value bank (panel v): the slots' gate and up scores as printed. The weights
 # behind them are not printed, but each coefficient a = SiLU(g) u follows from these two numbers.
 TOY_SLOTS = (
     ("landmark + 'is in'", 1.70, 1.20),

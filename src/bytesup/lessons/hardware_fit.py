@@ -339,7 +339,7 @@ DEVICES = (
            "Apple M4: 120GB/s memory bandwidth"),
     Device("dgx_spark", "DGX Spark", 128 * GiB, 273.0,
            "NVIDIA DGX Spark specifications: 128 GB LPDDR5x unified memory, 273 GB/s; "
-           "the course (text 000) quotes the 273 GB/s peak"),
+           "the course (the lesson 3 text) quotes the 273 GB/s peak"),
     Device("h100_sxm", "H100 SXM 80 GB", 80 * GiB, 3350.0, "NVIDIA H100 datasheet: H100 SXM, 80GB HBM3, 3.35TB/s"),
     Device("h200", "H200 141 GB", 141 * GiB, 4800.0, "NVIDIA H200 datasheet: 141GB HBM3e, 4.8TB/s"),
 )

@@ -341,7 +341,7 @@ RANDOM_VARIANTS: dict[str, tuple[str, Callable]] = {
     "seeds 0 and 1": ("default_rng(0) for a, default_rng(1) for b", _seeds_0_and_1),
     "legacy np.random.seed(0)": ("np.random.seed(0); np.random.randn(4096), twice", _legacy),
 }
-COURSE_RANDOM = {"dot": -18.14, "self_dot": 4077.07}  # as text 003 prints them, rounded to 2 places
+COURSE_RANDOM = {"dot": -18.14, "self_dot": 4077.07}  # as the vectors chapter prints them, rounded to 2 places
 RANDOM_VARIANT_USED = "two calls, one generator"  # the text's own code; see random_variant_rows
 
 

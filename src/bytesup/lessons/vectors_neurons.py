@@ -1,17 +1,17 @@
-"""Lesson 4, "Vectors, neurons and nonlinearity" (course texts 003 and 004): all of it by hand.
+"""Lesson 4, "Vectors, neurons and nonlinearity" (course the vectors chapter and the neurons lesson): all of it by hand.
 
 Nothing here reads a model. Every number is either small arithmetic the texts do by hand, or
 arithmetic on the published Llama 3 configurations (bytesup.param_counts), so every claim of this
 lesson must reproduce on any run.
 
-Convention. Text 003 writes a layer as ``xW``: the input is a row vector, ``W`` has shape
+Convention. The vectors chapter writes a layer as ``xW``: the input is a row vector, ``W`` has shape
 [inputs, outputs], and output j is x dotted with column j. Applying W1 then W2 is x W1 W2, so the
 single matrix that does both is the product W1 @ W2, first map on the left. The matrix called
 "rotation by 45 degrees" is the textbook one, [[cos, -sin], [sin, cos]]; multiplied on the right
 of a row vector it turns the plane clockwise. With these two choices, stretch-then-rotate is
-S @ R = [[1.41, -1.41], [0.35, 0.35]], the matrix the text prints. (Text 004 warns that code
+S @ R = [[1.41, -1.41], [0.35, 0.35]], the matrix the text prints. (The neurons lesson warns that code
 also writes layers as W x with W shaped [outputs, inputs]; the neuron examples below use that
-form, one row per neuron, as text 004 does.)
+form, one row per neuron, as the neurons lesson does.)
 
 Arithmetic is float64: these are toys, and the printed values are round.
 """
@@ -72,7 +72,7 @@ B3, C3, D3 = np.array([2.0, 1.0, 0.0]), np.array([-2.0, 1.0, 0.0]), np.array([0.
 
 
 def vector_toys() -> dict:
-    """Text 003, sections 2.1-2.2."""
+    """The vectors chapter, sections 2.1-2.2."""
     len_a, len_b, cos_ab = length(A), length(B), cosine(A, B)
     return {
         "vec_sum": A + B,
@@ -173,7 +173,7 @@ NEURON_WEIGHTS = [0.5, -1.0, 2.0]
 NEURON_BIAS = 1.0
 LAYER_INPUT = [1.0, 2.0, 0.0]
 LAYER_WEIGHTS = [[2.0, 0.0, 1.0], [1.0, 3.0, 0.0]]  # one row per neuron
-# the single-detector widget of text 003: weight row [1, 0.5], bias -0.5
+# the single-detector widget of the vectors chapter: weight row [1, 0.5], bias -0.5
 DETECTOR_W, DETECTOR_B = [1.0, 0.5], -0.5
 
 
@@ -190,7 +190,7 @@ def neuron(inputs: Sequence[float], weights: Sequence[float], bias: float,
 
 
 def neuron_toys() -> dict:
-    """Text 004's neuron and two-neuron layer, and text 003's single-detector widget."""
+    """The neurons lesson's neuron and two-neuron layer, and the vectors chapter's single-detector widget."""
     n = neuron(NEURON_INPUTS, NEURON_WEIGHTS, NEURON_BIAS)
     W = np.array(LAYER_WEIGHTS)
     fires = neuron([2.0, 1.5], DETECTOR_W, DETECTOR_B)
@@ -380,7 +380,7 @@ def llama_metrics() -> dict:
 
 
 def gpt_style_ffn(d: int = 4096) -> dict:
-    """Text 004's FFN: d -> 4d -> d, two matrices (biases too, GPT-style), and SwiGLU's narrower width."""
+    """The neurons lesson's FFN: d -> 4d -> d, two matrices (biases too, GPT-style), and SwiGLU's narrower width."""
     a = configs.Architecture("GPT-style", d_model=d, d_ff=4 * d, n_layers=1, vocab=0, n_heads=d // 128,
                         n_kv_heads=d // 128, head_dim=128, gated_ffn=False, biases=True, norm_vectors=2)
     c = pc.count(a)
@@ -399,7 +399,7 @@ def gpt_style_ffn(d: int = 4096) -> dict:
 
 
 def llama_table() -> list[dict]:
-    """Text 003's "Beacon's numbers" table, each cell recomputed from the configurations."""
+    """The vectors chapter's "Beacon's numbers" table, each cell recomputed from the configurations."""
     rows = []
     m8, m405 = mlp_numbers(configs.LLAMA3_8B), mlp_numbers(configs.LLAMA31_405B)
     for label, key, how in (
