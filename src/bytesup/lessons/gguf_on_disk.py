@@ -41,7 +41,8 @@ SPEC = LessonSpec(
     kind=SERIES,
     position=1,
     source=(
-        'Lesson 1 of the LLM Basics series (its text is not among the course files here; the numbers come from what lessons 3 and 5 say about the file)'
+        "Lesson 1 of the LLM Basics series (its text is not among the course files here; the numbers "
+        "come from what the lesson 3 text and the FFN-stores text say about the file)"
     ),
     reads=('model_gguf',),
     tables=('metadata_table.csv', 'tensor_table.csv', 'byte_accounting.csv', 'bytes_by_type.csv', 'q8_0_block.csv', 'q4_1_block.csv'),

@@ -41,7 +41,8 @@ SPEC = LessonSpec(
     kind=SERIES,
     position=2,
     source=(
-        'Lesson 2 of the LLM Basics series, with the random-vector numbers of "Vectors and the functions that move them"'
+        "Lesson 2 of the LLM Basics series (its text is not among the course files here), with the "
+        'random-vector numbers of the chapter "Vectors and the functions that move them"'
     ),
     reads=('metadata_json', 'tensors_index', 'model_gguf'),
     tensors=('token_embd.weight',),
