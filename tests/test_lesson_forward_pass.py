@@ -1,0 +1,390 @@
+"""Lesson 4, the forward pass: values against independent computations.
+
+* tiny synthetic llamas: the next-token logits, the residual stream after every block and the logit
+  lens against a float64 llama written here from gguf-py's reader and dequantizer (no bytesup code);
+  the residual norms also against a second Trace of a different pass (all positions at once);
+* the FLOPs the trace counted against the metadata's count and a formula written out here; the
+  bytes against gguf-py's own tensor sizes;
+* the default model (slow): the top-5 next tokens and their logits, and the residual stream after
+  every block, against Hugging Face transformers loading the same GGUF in float32;
+* the notebook end to end with papermill, on a tiny model and on the default model.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from gguf import GGUFReader
+from gguf.quants import dequantize as gguf_dequantize
+from workflow_helpers import env_with_venv
+
+from bytesup import claims
+from bytesup.extract import extract
+from bytesup.gguf_file import GGUFFile
+from bytesup.lessons import forward_pass as lesson
+from bytesup.lessons import plain
+from bytesup.lessons.spec import parameter
+from bytesup.model.forward import Model, Trace
+from bytesup.synthetic import write_tiny_llama
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK = ROOT / "workflow" / "notebooks" / "04_the_forward_pass.ipynb"
+PROMPT = "The capital of France is"
+TINY_PROMPT = " the cat sat on the mat"
+TINY_CASES = {
+    "untied-gqa2": {"n_head": 4, "n_head_kv": 2, "n_layers": 2},
+    "tied-mqa-3blocks": {"n_head": 4, "n_head_kv": 1, "n_layers": 3, "tied": True, "seed": 3},
+}
+
+
+# -- an independent float64 llama: gguf-py's reader and dequantizer, numpy, nothing from bytesup ------------
+
+
+def read_reference(path):
+    reader = GGUFReader(path)
+    meta = {f.name: f.contents() for f in reader.fields.values()}
+    tensors = {}
+    for t in reader.tensors:
+        values = gguf_dequantize(t.data, t.tensor_type)
+        tensors[t.name] = np.asarray(values, np.float64).reshape(tuple(int(d) for d in reversed(t.shape)))
+    return meta, tensors
+
+
+def tensor_sizes(path) -> tuple[dict, dict]:
+    """gguf-py's own count of each tensor's elements and bytes in the file (no dequantizing)."""
+    reader = GGUFReader(path)
+    return {t.name: int(t.n_elements) for t in reader.tensors}, {t.name: int(t.n_bytes) for t in reader.tensors}
+
+
+def reference_pass(path, ids):
+    """(residual stream of the last position after the embedding and after each block, final logits,
+    logit-lens logits per point), all float64, from the llama equations written out."""
+    meta, w = read_reference(path)
+    d, n_head = meta["llama.embedding_length"], meta["llama.attention.head_count"]
+    n_kv, eps = meta["llama.attention.head_count_kv"], meta["llama.attention.layer_norm_rms_epsilon"]
+    base, hd, n = meta.get("llama.rope.freq_base", 10000.0), d // n_head, len(ids)
+
+    def norm(x, g):
+        return x / np.sqrt((x**2).mean(-1, keepdims=True) + eps) * g
+
+    def rotate(m, pos):  # pairs (2i, 2i+1) as complex numbers turned by pos * base^(-2i/hd)
+        z = (m[:, 0::2] + 1j * m[:, 1::2]) * np.exp(1j * pos * base ** (-np.arange(hd // 2) * 2.0 / hd))
+        out = np.empty_like(m)
+        out[:, 0::2], out[:, 1::2] = z.real, z.imag
+        return out
+
+    head = w.get("output.weight", w["token_embd.weight"])
+    x = w["token_embd.weight"][ids]
+    stream = [x[-1].copy()]
+    for b in range(meta["llama.block_count"]):
+        p = f"blk.{b}."
+        h = norm(x, w[p + "attn_norm.weight"])
+        q = np.stack([rotate(r, t) for t, r in enumerate((h @ w[p + "attn_q.weight"].T).reshape(n, n_head, hd))])
+        k = np.stack([rotate(r, t) for t, r in enumerate((h @ w[p + "attn_k.weight"].T).reshape(n, n_kv, hd))])
+        v = (h @ w[p + "attn_v.weight"].T).reshape(n, n_kv, hd)
+        att = np.zeros((n, n_head, hd))
+        for head_i in range(n_head):
+            kvh = head_i // (n_head // n_kv)
+            for t in range(n):
+                s = np.array([q[t, head_i] @ k[u, kvh] for u in range(t + 1)]) / np.sqrt(hd)
+                e = np.exp(s - s.max())
+                att[t, head_i] = (e / e.sum()) @ v[: t + 1, kvh]
+        x = x + att.reshape(n, d) @ w[p + "attn_output.weight"].T
+        h = norm(x, w[p + "ffn_norm.weight"])
+        g, u = h @ w[p + "ffn_gate.weight"].T, h @ w[p + "ffn_up.weight"].T
+        x = x + (g / (1 + np.exp(-g)) * u) @ w[p + "ffn_down.weight"].T
+        stream.append(x[-1].copy())
+    lens = [norm(r, w["output_norm.weight"]) @ head.T for r in stream]
+    return stream, lens[-1], lens
+
+
+@pytest.fixture(params=sorted(TINY_CASES))
+def tiny(request, tmp_path):
+    path = write_tiny_llama(tmp_path / f"{request.param}.gguf", **TINY_CASES[request.param])
+    with GGUFFile(path) as f:
+        return path, dict(f.metadata)
+
+
+def test_tiny_model_next_token_residuals_and_lens_match_a_float64_llama(tiny):
+    path, meta = tiny
+    m, tables = lesson.compute(path, meta, TINY_PROMPT)
+    ids = m["prompt_ids"]
+    assert ids == [34, 37, 56, 58, 34, 61]  # " the" " cat" " sat" " on" " the" " mat"
+    stream, logits, lens = reference_pass(path, ids)
+    # the next token: top 5 ids in the same order, logits and probabilities close
+    want = np.argsort(-logits, kind="stable")[:5]
+    assert [r["id"] for r in m["top5"]] == want.tolist() and m["next_token_id"] == int(want[0])
+    np.testing.assert_allclose([r["logit"] for r in m["top5"]], logits[want], rtol=1e-5, atol=1e-5)
+    p = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+    np.testing.assert_allclose([r["prob"] for r in m["top5"]], p[want], rtol=1e-4)
+    np.testing.assert_allclose(tables["logits"], logits, rtol=1e-5, atol=1e-5)
+    # the residual stream's length after the embedding and after every block
+    assert len(m["residual_norms"]) == meta["llama.block_count"] + 1
+    np.testing.assert_allclose(m["residual_norms"], [np.linalg.norm(r) for r in stream], rtol=1e-5)
+    # the logit lens: the top token at every point, the final token's rank and probability there
+    assert m["logit_lens_top_ids"] == [int(np.argmax(lg)) for lg in lens]
+    nxt = m["next_token_id"]
+    assert m["logit_lens_next_token_ranks"] == [int((lg > lg[nxt]).sum()) for lg in lens]
+    lens_p = [np.exp(lg[nxt] - lg.max()) / np.exp(lg - lg.max()).sum() for lg in lens]
+    np.testing.assert_allclose(m["logit_lens_next_token_probs"], lens_p, rtol=1e-4)
+    assert m["logit_lens_next_token_ranks"][-1] == 0 and m["logit_lens_top_ids"][-1] == nxt
+    with GGUFFile(path) as f:
+        tied = "output.weight" not in f.tensor_names
+    assert m["tied"] is tied and m["head_tensor"] == ("token_embd.weight" if tied else "output.weight")
+
+
+def test_residual_norms_equal_a_second_trace_of_a_full_pass(tiny_gguf):
+    """The lesson traces the last token alone (prefill N-1, then decode); a Trace of the whole prompt at
+    once (all positions kept) walks another code path to the same stream, up to float32 rounding."""
+    with GGUFFile(tiny_gguf) as f:
+        meta = dict(f.metadata)
+    m, tables = lesson.compute(tiny_gguf, meta, TINY_PROMPT)
+    with Model.from_gguf(tiny_gguf) as model:
+        full = Trace(all_positions=True)
+        logits = model.forward(m["prompt_ids"], trace=full)
+    norms = [float(np.linalg.norm(r[-1].astype(np.float64))) for r in full.residual]
+    np.testing.assert_allclose(m["residual_norms"], norms, rtol=1e-5)
+    np.testing.assert_allclose(tables["trace"].final_norm, full.final_norm[-1], rtol=1e-5, atol=1e-6)
+    assert int(logits[-1].argmax()) == m["next_token_id"]
+    assert [r["residual_norm"] for r in tables["logit_lens"]] == m["residual_norms"]
+
+
+def test_traced_flops_and_bytes_equal_the_metadata_and_gguf_py(tiny):
+    path, meta = tiny
+    m, tables = lesson.compute(path, meta, TINY_PROMPT)
+    n = len(m["prompt_ids"])
+    d, ff, L = meta["llama.embedding_length"], meta["llama.feed_forward_length"], meta["llama.block_count"]
+    heads, kv = meta["llama.attention.head_count"], meta["llama.attention.head_count_kv"]
+    hd, vocab = d // heads, len(meta["tokenizer.ggml.tokens"])
+    # written out here: Q K V, scores + weighted sum over n positions, output, gate up down; the head
+    macs = L * (d * (heads * hd + 2 * kv * hd) + 2 * heads * hd * n + heads * hd * d + 3 * d * ff) + vocab * d
+    assert m["context_len"] == n
+    assert m["macs_traced"] == m["macs_per_token_metadata"] == macs
+    assert m["flops_per_token_traced"] == m["flops_per_token_metadata"] == 2 * macs
+    assert m["flops_traced_equal_metadata"] is True and m["costs_agree"] is True
+    assert sum(r["flops"] for r in tables["cost"]) == 2 * macs
+    # bytes: gguf-py's own tensor sizes; a decode step reads every block tensor, the final norm, the head
+    # whole, and one row of the embedding (its row bytes: the tensor's bytes / its rows)
+    elements, n_bytes = tensor_sizes(path)
+    head = "token_embd.weight" if "output.weight" not in n_bytes else "output.weight"
+    named = [k for k in n_bytes if k.startswith("blk.")] + ["output_norm.weight", head]
+    row_file = n_bytes["token_embd.weight"] // vocab
+    assert m["weight_bytes_per_token_file"] == m["weight_bytes_per_token_file_traced"] == (
+        sum(n_bytes[k] for k in named) + row_file)
+    assert m["weight_bytes_per_token_float32"] == m["weight_bytes_per_token_float32_traced"] == 4 * (
+        sum(elements[k] for k in named) + d)
+    assert sum(r["file_bytes"] for r in tables["cost"]) == m["weight_bytes_per_token_file"]
+    assert sum(r["float32_bytes"] for r in tables["cost"]) == m["weight_bytes_per_token_float32"]
+    assert m["flops_per_file_byte"] == pytest.approx(2 * macs / m["weight_bytes_per_token_file"])
+
+
+# -- bad input: one line naming the key or file, before any heavy work -----------------------------------
+
+
+def one_line(err) -> str:
+    text = str(err.value)
+    assert "\n" not in text
+    return text
+
+
+@pytest.mark.parametrize(
+    "prompt, forward, message",
+    [
+        ("", None, r"^prompt = '': the prompt is empty"),
+        (None, None, r"^prompt = None: the prompt is empty"),
+        (" cat" * 200, None, r"^prompt: 200 tokens exceed llama\.context_length = 128 \(metadata\.json\); shorten"),
+        ("TFQ", None, r"^prompt = 'TFQ' gives no tokens in this file's vocabulary"),
+        (" cat", {"resident_budget_mb": 0}, r"^forward\.resident_budget_mb = 0: use a number of MB above 0"),
+        (" cat", {"resident_budget_mb": "big"}, r"^forward\.resident_budget_mb = 'big'"),
+        (" cat", [1], r"^forward = \[1\]: use a mapping"),
+    ],
+)
+def test_bad_input_is_one_line_before_the_model_is_opened(tiny_gguf, tmp_path, prompt, forward, message):
+    with GGUFFile(tiny_gguf) as f:
+        meta = dict(f.metadata)
+    missing = tmp_path / "no-such-model.gguf"  # compute() would fail on it if it got as far as the weights
+    with pytest.raises(lesson.ForwardPassError, match=message) as err:
+        lesson.compute(missing, meta, prompt, forward)
+    one_line(err)
+
+
+def test_other_architectures_and_broken_metadata_are_refused_in_one_line(tmp_path):
+    path = write_tiny_llama(tmp_path / "g.gguf", arch="gemma3")
+    with GGUFFile(path) as f:
+        meta = dict(f.metadata)
+    with pytest.raises(lesson.ForwardPassError, match=r"^04_the_forward_pass: .*llama.*'gemma3'.*general\.architecture") as e:
+        lesson.prepare(meta, PROMPT)
+    one_line(e)
+    path = write_tiny_llama(tmp_path / "t.gguf")
+    with GGUFFile(path) as f:
+        meta = dict(f.metadata)
+    del meta["llama.context_length"]
+    with pytest.raises(lesson.ForwardPassError, match=r"metadata\.json: metadata key 'llama\.context_length'") as e:
+        lesson.prepare(meta, PROMPT)
+    one_line(e)
+
+
+# -- the notebook -----------------------------------------------------------------------------------------
+
+
+def notebook_parameters() -> list[str]:
+    nb = json.loads(NOTEBOOK.read_text())
+    cells = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
+    assert len(cells) == 1
+    tree = ast.parse("".join(cells[0]["source"]))
+    return [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets]
+
+
+def test_the_notebook_declares_exactly_its_parameters_and_does_the_steps_in_cells():
+    assert notebook_parameters() == lesson.SPEC.parameter_names()
+    code = "\n".join("".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code")
+    for step in ("x = embed(W, np.array(ids))", "xn = rms_norm(x, w0.attn_norm, eps)", "q = matmul(xn, w0.wq)",
+                 "q, k = rope(q, cos, sin), rope(k, cos, sin)", "scores[future] = -np.inf", "weights = softmax(scores)",
+                 "attn_out = matmul(att.reshape(N, spec.q_dim), w0.wo)", "x_mid = x + attn_out",
+                 "h_ffn = silu(g) * u", "x_block0 = x_mid + ffn_out", "logits = unembed(x_final, W, spec)[0]"):
+        assert step in code, step
+
+
+def run_notebook_yaml(executed: Path, params: dict, cwd: Path = ROOT) -> None:
+    """papermill with the parameters as YAML, so `forward` arrives as a mapping, as the rule passes it."""
+    params_file = executed.with_suffix(".params.yaml")
+    params_file.write_text(yaml.safe_dump({k: str(v) if isinstance(v, Path) else v for k, v in params.items()}))
+    proc = subprocess.run(
+        [sys.executable, "-m", "papermill", "-k", "python3", "--no-progress-bar", "--cwd", str(cwd),
+         str(NOTEBOOK), str(executed), "-f", str(params_file)],
+        env=env_with_venv(), capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def notebook_run(gguf: Path, folder: Path, **params) -> tuple[dict, Path]:
+    """The extract stage's metadata.json, then the notebook with every output in `folder`/out."""
+    extract(gguf, folder / "gguf", [])
+    out = folder / "out"
+    outputs = {parameter(name): out / name for name in lesson.SPEC.files}
+    run_notebook_yaml(folder / "run.ipynb", {"model_gguf": gguf, "metadata_json": folder / "gguf" / "metadata.json",
+                                             **outputs, **params})
+    assert sorted(p.name for p in out.iterdir()) == sorted(lesson.SPEC.files)
+    return json.loads((out / "metrics.json").read_text(encoding="utf-8")), out
+
+
+def test_notebook_on_a_tiny_model(tmp_path):
+    gguf = write_tiny_llama(tmp_path / "tiny.gguf", n_layers=3, tied=True)
+    got, out = notebook_run(gguf, tmp_path, model="tiny", prompt=TINY_PROMPT, forward={"resident_budget_mb": 0.001})
+    with GGUFFile(gguf) as f:
+        meta = dict(f.metadata)
+    want = plain(lesson.compute(gguf, meta, TINY_PROMPT)[0])
+    for key in ("prompt_ids", "top5", "next_token_id", "next_token", "residual_norms", "logit_lens_top_ids",
+                "logit_lens_next_token_ranks", "flops_per_token_metadata", "flops_per_token_traced",
+                "weight_bytes_per_token_file", "weight_bytes_per_token_float32"):
+        assert got[key] == want[key], key
+    assert got["weights_mode"] == "streaming"  # a 1 KiB budget: the notebook's block 0 by hand reads streamed weights
+    assert got["block0_by_hand_max_abs_diff"] <= 1e-5 and got["block0_by_hand_vs_trace_max_abs_diff"] <= 1e-5
+    assert got["model"] == "tiny" and got["is_specimen"] is False
+    with (out / "claims.csv").open(encoding="utf-8") as f:
+        assert f.read() == ",".join(claims.COLUMNS) + "\n"  # no course numbers to compare with
+    with (out / "next_token_top5.csv").open(encoding="utf-8") as f:
+        assert [int(r["id"]) for r in csv.DictReader(f)] == [r["id"] for r in got["top5"]]
+    with (out / "logit_lens.csv").open(encoding="utf-8") as f:
+        assert [int(r["top_id"]) for r in csv.DictReader(f)] == got["logit_lens_top_ids"]
+    for png in lesson.SPEC.figures:
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# -- the default model (slow): one notebook run, transformers once ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def default_run(default_gguf, tmp_path_factory):
+    """The notebook on the default model with the config's defaults: (metrics, output folder)."""
+    return notebook_run(default_gguf, tmp_path_factory.mktemp("lesson4-default"), model="smollm2-135m")
+
+
+@pytest.fixture(scope="module")
+def hf(default_gguf):
+    """transformers' float32 model and tokenizer for the same GGUF, loaded once."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    torch.set_num_threads(2)
+    folder, name = str(default_gguf.parent), default_gguf.name
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    model.eval()
+    return torch, tokenizer, model
+
+
+@pytest.fixture(scope="module")
+def hf_pass(hf):
+    """transformers on the prompt: (ids, last position's logits, hidden states of the last position)."""
+    torch, tokenizer, model = hf
+    ids = tokenizer(PROMPT)["input_ids"]
+    with torch.no_grad():
+        out = model(torch.tensor([ids]), output_hidden_states=True)
+    hidden = [h[0, -1].double().numpy() for h in out.hidden_states]
+    return ids, out.logits[0, -1].double().numpy(), hidden
+
+
+@pytest.mark.slow
+def test_default_model_next_token_matches_transformers(default_run, hf_pass):
+    m, out = default_run
+    ids, logits, _ = hf_pass
+    assert m["prompt"] == PROMPT and m["prompt_ids"] == ids == [504, 3575, 282, 4649, 314]
+    want = np.argsort(-logits, kind="stable")[:5]
+    assert [r["id"] for r in m["top5"]] == want.tolist()
+    assert np.abs(np.array([r["logit"] for r in m["top5"]]) - logits[want]).max() <= 1e-3
+    p = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+    np.testing.assert_allclose([r["prob"] for r in m["top5"]], p[want], atol=2e-4)
+    assert m["next_token_id"] == int(want[0]) and m["next_token_logit"] == m["top5"][0]["logit"]
+    assert m["next_token"] == " Paris"  # a property of this model, not a course claim
+    assert m["head_tensor"] == "token_embd.weight" and m["tied"] is True
+    with (out / "next_token_top5.csv").open(encoding="utf-8") as f:
+        assert [int(r["id"]) for r in csv.DictReader(f)] == want.tolist()
+
+
+@pytest.mark.slow
+def test_default_model_residual_stream_matches_transformers(default_run, hf_pass):
+    """transformers' hidden_states[i] is the input of layer i (so [0] is the embedding), and its last
+    entry is the output of the final norm."""
+    m, _ = default_run
+    _, _, hidden = hf_pass
+    n_layers = m["n_layers"]
+    assert len(hidden) == n_layers + 1
+    np.testing.assert_allclose(m["residual_norms"][:n_layers], [np.linalg.norm(h) for h in hidden[:n_layers]],
+                               rtol=1e-4)
+    assert m["final_norm_length"] == pytest.approx(np.linalg.norm(hidden[-1]), rel=1e-4)
+    assert m["block0_by_hand_max_abs_diff"] <= 1e-3 and m["block0_by_hand_vs_trace_max_abs_diff"] <= 1e-3
+
+
+@pytest.mark.slow
+def test_default_model_costs_and_lens(default_run, default_gguf):
+    m, out = default_run
+    # SmolLM2-135M: 30 blocks, d 576, 9 heads of 64 sharing 3 K/V heads, FFN 1536, vocabulary 49152, tied;
+    # the traced token attends to the 5 prompt positions
+    macs = 30 * (576 * (576 + 2 * 192) + 2 * 9 * 64 * 5 + 576 * 576 + 3 * 576 * 1536) + 49152 * 576
+    assert m["macs_traced"] == m["macs_per_token_metadata"] == macs == 134_652_672
+    assert m["flops_per_token_traced"] == m["flops_per_token_metadata"] == 269_305_344
+    assert m["costs_agree"] is True
+    elements, n_bytes = tensor_sizes(default_gguf)
+    named = [k for k in n_bytes if k.startswith("blk.")] + ["output_norm.weight", "token_embd.weight"]
+    row = n_bytes["token_embd.weight"] // 49152
+    assert m["weight_bytes_per_token_file"] == m["weight_bytes_per_token_file_traced"] == sum(
+        n_bytes[k] for k in named) + row
+    assert m["weight_bytes_per_token_float32"] == 4 * (sum(elements[k] for k in named) + 576) == 538_062_336
+    # the lens: the final point is the model's own prediction; " Paris" is ranked top only there
+    assert m["logit_lens_top_ids"][-1] == m["next_token_id"] and m["logit_lens_next_token_ranks"][-1] == 0
+    assert m["logit_lens_next_token_probs"][-1] == pytest.approx(m["next_token_prob"], rel=1e-6)
+    assert m["logit_lens_first_block_top1"] == m["logit_lens_settled_block"] == 29
+    assert m["logit_lens_next_token_ranks"][0] > 1000  # the embedding alone says nothing about Paris
+    with (out / "cost_per_token.csv").open(encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert sum(int(r["flops"]) for r in rows) == 269_305_344
