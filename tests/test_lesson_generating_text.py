@@ -1,0 +1,377 @@
+"""Lesson 5, "Generating text".
+
+Tiny synthetic models: the lesson's greedy and sampled ids against an independent loop written here
+(no KV cache: the whole prefix through the model at every step, our own softmax, top-k/top-p and
+draws from the same seeded Generator), the honest skip of the chat part, bad settings.
+The default model (slow): the notebook end to end with papermill, run once; its greedy ids against
+Hugging Face transformers' greedy generation from the same GGUF, the KV cache against recomputing,
+sampling reproduced from the seed.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from workflow_helpers import env_with_venv
+
+from bytesup import claims
+from bytesup.extract import extract
+from bytesup.gguf_file import GGUFFile
+from bytesup.lessons import LessonInputError, plain
+from bytesup.lessons import generating_text as lesson
+from bytesup.lessons.spec import parameter
+from bytesup.model.forward import Model
+from bytesup.model.tokenizer import Tokenizer
+from bytesup.synthetic import write_tiny_llama
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK = ROOT / "workflow" / "notebooks" / "05_generating_text.ipynb"
+TINY_PROMPT = "the cat"
+TINY_GENERATE = {"max_new_tokens": 8, "temperatures": [0.5, 1.0, 2.0], "top_k": 50, "top_p": 0.95}
+PROMPT = "The capital of France is"
+N_GREEDY = 16
+
+
+# --- an independent generator: no cache, our own softmax and filters --------------------------------
+
+
+def probs_at(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
+    z = logits.astype(np.float64) / temperature
+    e = np.exp(z - z.max())
+    return e / e.sum()
+
+
+def keep_top(p: np.ndarray, top_k: int | None, top_p: float | None) -> np.ndarray:
+    """The k most likely, then the smallest most-likely set reaching top_p, renormalised."""
+    order = np.argsort(-p, kind="stable")
+    n = len(p) if top_k is None else min(top_k, len(p))
+    if top_p is not None:
+        mass = np.cumsum(p[order[:n]]) / p[order[:n]].sum()
+        n = min(n, int(np.argmax(mass >= top_p - 1e-12)) + 1)
+    out = np.zeros_like(p)
+    out[order[:n]] = p[order[:n]]
+    return out / out.sum()
+
+
+def independent(model: Model, ids: list[int], n: int, eos: set[int], temperature: float = 0.0,
+                top_k=None, top_p=None, seed: int | None = None) -> tuple[list[int], list[float]]:
+    """n new tokens, the whole prefix recomputed at every step (no KV cache)."""
+    rng = np.random.default_rng(seed)
+    ids, out, probs = list(ids), [], []
+    while len(out) < n:
+        logits = model.forward(ids)[-1]
+        p = probs_at(logits, temperature or 1.0)
+        token = int(np.argmax(p)) if temperature == 0 else int(rng.choice(len(p), p=keep_top(p, top_k, top_p)))
+        out.append(token)
+        probs.append(float(p[token]))
+        ids.append(token)
+        if token in eos:
+            break
+    return out, probs
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    gguf = write_tiny_llama(tmp_path / "tiny.gguf")
+    return gguf, GGUFFile(gguf).metadata
+
+
+# --- settings and prompt: one line each, before any heavy work -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("generate", "seed", "needle"),
+    [
+        ({"temperatures": [0.5, 0.0]}, 0, "generate.temperatures[1] = 0.0"),
+        ({"temperatures": [-1.0]}, 0, "generate.temperatures[0] = -1.0"),
+        ({"temperatures": []}, 0, "generate.temperatures = []"),
+        ({"temperatures": "hot"}, 0, "generate.temperatures = 'hot'"),
+        ({"max_new_tokens": 0}, 0, "generate.max_new_tokens = 0"),
+        ({"max_new_tokens": -3}, 0, "generate.max_new_tokens = -3"),
+        ({"max_new_tokens": 2.5}, 0, "generate.max_new_tokens = 2.5"),
+        ({"max_new_tokens": True}, 0, "generate.max_new_tokens = True"),
+        ({"top_k": 0}, 0, "generate.top_k = 0"),
+        ({"top_p": 0}, 0, "generate.top_p = 0"),
+        ({"top_p": 1.5}, 0, "generate.top_p = 1.5"),
+        ({"colour": "red"}, 0, "generate: unknown keys ['colour']"),
+        ({}, "zero", "seed = 'zero'"),
+    ],
+)
+def test_bad_settings_are_one_line_errors_before_the_model_is_opened(tiny, tmp_path, generate, seed, needle):
+    _, metadata = tiny
+    with pytest.raises(lesson.GeneratingTextError) as err:
+        # a model path that does not exist: the settings must be refused before anything opens it
+        lesson.compute(tmp_path / "absent.gguf", metadata, TINY_PROMPT, generate, seed)
+    text = str(err.value)
+    assert text.startswith(needle) and "\n" not in text, text
+    assert isinstance(err.value, LessonInputError) and isinstance(err.value, ValueError)
+
+
+def test_bad_prompts_are_one_line_errors_before_the_model_is_opened(tiny, tmp_path):
+    _, metadata = tiny
+    absent = tmp_path / "absent.gguf"
+    with pytest.raises(lesson.GeneratingTextError, match=r"^prompt = '': the prompt is empty"):
+        lesson.compute(absent, metadata, "", TINY_GENERATE, 0)
+    # the tiny model's context is 128 tokens
+    with pytest.raises(lesson.GeneratingTextError) as err:
+        lesson.compute(absent, metadata, "the cat " * 70, TINY_GENERATE, 0)
+    assert str(err.value) == ("prompt (560 characters): 143 tokens, longer than llama.context_length = 128;"
+                              " shorten the prompt")
+    # it fits alone, but not with the tokens to generate
+    with pytest.raises(lesson.GeneratingTextError) as err:
+        lesson.compute(absent, metadata, "the cat " * 60, TINY_GENERATE, 0)
+    assert str(err.value) == ("prompt (480 characters): 123 tokens + generate.max_new_tokens 8 = 131 exceed"
+                              " llama.context_length = 128; shorten the prompt or lower max_new_tokens")
+    assert len(lesson.prepare(metadata, "the cat " * 60, {"max_new_tokens": 5}, 0).prompt_ids) == 123
+    with pytest.raises(lesson.GeneratingTextError, match="gives no tokens"):
+        lesson.compute(absent, metadata, "ZZZ", TINY_GENERATE, 0)  # no such letters in the tiny vocabulary
+    for err_text in ("", "the cat " * 70, "ZZZ"):
+        with pytest.raises(lesson.GeneratingTextError) as err:
+            lesson.prepare(metadata, err_text, TINY_GENERATE, 0)
+        assert "\n" not in str(err.value)
+
+
+def test_other_architectures_are_refused_in_one_line(tiny):
+    _, metadata = tiny
+    with pytest.raises(lesson.GeneratingTextError) as err:
+        lesson.prepare({**metadata, "general.architecture": "gemma3"}, TINY_PROMPT, {}, 0)
+    assert "gemma3" in str(err.value) and "llama" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_missing_settings_take_the_schemas_defaults():
+    schema = yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    props = schema["properties"]["generate"]["properties"]
+    assert lesson.DEFAULT_GENERATE == {k: v["default"] for k, v in props.items()}
+    assert props["max_new_tokens"]["minimum"] == 1  # the schema refuses it too; the module does on its own
+    s = lesson.settings(None, 3)
+    assert (s.max_new_tokens, s.temperatures, s.top_k, s.top_p, s.seed) == (16, (0.5, 1.0, 2.0), 50, 0.95, 3)
+    assert lesson.settings({"top_k": None, "top_p": None}, 0).top_k is None
+
+
+# --- the tiny model, against the independent loop ---------------------------------------------------------
+
+
+def test_tiny_model_greedy_sampling_and_kv_cache_against_an_independent_loop(tiny):
+    gguf, metadata = tiny
+    m, tables = lesson.compute(gguf, metadata, TINY_PROMPT, TINY_GENERATE, seed=4)
+    tok = Tokenizer.from_metadata(metadata)
+    ids = tok.encode(TINY_PROMPT)
+    assert m["prompt_ids"] == ids == [25, 13, 10, 37] and m["n_prompt_tokens"] == 4
+    with Model.from_gguf(gguf) as model:
+        want_ids, want_probs = independent(model, ids, 8, {2})
+        assert m["greedy_ids"] == want_ids and m["stop_reason"] == "max_new_tokens"
+        np.testing.assert_allclose(m["greedy_probs"], want_probs, rtol=1e-5)
+        assert m["greedy_text"] == tok.decode(want_ids) and m["first_token_prob"] == m["greedy_probs"][0]
+        for j, t in enumerate(TINY_GENERATE["temperatures"]):
+            drawn, _ = independent(model, ids, 8, {2}, t, top_k=50, top_p=0.95, seed=4 + j)
+            assert m["sampled_ids"][j] == drawn, t
+            assert tables["sampled"][j]["text"] == tok.decode(drawn)
+        # the recompute table's last step, redone here
+        last = model.forward(ids + m["greedy_ids"][:-1])[-1]
+    assert m["sample_seeds"] == [4, 5, 6]
+    np.testing.assert_allclose(last, tables["greedy_logits"][-1], atol=1e-5)
+    assert m["kv_cache_max_abs_diff"] <= 1e-4 and m["kv_cache_same_argmax"] is True
+    assert m["kv_cache_max_abs_diff"] == max(r["max_abs_diff"] for r in tables["kv"])
+    assert tables["kv"][0]["max_abs_diff"] == 0.0  # step 1 is the prefill itself: the same computation
+    assert [r["prefix_tokens"] for r in tables["kv"]] == list(range(4, 12))
+    assert m["kv_cache_tokens_total"] == 4 + 7 and m["recompute_tokens_total"] == sum(range(4, 12))
+    assert m["timing_steps"] == 7 and m["kv_cache_ms_per_token"] > 0 and m["recompute_ms_per_token"] > 0
+    # the distribution of the first new token: the greedy step's probabilities at T = 1
+    rows = tables["distribution"]
+    assert len(rows) == lesson.TOP_N and rows[0]["id"] == m["greedy_ids"][0]
+    assert m["next_token_top1_prob"][1] == pytest.approx(m["greedy_probs"][0], rel=1e-12)
+    p = probs_at(tables["greedy_logits"][0], 0.5)
+    np.testing.assert_allclose([r["p_T0.5"] for r in rows], np.sort(p)[::-1][: lesson.TOP_N], rtol=1e-12)
+    assert m["next_token_top1_prob"][0] > m["next_token_top1_prob"][1] > m["next_token_top1_prob"][2]
+    assert m["next_token_kept_by_filters"][0] == np.count_nonzero(keep_top(p, 50, 0.95))
+    # no chat template in a synthetic file: the chat part says so, in one line, and is null
+    assert m["chat_template_present"] is False and m["chat_prompt"] is None and m["chat_greedy_text"] is None
+    assert "no tokenizer.chat_template" in m["chat_note"] and "\n" not in m["chat_note"]
+    # the claims file is empty on purpose (no lesson-5 text in hand)
+    assert lesson.evaluate_claims(m, model="tiny", metadata=metadata) == []
+
+
+def test_sampling_is_reproducible_from_the_seed(tiny):
+    gguf, metadata = tiny
+    runs = [lesson.compute(gguf, metadata, TINY_PROMPT, TINY_GENERATE, seed=s)[0] for s in (0, 0, 1)]
+    assert runs[0]["sampled_ids"] == runs[1]["sampled_ids"] and runs[0]["sampled_texts"] == runs[1]["sampled_texts"]
+    assert runs[0]["sampled_ids"] != runs[2]["sampled_ids"]  # another seed, other draws
+    assert runs[0]["greedy_ids"] == runs[2]["greedy_ids"]  # greedy needs no seed
+
+
+def test_generation_stops_at_an_end_of_turn_token(tmp_path):
+    gguf = write_tiny_llama(tmp_path / "eot.gguf", extra_metadata={"tokenizer.ggml.eot_token_id": 52})
+    metadata = GGUFFile(gguf).metadata
+    m, tables = lesson.compute(gguf, metadata, TINY_PROMPT, TINY_GENERATE, 0)
+    assert m["eos_ids"] == [2, 52]
+    assert m["greedy_ids"] == [25, 52] and m["stop_reason"] == "eos"  # " pupp" is now an end-of-turn token
+    assert m["greedy_text"] == "t" and len(tables["greedy"]) == 2  # the stop token is not part of the text
+
+
+def test_a_chat_template_is_rendered_and_answered(tmp_path):
+    template = "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    gguf = write_tiny_llama(tmp_path / "chat.gguf", extra_metadata={"tokenizer.chat_template": template})
+    metadata = GGUFFile(gguf).metadata
+    m, _ = lesson.compute(gguf, metadata, TINY_PROMPT, TINY_GENERATE, 0)
+    tok = Tokenizer.from_metadata(metadata)
+    assert m["chat_template_present"] is True and m["chat_note"] == ""
+    assert m["chat_prompt"] == "<s>the cat"
+    assert m["chat_prompt_ids"] == [1] + tok.encode(TINY_PROMPT)  # <s> matched whole, as the BOS id
+    with Model.from_gguf(gguf) as model:
+        want, _ = independent(model, m["chat_prompt_ids"], 8, {2})
+    assert m["chat_greedy_ids"] == want and m["chat_greedy_text"] == tok.decode(want)
+
+
+# --- the notebook ---------------------------------------------------------------------------------------
+
+
+def parameters_cell_names(notebook: Path) -> list[str]:
+    cells = [c for c in json.loads(notebook.read_text())["cells"] if "parameters" in c["metadata"].get("tags", [])]
+    assert len(cells) == 1, "exactly one cell tagged parameters"
+    tree = ast.parse("".join(cells[0]["source"]))
+    return [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets]
+
+
+def test_notebook_declares_exactly_the_spec_parameters():
+    assert parameters_cell_names(NOTEBOOK) == lesson.SPEC.parameter_names()
+    code = "\n".join("".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code")
+    for step in ("ids = tok.encode(prompt)", "logits = llm.forward(ids, cache)", "p = e / e.sum()",
+                 "next_id = int(np.argmax(p))", "llm.forward([next_id], cache)", "full = llm.forward(prefix)[-1]"):
+        assert step in code, step
+
+
+def run_notebook_yaml(executed: Path, params: dict, cwd: Path = ROOT) -> None:
+    """papermill with the parameters as YAML, so `generate` and `forward` arrive as mappings, as the rule
+    passes them (papermill's -p would turn them into strings)."""
+    params_file = executed.with_suffix(".params.yaml")
+    params_file.write_text(yaml.safe_dump({k: str(v) if isinstance(v, Path) else v for k, v in params.items()}))
+    proc = subprocess.run(
+        [sys.executable, "-m", "papermill", "-k", "python3", "--no-progress-bar", "--cwd", str(cwd),
+         str(NOTEBOOK), str(executed), "-f", str(params_file)],
+        env=env_with_venv(), capture_output=True, text=True, timeout=900, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def notebook_run(gguf: Path, folder: Path, **params) -> tuple[dict, Path]:
+    """The extract stage's metadata.json, then the notebook with every output in `folder`/out."""
+    extract(gguf, folder / "gguf", [])
+    out = folder / "out"
+    outputs = {parameter(name): out / name for name in lesson.SPEC.files}
+    run_notebook_yaml(folder / "run.ipynb", {"model_gguf": gguf, "metadata_json": folder / "gguf" / "metadata.json",
+                                             **outputs, **params})
+    assert sorted(p.name for p in out.iterdir()) == sorted(lesson.SPEC.files)
+    return json.loads((out / "metrics.json").read_text(encoding="utf-8")), out
+
+
+def test_notebook_on_a_tiny_model_skips_the_chat_honestly(tiny, tmp_path):
+    gguf, metadata = tiny
+    got, out = notebook_run(gguf, tmp_path, model="tiny", prompt=TINY_PROMPT, generate=TINY_GENERATE, seed=2)
+    want = plain(lesson.compute(gguf, metadata, TINY_PROMPT, TINY_GENERATE, 2)[0])
+    for key in ("prompt_ids", "greedy_ids", "greedy_text", "stop_reason", "sampled_ids", "sampled_texts",
+                "next_token_kept_by_filters", "kv_cache_tokens_total", "chat_note"):
+        assert got[key] == want[key], key
+    np.testing.assert_allclose(got["greedy_probs"], want["greedy_probs"], rtol=1e-6)
+    assert got["kv_cache_max_abs_diff"] <= 1e-4
+    assert got["chat_prompt"] is None and got["chat_greedy_text"] is None and got["chat_template_present"] is False
+    assert got["model"] == "tiny" and got["is_specimen"] is False
+    with (out / "claims.csv").open(encoding="utf-8") as f:
+        assert f.read() == ",".join(claims.COLUMNS) + "\n"  # no course numbers to compare with
+    with (out / "greedy_steps.csv").open(encoding="utf-8") as f:
+        assert [int(r["id"]) for r in csv.DictReader(f)] == got["greedy_ids"]
+    with (out / "sampled_continuations.csv").open(encoding="utf-8") as f:
+        assert [float(r["temperature"]) for r in csv.DictReader(f)] == TINY_GENERATE["temperatures"]
+    assert (out / "next_token_distribution.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    executed = json.loads((tmp_path / "run.ipynb").read_text())
+    printed = "".join("".join(o.get("text", "")) for c in executed["cells"] for o in c.get("outputs", []))
+    assert "chat part skipped" in printed and "no tokenizer.chat_template" in printed
+
+
+# --- the default model (slow): one notebook run, transformers once ---------------------------------------
+
+
+@pytest.fixture(scope="module")
+def default_run(default_gguf, tmp_path_factory):
+    """The notebook on the default model with the config's defaults: (metrics, output folder)."""
+    return notebook_run(default_gguf, tmp_path_factory.mktemp("lesson5-default"), model="smollm2-135m")
+
+
+@pytest.fixture(scope="module")
+def hf(default_gguf):
+    """transformers' float32 model and tokenizer for the same GGUF, loaded once."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    torch.set_num_threads(2)
+    folder, name = str(default_gguf.parent), default_gguf.name
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    model.eval()
+    return torch, tokenizer, model
+
+
+def hf_greedy(hf, ids: list[int], n: int) -> list[int]:
+    torch, _, model = hf
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False, num_beams=1,
+                             attention_mask=torch.ones(1, len(ids), dtype=torch.long))
+    return out[0, len(ids):].tolist()
+
+
+@pytest.mark.slow
+def test_default_model_greedy_ids_match_transformers(default_run, hf):
+    m, _ = default_run
+    _, tokenizer, _ = hf
+    assert m["prompt"] == PROMPT and m["prompt_ids"] == tokenizer(PROMPT)["input_ids"] == [504, 3575, 282, 4649, 314]
+    assert m["stop_reason"] == "max_new_tokens" and len(m["greedy_ids"]) == N_GREEDY
+    assert m["greedy_ids"] == hf_greedy(hf, m["prompt_ids"], N_GREEDY)
+    assert m["greedy_text"] == tokenizer.decode(m["greedy_ids"])
+    assert m["greedy_text"].startswith(" Paris")  # a property of this model, not a course claim
+
+
+@pytest.mark.slow
+def test_default_model_chat_matches_transformers(default_run, hf):
+    m, _ = default_run
+    _, tokenizer, _ = hf
+    question = [{"role": "user", "content": PROMPT}]
+    assert m["chat_prompt"] == tokenizer.apply_chat_template(question, tokenize=False, add_generation_prompt=True)
+    assert m["chat_prompt"].endswith("<|im_start|>user\nThe capital of France is<|im_end|>\n<|im_start|>assistant\n")
+    assert m["chat_prompt_ids"] == tokenizer(m["chat_prompt"], add_special_tokens=False)["input_ids"]
+    want = hf_greedy(hf, m["chat_prompt_ids"], N_GREEDY)
+    stop = next((i + 1 for i, t in enumerate(want) if t in m["eos_ids"]), len(want))
+    assert m["chat_greedy_ids"] == want[:stop]
+
+
+@pytest.mark.slow
+def test_default_model_kv_cache_sampling_and_outputs(default_run, default_gguf):
+    m, out = default_run
+    assert m["kv_cache_max_abs_diff"] <= 1e-4 and m["kv_cache_same_argmax"] is True
+    assert m["kv_cache_tokens_total"] == 5 + 15 and m["recompute_tokens_total"] == sum(range(5, 21))
+    assert m["kv_cache_ms_per_token"] > 0 and m["recompute_ms_per_token"] > 0  # no thresholds: a shared machine
+    assert m["temperatures"] == [0.5, 1.0, 2.0] and m["sample_seeds"] == [0, 1, 2]
+    assert all(len(ids) == N_GREEDY or ids[-1] in m["eos_ids"] for ids in m["sampled_ids"])
+    # the coldest temperature's draw, redone through the model with Generator(seed) and no cache
+    with Model.from_gguf(default_gguf) as model:
+        drawn, _ = independent(model, m["prompt_ids"], N_GREEDY, set(m["eos_ids"]), 0.5, top_k=50, top_p=0.95,
+                                   seed=0)
+        assert m["sampled_ids"][0] == drawn
+        logits = model.forward(m["prompt_ids"])[-1]
+    p1 = probs_at(logits)
+    assert m["greedy_probs"][0] == pytest.approx(p1.max(), rel=1e-5) == pytest.approx(m["first_token_prob"])
+    with (out / "next_token_distribution.csv").open(encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert json.loads(rows[0]["token"]) == " Paris" and len(rows) == lesson.TOP_N
+    for t in (0.5, 1, 2):
+        np.testing.assert_allclose([float(r[f"p_T{t:g}"]) for r in rows], np.sort(probs_at(logits, t))[::-1][:15],
+                                   rtol=1e-4)
+    with (out / "claims.csv").open(encoding="utf-8") as f:
+        assert f.read() == ",".join(claims.COLUMNS) + "\n"
