@@ -7,24 +7,26 @@ tiny GGUF against gguf-py's own tensor table; timing inputs are synthetic, so no
 import csv
 import json
 import math
+import sys
 from pathlib import Path
 
 import pytest
+from workflow_helpers import run_notebook
 
 from bytesup import claims
 from bytesup import param_counts as pc
-from bytesup.model import configs
 from bytesup.extract import extract
 from bytesup.lessons import LessonInputError, plain, read_metadata
 from bytesup.lessons import decode_memory_bound as lesson
+from bytesup.model import configs
 from bytesup.synthetic import write_tiny_llama
-from workflow_helpers import run_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "workflow" / "notebooks" / "capstone_decode_is_memory_bound.ipynb"
 PATTERNS = ["token_embd.weight", "blk.0.*", "output_norm.weight", "?output.weight"]
 WRITES = sorted(["metrics.json", "claims.csv", "tensor_reads.csv", "bytes_per_token.csv", "decode_ceilings.csv",
-                 "roofline_points.csv", "bytes_per_token.png", "roofline.png"])
+                 "roofline_points.csv", "whole_model_timing.csv", "bytes_per_token.png", "prefill.png",
+                 "roofline.png"])
 MODEL_INDEPENDENT = {c.claim_id for c in claims.load_claims(lesson.SPEC.id) if not c.requires}
 
 
@@ -321,12 +323,179 @@ def test_this_models_kv_cache_and_bound_table(tiny):
     assert run.bounds[0]["memory ceiling tok/s"] == run.metrics["model_cpu_memory_ceiling_tps"]
 
 
+# --- 5b. the whole model, timed (decode.json and prefill.csv of rule timing_decode) ------------------
+
+QUICK = {"repeats": 3, "warmup": 1, "decode_tokens": 4, "prefill_sizes": [1, 4, 16], "stream_bytes": 4 << 20}
+
+
+def decode_files(tps=20.0, nbytes=500_000_000, copy=12.5, flops=270_000_000, arith_s=0.002, ns=(1, 8, 32, 128),
+                 llama=None):
+    """A decode.json and prefill.csv shaped like bytesup.timing_decode writes them, whose prefill follows
+    seconds per token = memory floor / N + arithmetic exactly (memory floor = bytes / copy)."""
+    mem = nbytes / (copy * 1e9)
+    rows = [{"engine": "bytesup", "n": n, "median_s": n * (mem / n + arith_s), "tokens_per_s": 1 / (mem / n + arith_s),
+             "gflops": flops / (mem / n + arith_s) / 1e9, "rel_iqr": 0.01, "noisy": False, "repeats": 3} for n in ns]
+    ceiling = copy * 1e9 / nbytes
+    summary = {"status": "measured", "engine": "bytesup (NumPy)", "weights": "resident: dequantized once to float32",
+               "threads": 2, "decode_tokens": 8, "decode_median_s": 1 / tps, "decode_rel_iqr": 0.02,
+               "decode_noisy": False, "decode_tokens_per_s": tps, "decode_bytes_per_token": nbytes,
+               "decode_gbps": nbytes * tps / 1e9, "stream_copy_gbps": copy, "decode_ceiling_tokens_per_s": ceiling,
+               "decode_fraction_of_ceiling": tps / ceiling, "decode_flops_per_token": flops,
+               "prefill_tokens_per_s": {str(r["n"]): r["tokens_per_s"] for r in rows},
+               "prefill_gflops": {str(r["n"]): r["gflops"] for r in rows},
+               "target": {"name": "decode_fraction_of_stream_ceiling", "goal": 0.6, "measured": tps / ceiling,
+                          "met": tps / ceiling >= 0.6, "applies": True},
+               "other_processes_cpu_fraction": 0.01, "machine_shared": False}
+    if llama is None:
+        summary["llama_cpp"] = {"skipped": "not installed: pip install -e '.[llama]'"}
+    else:  # llama = (tokens/s, file bytes, arithmetic seconds per token)
+        l_tps, l_bytes, l_arith = llama
+        l_mem = l_bytes / (copy * 1e9)
+        l_rows = [{"engine": "llama.cpp", "n": n, "median_s": n * (l_mem / n + l_arith),
+                   "tokens_per_s": 1 / (l_mem / n + l_arith), "gflops": flops / (l_mem / n + l_arith) / 1e9,
+                   "rel_iqr": 0.01, "noisy": False, "repeats": 3} for n in ns]
+        l_ceiling = copy * 1e9 / l_bytes
+        summary["llama_cpp"] = {"version": "0.3.36", "decode_tokens_per_s": l_tps, "decode_rel_iqr": 0.01,
+                                "decode_bytes_per_token": l_bytes, "decode_gbps": l_bytes * l_tps / 1e9,
+                                "decode_ceiling_tokens_per_s": l_ceiling, "decode_fraction_of_ceiling": l_tps / l_ceiling,
+                                "prefill_tokens_per_s": {str(r["n"]): r["tokens_per_s"] for r in l_rows}}
+        rows += l_rows
+    return summary, rows
+
+
+DECODE_SKIPPED = {"status": "skipped", "skipped": "architecture 'gemma3' is not one the forward pass follows"}
+MEASURED_KEYS = ("decode_tokens_per_s", "decode_bytes_per_token", "decode_ceiling_tokens_per_s",
+                 "decode_fraction_of_ceiling", "decode_gbps", "decode_flops_per_token", "decode_stream_copy_gbps",
+                 "decode_intensity", "decode_gflops", "decode_crossover_n", "decode_bound", "prefill_best_tokens_per_s",
+                 "llama_cpp_decode_tokens_per_s", "llama_cpp_decode_fraction_of_ceiling", "decode_target_met")
+
+
+def test_decode_metrics_follow_from_decode_json():
+    summary, rows = decode_files(tps=20.0, nbytes=500_000_000, copy=12.5, flops=270_000_000, arith_s=0.002)
+    m, whole, notes = lesson.decode_metrics(summary, as_csv_rows(rows), peak_gflops=100.0)
+    assert notes == [] and m["decode_status"] == "measured" and m["decode_skipped"] is None
+    assert m["decode_tokens_per_s"] == 20.0 and m["decode_bytes_per_token"] == 500_000_000
+    assert m["decode_ceiling_tokens_per_s"] == pytest.approx(12.5e9 / 500e6) == pytest.approx(25.0)
+    assert m["decode_fraction_of_ceiling"] == pytest.approx(20 / 25)
+    assert m["decode_target_goal"] == 0.6 and m["decode_target_met"] is True
+    assert m["decode_gbps"] == pytest.approx(10.0) and m["decode_gbps_over_stream_copy"] == pytest.approx(0.8)
+    assert m["decode_intensity"] == pytest.approx(270e6 / 500e6) and m["decode_gflops"] == pytest.approx(5.4)
+    # prefill by N: a mapping, as prefill.csv gives it; the split of a token's time read back exactly
+    expect = {str(n): 1 / (0.04 / n + 0.002) for n in (1, 8, 32, 128)}
+    assert m["prefill_tokens_per_s"] == pytest.approx(expect)
+    assert m["prefill_best_n"] == 128 and m["prefill_best_tokens_per_s"] == pytest.approx(expect["128"])
+    assert m["decode_memory_floor_ms"] == pytest.approx(40.0)
+    assert m["decode_arithmetic_ms_per_token"] == pytest.approx(2.0)
+    assert m["decode_crossover_n"] == pytest.approx(20.0) and m["decode_bound"] == "memory"
+    assert m["decode_explained_share_of_decode_time"] == pytest.approx((0.040 + 0.002) * 20)
+    assert m["prefill_best_gflops_fraction_of_sweep_peak"] == pytest.approx(270e6 * expect["128"] / 1e9 / 100)
+    assert m["llama_cpp_status"] == "skipped" and "pip install" in m["llama_cpp_skipped"]
+    assert m["llama_cpp_decode_tokens_per_s"] is None and m["llama_cpp_prefill_tokens_per_s"] == {}
+    # the table: the decode point, then prefill by N, with intensity N x FLOPs / bytes
+    assert [(w["phase"], w["n"]) for w in whole] == [("decode", 1), ("prefill", 1), ("prefill", 8), ("prefill", 32),
+                                                     ("prefill", 128)]
+    assert whole[0]["intensity"] == pytest.approx(0.54) and whole[0]["gflops"] == pytest.approx(5.4)
+    p128 = whole[-1]
+    assert p128["intensity"] == pytest.approx(128 * 0.54) and p128["speedup_over_n1"] == pytest.approx(
+        expect["128"] / expect["1"])
+    assert p128["growth_vs_proportional"] == pytest.approx(expect["128"] / expect["1"] / 128)
+
+
+def test_llama_cpp_beside_ours_and_which_limit_binds_each():
+    """llama.cpp reads the quantized file's bytes; on few cores its arithmetic can outlast its memory time."""
+    summary, rows = decode_files(tps=20.0, llama=(90.0, 96_600_000, 0.010))
+    m, whole, _ = lesson.decode_metrics(summary, as_csv_rows(rows), peak_gflops=100.0)
+    assert m["llama_cpp_status"] == "measured" and m["llama_cpp_version"] == "0.3.36"
+    assert m["llama_cpp_decode_bytes_per_token"] == 96_600_000
+    assert m["llama_cpp_decode_ceiling_tokens_per_s"] == pytest.approx(12.5e9 / 96.6e6)
+    assert m["llama_cpp_decode_fraction_of_ceiling"] == pytest.approx(90 / (12.5e9 / 96.6e6))
+    assert m["llama_cpp_decode_gbps_over_stream_copy"] == pytest.approx(90 * 0.0966 / 12.5)
+    assert m["llama_cpp_over_bytesup_decode"] == pytest.approx(4.5)
+    assert m["llama_cpp_decode_memory_floor_ms"] == pytest.approx(96.6e6 / 12.5e9 * 1e3)
+    assert m["llama_cpp_decode_arithmetic_ms_per_token"] == pytest.approx(10.0)
+    assert m["llama_cpp_decode_bound"] == "arithmetic" and m["decode_bound"] == "memory"
+    assert m["llama_cpp_decode_crossover_n"] == pytest.approx(7.728 / 10.0)
+    assert set(m["llama_cpp_prefill_tokens_per_s"]) == {"1", "8", "32", "128"}
+    assert [w["engine"] for w in whole].count("llama.cpp") == 5
+    l_dec = next(w for w in whole if w["engine"] == "llama.cpp" and w["phase"] == "decode")
+    assert l_dec["intensity"] == pytest.approx(270e6 / 96.6e6)  # same FLOPs, fewer bytes
+
+
+def test_prefill_at_the_memory_roof_still_says_memory():
+    summary, rows = decode_files(arith_s=0.0)
+    m, _, _ = lesson.decode_metrics(summary, rows)
+    assert m["decode_bound"] == "memory" and m["decode_arithmetic_ms_per_token"] is None
+
+
+@pytest.mark.parametrize("record", [DECODE_SKIPPED, {}], ids=["skipped", "missing"])
+def test_a_skipped_or_missing_decode_record_leaves_nulls(record):
+    m, whole, notes = lesson.decode_metrics(record, [], peak_gflops=100.0)
+    assert whole == [] and len(notes) == 1
+    assert m["decode_status"] == ("skipped" if record else "missing")
+    assert m["decode_skipped"] == (DECODE_SKIPPED["skipped"] if record else
+                                   "no decode.json: the timing_decode job did not run")
+    assert {k: m[k] for k in MEASURED_KEYS} == dict.fromkeys(MEASURED_KEYS)
+    assert m["prefill_tokens_per_s"] == {} and m["llama_cpp_status"] is None
+
+
+def test_course_points_are_the_printed_numbers():
+    spark1, spark256 = lesson.course_points()
+    assert spark1["gflops"] == pytest.approx(128 * 0.5) and spark1["intensity"] == pytest.approx(0.5)
+    assert spark256["gflops"] == pytest.approx(64 * 256 / 20) and spark256["intensity"] == pytest.approx(128)
+    assert spark1["bytes"] == 11008 * 4096 * 4
+
+
+@pytest.fixture
+def no_llama_cpp(monkeypatch):
+    """Our decoder only: llama.cpp, where a build is installed, is not what these tests check."""
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)
+
+
+def test_a_real_tiny_run_gives_the_metrics_and_the_lessons_own_byte_count(tiny, no_llama_cpp):
+    from bytesup.timing_decode import run_decode
+
+    gguf, meta, rows = tiny
+    result = run_decode(gguf, QUICK, threads=1)
+    s = result["summary"]
+    m = lesson.compute(meta, rows, timing_summary=cpu_summary(sweep_rows(50, 200)),
+                       timing_sweep=as_csv_rows(sweep_rows(50, 200)), gpu_summary=GPU_SKIPPED, decode_summary=s,
+                       decode_prefill=as_csv_rows(result["prefill"]))
+    for key in ("decode_tokens_per_s", "decode_bytes_per_token", "decode_ceiling_tokens_per_s",
+                "decode_fraction_of_ceiling", "decode_flops_per_token"):
+        assert m[key] == pytest.approx(s[key]), key
+    # the decoder's float32 bytes are this lesson's weights read per token at 4 bytes each
+    assert m["decode_bytes_per_token"] == m["model_float32_bytes_per_token"] == 4 * m["model_weights_read"]
+    assert m["prefill_tokens_per_s"] == pytest.approx(s["prefill_tokens_per_s"])
+    assert sorted(m["prefill_tokens_per_s"], key=int) == ["1", "4", "16"]
+    assert m["decode_target_met"] == s["target"]["met"] and m["llama_cpp_status"] == "skipped"
+    assert m["decode_bound"] in ("memory", "arithmetic")
+
+
+def test_another_architecture_gives_null_metrics(tiny, tmp_path, no_llama_cpp):
+    from bytesup.timing_decode import run_decode
+
+    gguf, meta, rows = tiny
+    other = tmp_path / "g.gguf"
+    other.write_bytes(gguf.read_bytes().replace(b"llama", b"gemma", 1))  # general.architecture's value
+    s = run_decode(other, QUICK, threads=1)["summary"]
+    m = lesson.compute(meta, rows, timing_summary=cpu_summary(sweep_rows(50, 200)),
+                       timing_sweep=as_csv_rows(sweep_rows(50, 200)), gpu_summary=GPU_SKIPPED, decode_summary=s,
+                       decode_prefill=[])
+    assert m["decode_status"] == "skipped" and "gemma" in m["decode_skipped"]
+    assert {k: m[k] for k in MEASURED_KEYS} == dict.fromkeys(MEASURED_KEYS)
+    assert any("whole-model timing not measured" in n for n in m["notes"])
+
+
 # --- 6. the notebook, standalone, on a tiny model ---------------------------------------------------
 
 
 @pytest.mark.parametrize("gpu", ["measured", "skipped"])
-def test_notebook_runs_standalone_from_its_folder(tmp_path, gpu):
-    """Default input paths; outputs at the defaults (GPU skipped) or where parameters say (GPU measured)."""
+def test_notebook_runs_standalone_from_its_folder(tmp_path, gpu, no_llama_cpp):
+    """Default input paths; outputs at the defaults (GPU skipped) or where parameters say (GPU measured).
+    The whole-model timing is a real run of our decoder on the tiny model with the GPU measured, a
+    skipped record (another architecture) with the GPU skipped."""
+    from bytesup.timing_decode import run_decode, write_decode_results
+
     pytest.importorskip("papermill")
     (tmp_path / "Snakefile").write_text("# project root marker\n")
     gguf = write_tiny_llama(tmp_path / "tiny.gguf", tied=True)
@@ -341,6 +510,12 @@ def test_notebook_runs_standalone_from_its_folder(tmp_path, gpu):
     (timing / "gpu").mkdir(parents=True)
     (timing / "gpu" / "summary.json").write_text(json.dumps(gsum))
     write_csv(timing / "gpu" / "sweep.csv", gsweep)
+    if gpu == "measured":
+        decoded = run_decode(gguf, QUICK, threads=1)
+    else:
+        decoded = {"summary": DECODE_SKIPPED, "prefill": []}
+    write_decode_results(decoded, timing / "cpu" / "decode.json", timing / "cpu" / "prefill.csv")
+    dsum, dpre = lesson.read_timing(timing / "cpu" / "decode.json", timing / "cpu" / "prefill.csv")[:2]
     nb_dir = tmp_path / "workflow" / "notebooks"
     nb_dir.mkdir(parents=True)
     default_out = tmp_path / "results" / "smollm2-135m" / "lessons" / lesson.SPEC.id
@@ -356,13 +531,32 @@ def test_notebook_runs_standalone_from_its_folder(tmp_path, gpu):
     got = json.loads((out / "metrics.json").read_text())
     want = plain(lesson.compute(read_metadata(base / "metadata.json"), pc.read_tensor_table(base / "tensors.csv"),
                                 timing_summary=cpu_summary(sweep), timing_sweep=as_csv_rows(sweep),
-                                gpu_summary=gsum, gpu_sweep=as_csv_rows(gsweep), model="smollm2-135m"))
+                                gpu_summary=gsum, gpu_sweep=as_csv_rows(gsweep), decode_summary=dsum,
+                                decode_prefill=dpre, model="smollm2-135m"))
     for key in want:
         if isinstance(want[key], float):
             assert got[key] == pytest.approx(want[key], rel=1e-12), key
         else:
             assert got[key] == want[key], key
     assert got["is_specimen"] is False and got["gpu_status"] == gpu
+    with (out / "whole_model_timing.csv").open(encoding="utf-8") as f:
+        whole = list(csv.DictReader(f))
+    if gpu == "measured":  # the decoder's record, carried through unchanged
+        s = decoded["summary"]
+        for key in ("decode_tokens_per_s", "decode_bytes_per_token", "decode_ceiling_tokens_per_s",
+                    "decode_fraction_of_ceiling"):
+            assert got[key] == pytest.approx(s[key], rel=1e-12), key
+        assert got["prefill_tokens_per_s"] == pytest.approx(s["prefill_tokens_per_s"])
+        assert got["decode_bytes_per_token"] == got["model_float32_bytes_per_token"]
+        assert [(r["phase"], r["n"]) for r in whole] == [("decode", "1"), ("prefill", "1"), ("prefill", "4"),
+                                                         ("prefill", "16")]
+    else:  # another architecture: one line in the notebook, nulls in metrics.json
+        assert got["decode_status"] == "skipped" and got["decode_skipped"] == DECODE_SKIPPED["skipped"]
+        assert {k: got[k] for k in MEASURED_KEYS} == dict.fromkeys(MEASURED_KEYS) and whole == []
+        executed = json.loads((tmp_path / "executed.ipynb").read_text())
+        said = [o.get("text", "") for c in executed["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])]
+        said = "".join("".join(t) if isinstance(t, list) else t for t in said)
+        assert f"whole-model timing: not measured for this model ({DECODE_SKIPPED['skipped']})" in said
     with (out / "roofline_points.csv").open(encoding="utf-8") as f:
         points = list(csv.DictReader(f))
     if gpu == "measured":
@@ -379,6 +573,6 @@ def test_notebook_runs_standalone_from_its_folder(tmp_path, gpu):
     with (out / "tensor_reads.csv").open(encoding="utf-8") as f:
         reads = list(csv.DictReader(f))
     assert sum(int(r["bytes_read"]) for r in reads) == got["model_bytes_per_token"]
-    for name in ("bytes_per_token.png", "roofline.png"):
+    for name in ("bytes_per_token.png", "prefill.png", "roofline.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert math.isfinite(got["model_bytes_per_token_gb"])

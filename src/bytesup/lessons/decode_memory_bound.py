@@ -17,7 +17,14 @@ and tokens per second cannot exceed bandwidth / bytes. What is computed, in the 
      course's DGX Spark figures;
   3. the roofline: every point of the timing sweep (one per batch size N), at its arithmetic
      intensity FLOPs / byte and its achieved GFLOP/s, under a sloped roof (measured bandwidth)
-     and a flat one (the best GFLOP/s the sweep reached: a measured peak, not a datasheet's).
+     and a flat one (the best GFLOP/s the sweep reached: a measured peak, not a datasheet's);
+  4. the whole model, timed (rule timing_decode): the project's NumPy decoder at batch 1 against
+     the ceiling of the same job's STREAM copy over the bytes it reads per token (float32 when its
+     weights are resident), prefill tokens/s by N, llama.cpp's on the quantized file where
+     installed, and for each engine which limit binds decode, read from the measurements: the
+     memory floor (bytes / copy) against the arithmetic left per token at the largest N. These
+     points join the roofline beside the course's DGX Spark numbers. A skipped record (an
+     architecture the forward pass does not follow) leaves those metrics None.
 
 What "read per token" includes (the rule of `per_token_reads`):
   * every weight tensor once: all matrices and norm vectors of every block, the final norm,
@@ -37,14 +44,17 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-
 from bytesup import claims as claims_mod
 from bytesup import param_counts as pc
-from bytesup.model import configs
-from bytesup.model.configs import DEEPSEEK_CODER_6_7B, kv_bytes_per_token, llama_tensor_shapes
-from bytesup.lessons.spec import CAPSTONE, Headline, LessonSpec
-from bytesup.lessons import LessonInputError, figure
 from bytesup.ffn_walk import dims
+from bytesup.lessons import LessonInputError, figure
+from bytesup.lessons.spec import CAPSTONE, Headline, LessonSpec
+from bytesup.model import configs
+from bytesup.model.configs import (
+    DEEPSEEK_CODER_6_7B,
+    kv_bytes_per_token,
+    llama_tensor_shapes,
+)
 from bytesup.timing_results import course_machine, read_timing  # noqa: F401  (read_timing: the notebook)
 
 SPEC = LessonSpec(
@@ -55,17 +65,28 @@ SPEC = LessonSpec(
     source=(
         'The capstone of the LLM Basics series'
     ),
-    reads=('metadata_json', 'tensors_csv', 'timing_summary', 'timing_sweep', 'gpu_summary', 'gpu_sweep'),
-    tables=('tensor_reads.csv', 'bytes_per_token.csv', 'decode_ceilings.csv', 'roofline_points.csv'),
+    reads=('metadata_json', 'tensors_csv', 'timing_summary', 'timing_sweep', 'gpu_summary', 'gpu_sweep',
+           'decode_summary', 'decode_prefill'),
+    tables=('tensor_reads.csv', 'bytes_per_token.csv', 'decode_ceilings.csv', 'roofline_points.csv',
+            'whole_model_timing.csv'),
     figures={
         'bytes_per_token.png': 'Bytes one generated token reads (batch 1, weights only), by tensor group: this model, deepseek-coder-6.7b Q8_0 and Llama-3-8B bf16',
-        'roofline.png': "This run's timing sweep on a roofline: measured STREAM copy bandwidth (sloped roof) and the sweep's best GFLOP/s (flat roof, a measured peak)",
+        'prefill.png': "The whole model on this machine: prefill tokens/s against N (tokens in one pass) and decode at batch 1, under the memory limit (N x STREAM copy / bytes per token) and the arithmetic limit (the sweep's measured peak / FLOPs per token); llama.cpp beside ours where installed",
+        'roofline.png': "This run's timing sweep on a roofline: measured STREAM copy bandwidth (sloped roof) and the sweep's best GFLOP/s (flat roof, a measured peak); the whole model's decode and prefill points, and the course's DGX Spark numbers (quoted 273 GB/s, its CPU matvec at N = 1 and 256)",
     },
     headlines=(
-        Headline('model_bytes_per_token_gb', 'bytes read per generated token, this model', unit='GB', fmt='.4f'),
-        Headline('model_ffn_share_of_bytes', 'FFN share of those bytes', fmt='.1%'),
-        Headline('model_ceiling_stream_copy_tps', 'tokens/s ceiling at STREAM copy bandwidth', fmt='.0f'),
-        Headline('model_ceiling_matvec_cold_tps', 'tokens/s ceiling at cold matvec bandwidth', fmt='.0f'),
+        Headline('model_bytes_per_token_gb', 'bytes read per generated token, this model (as stored)', unit='GB', fmt='.4f'),
+        Headline('decode_tokens_per_s', 'our NumPy decoder, batch 1, measured', unit='tokens/s', fmt='.1f'),
+        Headline('decode_ceiling_tokens_per_s', "its ceiling: the same job's STREAM copy / its bytes per token", unit='tokens/s', fmt='.1f'),
+        Headline('decode_fraction_of_ceiling', 'fraction of that ceiling reached (goal: 60 %)', fmt='.1%'),
+        Headline('decode_bytes_per_token', 'bytes our decoder reads per token (float32 weights)', unit='bytes', fmt=',d'),
+        Headline('prefill_best_tokens_per_s', 'our decoder, prefill: best tokens/s over N', unit='tokens/s', fmt='.0f'),
+        Headline('decode_crossover_n', 'N where prefill turns from memory- to arithmetic-bound (measured)', unit='tokens', fmt='.0f'),
+        Headline('llama_cpp_decode_tokens_per_s', 'llama.cpp, batch 1, same file and threads', unit='tokens/s', fmt='.1f'),
+        Headline('llama_cpp_decode_fraction_of_ceiling', "llama.cpp: fraction of the quantized file's ceiling", fmt='.1%'),
+        Headline('model_ffn_share_of_bytes', 'FFN share of the bytes per token', fmt='.1%'),
+        Headline('model_ceiling_stream_copy_tps', 'tokens/s ceiling at STREAM copy bandwidth (as stored)', fmt='.0f'),
+        Headline('model_ceiling_matvec_cold_tps', 'tokens/s ceiling at cold matvec bandwidth (as stored)', fmt='.0f'),
         Headline('deepseek_q8_0_bytes_per_token_gb', 'deepseek-coder-6.7b Q8_0: bytes per token', unit='GB', fmt='.2f'),
         Headline('deepseek_q8_0_ceiling_stream_copy_tps', 'deepseek-coder-6.7b Q8_0: ceiling on this machine', unit='tokens/s', fmt='.1f'),
         Headline('deepseek_q8_0_ceiling_course_peak_tps', "deepseek-coder-6.7b Q8_0: ceiling at the DGX Spark's quoted peak", unit='tokens/s', fmt='.1f'),
@@ -465,6 +486,198 @@ def point_metrics(points: Sequence[Mapping], prefix: str) -> dict:
     return out
 
 
+# --- 4. the whole model, timed: decode at batch 1, prefill of N tokens ---------------------------
+#
+# The timing_decode job ran the project's own NumPy decoder (and llama.cpp where installed) on the
+# whole model and measured a STREAM copy in the same job. Its decode.json holds the measured
+# tokens/s and the bytes a token reads; prefill.csv holds tokens/s for N tokens in one pass.
+
+ENGINE, LLAMA_CPP = "bytesup", "llama.cpp"  # the `engine` column of prefill.csv
+WHOLE_MODEL_COLUMNS = ("engine", "phase", "n", "tokens_per_s", "bytes_per_pass", "flops_per_pass", "intensity",
+                       "gflops", "gbps", "speedup_over_n1", "growth_vs_proportional", "fraction_of_sweep_peak",
+                       "noisy")
+# The keys this lesson takes from decode.json for each engine (None in metrics.json when not measured).
+DECODE_KEYS = ("decode_tokens_per_s", "decode_bytes_per_token", "decode_ceiling_tokens_per_s",
+               "decode_fraction_of_ceiling", "decode_gbps")
+
+
+def _prefill_by_n(rows: Sequence[Mapping], engine: str, fallback: Mapping | None) -> dict[int, dict]:
+    """N -> {tokens_per_s, gflops, median_s, noisy} of one engine, from prefill.csv (else decode.json's maps)."""
+    out = {}
+    for r in rows:
+        n, tps = _num(r.get("n")), _num(r.get("tokens_per_s"))
+        if (r.get("engine") or ENGINE) == engine and n and tps:
+            out[int(n)] = {"tokens_per_s": tps, "gflops": _num(r.get("gflops")), "median_s": _num(r.get("median_s")),
+                           "noisy": {"true": True, "false": False}.get(str(r.get("noisy")).strip().lower())}
+    if not out and isinstance(fallback, Mapping):  # an older prefill.csv: the summary's own maps
+        for n, tps in (fallback.get("prefill_tokens_per_s") or {}).items():
+            g = (fallback.get("prefill_gflops") or {}).get(n)
+            if _num(tps):
+                out[int(n)] = {"tokens_per_s": _num(tps), "gflops": _num(g), "median_s": None, "noisy": None}
+    return dict(sorted(out.items()))
+
+
+def measured_bound(tps: float | None, bytes_per_token, copy_gbps, prefill: Mapping[int, Mapping]) -> dict:
+    """Which limit decode at batch 1 meets, read from the measurements alone.
+
+    A pass of N tokens reads the weights once and does N tokens' arithmetic, so its seconds per
+    token are about  memory_floor / N + arithmetic  with
+        memory_floor = bytes per token / STREAM copy bandwidth   (the ceiling's own time)
+        arithmetic   = seconds per token at the largest N - memory_floor / N   (what batching cannot share)
+    Decode (N = 1) is memory-bound when memory_floor >= arithmetic; the two are equal at
+    N = memory_floor / arithmetic (`crossover_n`), where prefill stops growing in proportion to N.
+    (memory_floor + arithmetic) x decode tokens/s is the share of a decode step the two explain;
+    what is left is per-step overhead (Python, small operations, other processes on the CPUs).
+    """
+    out = {"memory_floor_ms": None, "arithmetic_ms_per_token": None, "bound": None, "crossover_n": None,
+           "largest_n": None, "memory_share_of_decode_time": None, "explained_share_of_decode_time": None}
+    b, copy = _num(bytes_per_token), _num(copy_gbps)
+    if not (b and copy):
+        return out
+    mem = b / (copy * GB)
+    out["memory_floor_ms"] = 1e3 * mem
+    if tps:
+        out["memory_share_of_decode_time"] = mem * tps  # memory floor / seconds per decoded token
+    if not prefill:
+        return out
+    n = max(prefill)
+    arith = 1 / prefill[n]["tokens_per_s"] - mem / n
+    out["largest_n"] = n
+    if arith <= 0:  # the largest N ran at the memory roof: arithmetic not seen
+        out["bound"] = "memory"
+        return out
+    out.update(arithmetic_ms_per_token=1e3 * arith, bound="memory" if mem >= arith else "arithmetic",
+               crossover_n=mem / arith)
+    if tps:  # how much of a measured decode step the two terms account for; the rest is overhead
+        out["explained_share_of_decode_time"] = (mem + arith) * tps
+    return out
+
+
+def whole_model_points(engine: str, tps, bytes_per_token, flops_per_token, prefill: Mapping[int, Mapping],
+                       peak_gflops=None) -> list[dict]:
+    """whole_model_timing.csv rows of one engine: decode, then prefill by N, each as a roofline point.
+
+    decode:  intensity = FLOPs per token / bytes per token; GFLOP/s = FLOPs per token x tokens/s
+    prefill: a pass of N tokens reads the weights once: intensity = FLOPs of the pass / bytes per
+             token (KV cache and activations left out); GFLOP/s as the timing job counted it.
+    """
+    b, f = _num(bytes_per_token), _num(flops_per_token)
+    peak = _num(peak_gflops)
+    rows = []
+    if tps and b and f:
+        g = f * tps / 1e9
+        rows.append({"engine": engine, "phase": "decode", "n": 1, "tokens_per_s": tps, "bytes_per_pass": int(b),
+                     "flops_per_pass": f, "intensity": f / b, "gflops": g, "gbps": b * tps / GB,
+                     "speedup_over_n1": 1.0, "growth_vs_proportional": 1.0,
+                     "fraction_of_sweep_peak": g / peak if peak else None, "noisy": None})
+    first = prefill.get(min(prefill)) if prefill else None
+    for n, p in prefill.items():
+        t = p["tokens_per_s"]
+        g = p["gflops"]
+        flops = g * 1e9 * n / t if g else (f * n if f else None)  # FLOPs of the pass of N tokens
+        speedup = t / first["tokens_per_s"] if first else None
+        rows.append({"engine": engine, "phase": "prefill", "n": n, "tokens_per_s": t,
+                     "bytes_per_pass": int(b) if b else None, "flops_per_pass": flops,
+                     "intensity": flops / b if flops and b else None, "gflops": g,
+                     "gbps": b * t / n / GB if b else None, "speedup_over_n1": speedup,
+                     "growth_vs_proportional": speedup / (n / min(prefill)) if speedup else None,
+                     "fraction_of_sweep_peak": g / peak if g and peak else None, "noisy": p["noisy"]})
+    return rows
+
+
+def _engine_metrics(prefix: str, record: Mapping, prefill: Mapping[int, Mapping], copy_gbps, flops_per_token,
+                    peak_gflops) -> dict:
+    """One engine's numbers: decode.json's as written, then what follows from them."""
+    m = {f"{prefix}{k}": _num(record.get(k)) for k in DECODE_KEYS}
+    b = m[f"{prefix}decode_bytes_per_token"]
+    m[f"{prefix}decode_bytes_per_token"] = int(b) if b is not None else None
+    tps = m[f"{prefix}decode_tokens_per_s"]
+    f = _num(flops_per_token)
+    m[f"{prefix}decode_gflops"] = f * tps / 1e9 if f and tps else None
+    m[f"{prefix}decode_intensity"] = f / b if f and b else None  # FLOPs per byte of weights at batch 1
+    gbps = m[f"{prefix}decode_gbps"]
+    m[f"{prefix}decode_gbps_over_stream_copy"] = gbps / copy_gbps if gbps and copy_gbps else None
+    m[f"{prefix}prefill_tokens_per_s"] = {str(n): p["tokens_per_s"] for n, p in prefill.items()}
+    m[f"{prefix}prefill_gflops"] = {str(n): p["gflops"] for n, p in prefill.items()}
+    best = max(prefill, key=lambda n: prefill[n]["tokens_per_s"]) if prefill else None
+    m[f"{prefix}prefill_best_n"] = best
+    m[f"{prefix}prefill_best_tokens_per_s"] = prefill[best]["tokens_per_s"] if best else None
+    m[f"{prefix}prefill_best_over_decode"] = prefill[best]["tokens_per_s"] / tps if best and tps else None
+    peak = _num(peak_gflops)
+    m[f"{prefix}prefill_best_gflops_fraction_of_sweep_peak"] = (
+        prefill[best]["gflops"] / peak if best and peak and prefill[best]["gflops"] else None)
+    bound = measured_bound(tps, b, copy_gbps, prefill)
+    m.update({f"{prefix}decode_{k}": v for k, v in bound.items()})
+    return m
+
+
+def decode_metrics(decode: Mapping | None, prefill_rows: Sequence[Mapping] | None, peak_gflops=None) \
+        -> tuple[dict, list[dict], list[str]]:
+    """(metrics, whole_model_timing rows, notes) from decode.json and prefill.csv.
+
+    A skipped record (an architecture the forward pass does not follow) or a missing one leaves
+    every measured key None and says why in `decode_skipped`; nothing is made up.
+    """
+    decode, prefill_rows = dict(decode or {}), list(prefill_rows or [])
+    status = decode.get("status") or "missing"
+    skipped = decode.get("skipped") if status == "skipped" else (
+        None if status == "measured" else "no decode.json: the timing_decode job did not run")
+    measured = status == "measured"
+    copy = _num(decode.get("stream_copy_gbps")) if measured else None
+    flops = _num(decode.get("decode_flops_per_token")) if measured else None
+    ours = _prefill_by_n(prefill_rows, ENGINE, decode) if measured else {}
+    m = {"decode_status": status, "decode_skipped": skipped,
+         "decode_engine": decode.get("engine") if measured else None,
+         "decode_weights": decode.get("weights") if measured else None,
+         "decode_threads": decode.get("threads") if measured else None,
+         "decode_stream_copy_gbps": copy, "decode_flops_per_token": flops}
+    m.update(_engine_metrics("", decode if measured else {}, ours, copy, flops, peak_gflops))
+    target = decode.get("target") if measured and isinstance(decode.get("target"), Mapping) else {}
+    m["decode_target_goal"] = _num(target.get("goal"))
+    m["decode_target_met"] = target.get("met") if measured else None
+    m["decode_target_applies"] = target.get("applies") if measured else None
+    m["decode_noisy"] = decode.get("decode_noisy") if measured else None
+    m["decode_rel_iqr"] = _num(decode.get("decode_rel_iqr")) if measured else None
+    m["decode_machine_shared"] = decode.get("machine_shared") if measured else None
+    m["decode_other_processes_cpu_fraction"] = _num(decode.get("other_processes_cpu_fraction")) if measured else None
+
+    llama = decode.get("llama_cpp") if measured and isinstance(decode.get("llama_cpp"), Mapping) else {}
+    l_measured = bool(llama) and "skipped" not in llama
+    m["llama_cpp_status"] = "measured" if l_measured else ("skipped" if llama else None)
+    m["llama_cpp_skipped"] = llama.get("skipped")
+    m["llama_cpp_version"] = llama.get("version")
+    theirs = _prefill_by_n(prefill_rows, LLAMA_CPP, {"prefill_tokens_per_s": llama.get("prefill_tokens_per_s")}) \
+        if l_measured else {}
+    m.update(_engine_metrics("llama_cpp_", llama if l_measured else {}, theirs, copy, flops, None))
+    ours_tps, theirs_tps = m["decode_tokens_per_s"], m["llama_cpp_decode_tokens_per_s"]
+    m["llama_cpp_over_bytesup_decode"] = theirs_tps / ours_tps if ours_tps and theirs_tps else None
+
+    rows = whole_model_points(ENGINE, ours_tps, m["decode_bytes_per_token"], flops, ours, peak_gflops)
+    rows += whole_model_points(LLAMA_CPP, theirs_tps, m["llama_cpp_decode_bytes_per_token"], flops, theirs,
+                               peak_gflops)
+    notes = [] if measured else [f"whole-model timing not measured: {skipped}"]
+    if measured and m["decode_machine_shared"]:
+        notes.append("whole-model timing ran while other processes used the CPUs (machine_shared): "
+                     "its tokens/s are below this machine's")
+    return m, rows, notes
+
+
+def course_points() -> list[dict]:
+    """The course's DGX Spark CPU on the roofline (text 000): the specimen's ffn_gate, 11008 x 4096
+    in float32, streamed at 128 GB/s at N = 1, and N = 256 taking 20 times as long. Bytes count the
+    weights only; every number comes from the claims file (published), none is measured here."""
+    a = DEEPSEEK_CODER_6_7B
+    weights = a.d_ff * a.d_model
+    wbytes = type_bytes("F32", weights)
+    t1 = wbytes / (published("timing.matvec_gbps") * GB)  # seconds for one token
+    out = []
+    for n, t in ((1, t1), (256, published("timing.matmul_ratio_256_over_1") * t1)):
+        flops = 2 * weights * n
+        out.append({"device": "DGX Spark (course)", "n": n, "flops": flops, "bytes": wbytes,
+                    "intensity": flops / wbytes, "gflops": flops / t / 1e9, "median_s": t})
+    return out
+
+
 # --- the whole lesson ----------------------------------------------------------------------------
 
 
@@ -512,12 +725,15 @@ def compute(
     timing_sweep: Sequence[Mapping] | None = None,
     gpu_summary: Mapping | None = None,
     gpu_sweep: Sequence[Mapping] | None = None,
+    decode_summary: Mapping | None = None,
+    decode_prefill: Sequence[Mapping] | None = None,
     timing_notes: Iterable[str] = (),
     model: str = "this model",
 ) -> dict:
     """Every number of the lesson as a flat dict (what metrics.json holds); `run` also keeps the tables."""
     return run(metadata, tensor_rows, timing_summary=timing_summary, timing_sweep=timing_sweep,
-               gpu_summary=gpu_summary, gpu_sweep=gpu_sweep, timing_notes=timing_notes, model=model).metrics
+               gpu_summary=gpu_summary, gpu_sweep=gpu_sweep, decode_summary=decode_summary,
+               decode_prefill=decode_prefill, timing_notes=timing_notes, model=model).metrics
 
 
 @dataclass
@@ -530,6 +746,8 @@ class Run:
     roofs: dict  # device -> roofs()
     bandwidths: list[dict]
     bounds: list[dict]  # bound_table(): which roof binds decode, per device and model
+    whole_model: list[dict]  # whole_model_points(): the decoders' decode and prefill, measured
+    course_points: list[dict]  # the course's DGX Spark CPU measurements, as roofline points
 
 
 def run(
@@ -540,6 +758,8 @@ def run(
     timing_sweep: Sequence[Mapping] | None = None,
     gpu_summary: Mapping | None = None,
     gpu_sweep: Sequence[Mapping] | None = None,
+    decode_summary: Mapping | None = None,
+    decode_prefill: Sequence[Mapping] | None = None,
     timing_notes: Iterable[str] = (),
     model: str = "this model",
 ) -> Run:
@@ -608,9 +828,17 @@ def run(
     m.update(point_metrics(cpu_points, "sweep"))
     m["sweep_flops_per_weight_n1"] = flops_per_weight_n1(cpu_sweep, cpu_points)
     m["roofline_points"] = len(cpu_points) + len(gpu_points)
-    m["notes"] = [*timing_notes, *bw_notes, *cpu_notes, *gpu_notes]
+
+    # 4. the whole model, timed: the decoders at batch 1 and N tokens at once, against the same ceiling
+    dm, whole, decode_notes = decode_metrics(decode_summary, decode_prefill, all_roofs["cpu"]["peak_gflops"])
+    m.update(dm)
+    # the decoder's float32 bytes against this lesson's own count of the weights a token reads
+    m["model_float32_bytes_per_token"] = type_bytes("F32", mine.summary["weights_read"])
+    course = course_points()
+    m["course_spark_matvec_gflops"], m["course_spark_n256_gflops"] = (p["gflops"] for p in course)
+    m["notes"] = [*timing_notes, *bw_notes, *cpu_notes, *gpu_notes, *decode_notes]
     return Run(m, accounts, group_table(accounts), ceil, cpu_points + gpu_points, all_roofs, bw_rows,
-               bound_table(accounts, all_roofs))
+               bound_table(accounts, all_roofs), whole, course)
 
 
 def evaluate_claims(metrics: Mapping, *, model: str, sha256: str = "", metadata: Mapping | None = None):
@@ -657,16 +885,24 @@ def decode_markers(accounts: Sequence[Accounting]) -> list[tuple[str, float]]:
                               if a.summary["decode_intensity"]]
 
 
+WHOLE_MODEL_STYLE = {ENGINE: ("C2", "our NumPy decoder"), LLAMA_CPP: ("C1", "llama.cpp")}
+
+
 def plot_roofline(points: Sequence[Mapping], all_roofs: Mapping[str, Mapping], warm_gbps=None,
-                  markers: Sequence[tuple[str, float]] = (("fp32", FP32_MATVEC_INTENSITY),), title: str = ""):
+                  markers: Sequence[tuple[str, float]] = (("fp32", FP32_MATVEC_INTENSITY),), title: str = "",
+                  whole_model: Sequence[Mapping] = (), course: Sequence[Mapping] = (), course_gbps=None):
     """Achieved GFLOP/s against FLOPs per byte, log-log, under each device's two measured roofs.
 
     `markers` are (label, intensity) of batch-1 decode, drawn as dotted verticals (see decode_markers).
+    `whole_model`: whole_model_points() rows (decode a star, prefill by N a line of diamonds);
+    `course`: course_points(), under a sloped roof at `course_gbps` (the DGX Spark's quoted peak).
     """
     import numpy as np
 
     fig, ax = figure()
-    xs = [p["intensity"] for p in points] + [v for _, v in markers]
+    whole_model = [w for w in whole_model if w.get("intensity") and w.get("gflops")]
+    xs = ([p["intensity"] for p in points] + [v for _, v in markers] + [w["intensity"] for w in whole_model]
+          + [c["intensity"] for c in course])
     lo, hi = min(xs + [0.1]) / 2, max(xs + [10.0]) * 2
     x = np.geomspace(lo, hi, 200)
     styles = {"cpu": ("C0", "o"), "gpu": ("C3", "s")}
@@ -675,19 +911,41 @@ def plot_roofline(points: Sequence[Mapping], all_roofs: Mapping[str, Mapping], w
         bw, peak = rf["bandwidth_gbps"], rf["peak_gflops"]
         if bw:
             roof = bw * x if not peak else np.minimum(bw * x, peak)
-            ax.plot(x, roof, color=colour, lw=1.5, label=f"{dev}: copy bandwidth {bw:.0f} GB/s (sloped roof)")
+            ax.plot(x, roof, color=colour, lw=1.5, label=f"{dev}: copy {bw:.0f} GB/s (sloped roof)")
         if peak:
             ax.axhline(peak, color=colour, lw=0.8, ls="--",
-                       label=f"{dev}: measured peak {peak:.0f} GFLOP/s (best of sweep, N = {rf['peak_at_n']})")
+                       label=f"{dev}: peak {peak:.0f} GFLOP/s (best of sweep, N = {rf['peak_at_n']})")
         for dtype in sorted({p["dtype"] for p in points if p["device"] == dev}):
             mine = [p for p in points if p["device"] == dev and p["dtype"] == dtype]
             filled = dtype in ("fp32", "float32")
             ax.plot([p["intensity"] for p in mine], [p["gflops"] for p in mine], marker, color=colour,
-                    mfc=colour if filled else "white", ls="none", label=f"{dev} {dtype}: one point per N")
+                    mfc=colour if filled else "white", ls="none", label=f"{dev} {dtype} sweep: one point per N")
             for p in mine:
                 if p["n"] in (1, 256) or (p["n"] and p["n"] == max(q["n"] for q in mine)):
                     ax.annotate(f"N={p['n']}", (p["intensity"], p["gflops"]), textcoords="offset points",
                                 xytext=(4, -10), fontsize=7)
+    if course_gbps:
+        ax.plot(x, course_gbps * x, color="0.45", lw=1.0, ls="-.",
+                label=f"DGX Spark: quoted {course_gbps:.0f} GB/s (course)")
+    if course:
+        ax.plot([c["intensity"] for c in course], [c["gflops"] for c in course], "P", color="0.45", ls="none",
+                label="DGX Spark CPU (course): ffn_gate fp32, N = 1, 256")
+        for c in course:
+            ax.annotate(f"N={c['n']}", (c["intensity"], c["gflops"]), textcoords="offset points", xytext=(-30, 4),
+                        fontsize=7, color="0.35")
+    for engine, (colour, name) in WHOLE_MODEL_STYLE.items():
+        short = {ENGINE: "whole model, ours"}.get(engine, f"whole model, {name}")
+        dec = [w for w in whole_model if w["engine"] == engine and w["phase"] == "decode"]
+        pre = [w for w in whole_model if w["engine"] == engine and w["phase"] == "prefill"]
+        if pre:
+            ax.plot([w["intensity"] for w in pre], [w["gflops"] for w in pre], "D-", color=colour, ms=4, lw=0.8,
+                    label=f"{short}: prefill, one point per N")
+            last = pre[-1]
+            ax.annotate(f"N={last['n']}", (last["intensity"], last["gflops"]), textcoords="offset points",
+                        xytext=(4, 2), fontsize=7, color=colour)
+        if dec:
+            ax.plot([dec[0]["intensity"]], [dec[0]["gflops"]], "*", color=colour, ms=12, mec="k", mew=0.5,
+                    label=f"{short}: decode, {dec[0]['tokens_per_s']:.1f} tokens/s")
     if warm_gbps:
         x_warm = FP32_MATVEC_INTENSITY
         ax.plot([x_warm], [x_warm * warm_gbps], "x", color="C0", label=f"cpu matvec, warm (in cache): {warm_gbps:.0f} GB/s")
@@ -700,7 +958,53 @@ def plot_roofline(points: Sequence[Mapping], all_roofs: Mapping[str, Mapping], w
     ax.set_xlim(lo, hi)
     ax.set_xlabel("arithmetic intensity, FLOPs per byte moved")
     ax.set_ylabel("achieved GFLOP/s")
-    ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.17), ncol=2, frameon=False)
+    ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.17), ncol=2, frameon=False)
+    if title:
+        ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_prefill(whole_model: Sequence[Mapping], ceiling_tps=None, peak_gflops=None, llama_ceiling_tps=None,
+                 title: str = ""):
+    """Prefill tokens/s against N, log-log, under the two limits of our decoder.
+
+    memory: N x the decode ceiling (a pass reads the weights once for N tokens; it grows in
+    proportion to N); arithmetic: the sweep's measured peak / FLOPs per token at that N. Measured
+    points follow the lower of the two; where they stop growing with N, arithmetic has taken over.
+    """
+    import numpy as np
+
+    fig, ax = figure()
+    pre = [w for w in whole_model if w["phase"] == "prefill"]
+    ns = sorted({w["n"] for w in pre}) or [1]
+    x = np.geomspace(min(ns), max(ns), 100)
+    for engine, (colour, name) in WHOLE_MODEL_STYLE.items():
+        mine = [w for w in pre if w["engine"] == engine]
+        if mine:
+            ax.plot([w["n"] for w in mine], [w["tokens_per_s"] for w in mine], "D-", color=colour, ms=5,
+                    label=f"{name}: measured prefill")
+        dec = next((w for w in whole_model if w["engine"] == engine and w["phase"] == "decode"), None)
+        if dec:
+            ax.plot([1], [dec["tokens_per_s"]], "*", color=colour, ms=12, mec="k", mew=0.5,
+                    label=f"{name}: decode, one token per pass with the KV cache")
+    if ceiling_tps:
+        ax.plot(x, ceiling_tps * x, color="C2", lw=1.2, ls="--",
+                label=f"memory limit, ours: N x {ceiling_tps:.1f} tokens/s (STREAM copy / float32 bytes)")
+    if llama_ceiling_tps:
+        ax.plot(x, llama_ceiling_tps * x, color="C1", lw=1.2, ls="--",
+                label=f"memory limit, llama.cpp: N x {llama_ceiling_tps:.1f} tokens/s (copy / file bytes)")
+    ours = [w for w in pre if w["engine"] == ENGINE and w["flops_per_pass"]]
+    if peak_gflops and ours:
+        ax.plot([w["n"] for w in ours], [peak_gflops * 1e9 * w["n"] / w["flops_per_pass"] for w in ours],
+                color="C0", lw=1.2, ls=":",
+                label=f"arithmetic limit: sweep's peak {peak_gflops:.0f} GFLOP/s / FLOPs per token")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(ns, [str(n) for n in ns])
+    ax.set_xlabel("N, tokens in one forward pass")
+    ax.set_ylabel("tokens per second")
+    ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.17), ncol=1, frameon=False)
     if title:
         ax.set_title(title, fontsize=10)
     fig.tight_layout()
