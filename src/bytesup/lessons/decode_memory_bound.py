@@ -351,9 +351,9 @@ def bandwidths(cpu: Mapping, gpu: Mapping) -> tuple[list[dict], list[str]]:
         why = gpu.get("skipped") or ("no GPU summary" if not gpu else f"status {gpu.get('status')!r}")
         add("this run", "GPU copy", None, f"not measured: {why}")
         notes.append(f"GPU not measured: {why}")
-    add("course (text 000)", "DGX Spark memory peak (quoted by the course)", published("timing.peak_gbps"),
+    add("course (the lesson 3 text)", "DGX Spark memory peak (quoted by the course)", published("timing.peak_gbps"),
         "a hardware figure the course quotes, not measured here")
-    add("course (text 000)", "DGX Spark CPU matvec (measured by the course)", published("timing.matvec_gbps"),
+    add("course (the lesson 3 text)", "DGX Spark CPU matvec (measured by the course)", published("timing.matvec_gbps"),
         "the course's run on its machine and model")
     return rows, notes
 
@@ -663,7 +663,7 @@ def decode_metrics(decode: Mapping | None, prefill_rows: Sequence[Mapping] | Non
 
 
 def course_points() -> list[dict]:
-    """The course's DGX Spark CPU on the roofline (text 000): the specimen's ffn_gate, 11008 x 4096
+    """The course's DGX Spark CPU on the roofline (the lesson 3 text): the specimen's ffn_gate, 11008 x 4096
     in float32, streamed at 128 GB/s at N = 1, and N = 256 taking 20 times as long. Bytes count the
     weights only; every number comes from the claims file (published), none is measured here."""
     a = DEEPSEEK_CODER_6_7B
@@ -789,7 +789,7 @@ def run(
         m["llama3_8b_bf16_weights_read"] - configs.LLAMA3_8B.d_model == m["llama3_8b_param_counts_streamed"])
     m["model_bytes_equal_specimen_config"] = mine.summary["bytes_per_token"] == others[0].summary["bytes_per_token"]
 
-    # the course's own arithmetic (text 000): the specimen's ffn_gate in float32, 128 of 273 GB/s
+    # the course's own arithmetic (the lesson 3 text): the specimen's ffn_gate in float32, 128 of 273 GB/s
     a = DEEPSEEK_CODER_6_7B
     m["course_ffn_gate_fp32_mb"] = type_bytes("F32", a.d_ff * a.d_model) / 1e6
     m["course_matvec_fraction_of_peak"] = published("timing.matvec_gbps") / published("timing.peak_gbps")
