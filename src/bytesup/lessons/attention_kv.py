@@ -69,7 +69,7 @@ SPEC = LessonSpec(
         " are recomputed from the model and published configurations)"
     ),
     reads=("model_gguf", "metadata_json"),
-    tables=("attention_top.csv", "rope_angles.csv", "kv_cache_size.csv", "kv_cache_timing.csv"),
+    tables=("kv_cache_size.csv", "kv_cache_timing.csv", "rope_angles.csv", "attention_top.csv"),
     figures={
         "attention_patterns.png": (
             "Attention weights over the prompt for three heads of the first, a middle and the last block:"
@@ -96,9 +96,9 @@ SPEC = LessonSpec(
         Headline("llama3_8b_kv_bytes_per_token", "KV cache per token, Llama-3-8B (8 KV heads), F16", "bytes", ",d"),
         Headline("kv_cache_max_abs_diff", "max |logit difference|, cached decode against full recompute", "",
                  ".1e"),
-        Headline("timing_cached_s_at_max", "time per token with the cache, longest context timed", "s", ".3f"),
+        Headline("timing_cached_s_at_max", "time per token with the cache, longest context timed", "s", ".3g"),
         Headline("timing_recompute_s_at_max", "time per token recomputing the prefix, longest context timed", "s",
-                 ".3f"),
+                 ".3g"),
         Headline("timing_recompute_over_cached_at_max", "recompute over cached, longest context timed", "", ".1f"),
         Headline("attention_first_position_share", "heads whose strongest link from the last token is the first token",
                  "", "%"),
