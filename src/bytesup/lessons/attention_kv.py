@@ -114,10 +114,6 @@ SPEC = LessonSpec(
 # Context lengths from the same published config.json files as bytesup.model.configs
 # (max_position_embeddings); configs.Architecture does not carry them. None of these models uses a
 # sliding window (no sliding_window key): their caches grow with every token up to the limit.
-PUBLISHED_CONTEXT = {
-    DEEPSEEK_CODER_6_7B.name: 16384,  # deepseek-ai/deepseek-coder-6.7b-instruct config.json
-    LLAMA3_8B.name: 8192,  # meta-llama/Meta-Llama-3-8B config.json
-}
 # How the course's comparison models are stored: the specimen as its Q8_0 GGUF (matrices Q8_0,
 # norm vectors F32, as llama.cpp's quantizer leaves them), Llama-3-8B as published (BF16 throughout).
 STORED_AS = {DEEPSEEK_CODER_6_7B.name: ("Q8_0", "F32"), LLAMA3_8B.name: ("BF16", "BF16")}
@@ -340,7 +336,7 @@ def kv_size_table(spec: ArchSpec, model: str, file_bytes: int, window: int | Non
     for a in (DEEPSEEK_CODER_6_7B, LLAMA3_8B):
         matrices, vectors = STORED_AS[a.name]
         what = matrices if matrices == vectors else f"{matrices} (norms {vectors})"
-        entries.append((a, PUBLISHED_CONTEXT[a.name], None, stored_bytes(a, matrices, vectors), what))
+        entries.append((a, a.context_length, None, stored_bytes(a, matrices, vectors), what))
     rows = []
     for a, context, win, weights, what in entries:
         per_token = kv_bytes_per_token(a, "F16")

@@ -100,22 +100,25 @@ KV_CACHE_TYPE = "F16"  # llama.cpp's default cache type (--cache-type-k/-v f16)
 
 @dataclass(frozen=True)
 class Published:
-    """A published model: its configuration, its key in metrics.json and its published maximum context."""
+    """A published model: its configuration and its key in metrics.json."""
 
     key: str
     arch: configs.Architecture
-    max_context: int
-    context_source: str
+
+    @property
+    def max_context(self) -> int:  # max_position_embeddings of its published config.json
+        return self.arch.context_length
+
+    @property
+    def context_source(self) -> str:
+        return f"{self.arch.source} max_position_embeddings"
 
 
-# max_position_embeddings of each model's published config.json.
 PUBLISHED_MODELS = (
-    Published("deepseek_coder_6_7b", configs.DEEPSEEK_CODER_6_7B, 16384,
-              "deepseek-ai/deepseek-coder-6.7b-instruct config.json max_position_embeddings"),
-    Published("llama3_8b", configs.LLAMA3_8B, 8192, "meta-llama/Meta-Llama-3-8B config.json max_position_embeddings"),
-    Published("llama3_70b", configs.LLAMA3_70B, 8192, "meta-llama/Meta-Llama-3-70B config.json max_position_embeddings"),
-    Published("llama31_405b", configs.LLAMA31_405B, 131072,
-              "meta-llama/Llama-3.1-405B config.json max_position_embeddings"),
+    Published("deepseek_coder_6_7b", configs.DEEPSEEK_CODER_6_7B),
+    Published("llama3_8b", configs.LLAMA3_8B),
+    Published("llama3_70b", configs.LLAMA3_70B),
+    Published("llama31_405b", configs.LLAMA31_405B),
 )
 SPECIMEN_KEY = "deepseek_coder_6_7b"
 
