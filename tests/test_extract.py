@@ -227,3 +227,13 @@ def test_default_model_extract(default_gguf, tmp_path):
     doc = json.loads((tmp_path / "metadata.json").read_text(encoding="utf-8"))
     assert len(doc["metadata"]["tokenizer.ggml.tokens"]) == 49152
     assert len(doc["metadata"]["tokenizer.ggml.merges"]) == 48900
+
+
+def test_parse_shape_reads_what_shape_text_writes():
+    from bytesup.extract import parse_shape, shape_text
+
+    assert parse_shape(shape_text((49152, 576))) == (49152, 576)
+    assert parse_shape("576") == (576,)
+    assert parse_shape([3, 4]) == (3, 4)
+    with pytest.raises(ValueError, match="is not like 49152x576"):
+        parse_shape("a x b")

@@ -97,14 +97,6 @@ def test_type_bytes_refuses(kind, n):
         lesson.type_bytes(kind, n)
 
 
-def test_parse_shape():
-    assert lesson.parse_shape("49152x576") == (49152, 576)
-    assert lesson.parse_shape("576") == (576,)
-    assert lesson.parse_shape([3, 4]) == (3, 4)
-    with pytest.raises(LessonInputError):
-        lesson.parse_shape("a x b")
-
-
 # --- 2. the two published models, worked out by hand -----------------------------------------------
 
 

@@ -184,6 +184,17 @@ def shape_text(shape: tuple[int, ...]) -> str:
     return "x".join(str(d) for d in shape)
 
 
+def parse_shape(shape) -> tuple[int, ...]:
+    """The inverse of shape_text, as tensors.csv holds it: '49152x576' -> (49152, 576); tuples and
+    lists pass through."""
+    if isinstance(shape, str):
+        try:
+            return tuple(int(s) for s in shape.lower().split("x"))
+        except ValueError:
+            raise ValueError(f"tensors.csv: shape {shape!r} is not like 49152x576") from None
+    return tuple(int(s) for s in shape)
+
+
 def metadata_document(f: GGUFFile) -> dict:
     """What metadata.json holds: the file's header facts and every key with value and type."""
     return {

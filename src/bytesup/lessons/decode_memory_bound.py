@@ -46,6 +46,7 @@ from dataclasses import dataclass, replace
 
 from bytesup import claims as claims_mod
 from bytesup import param_counts as pc
+from bytesup.extract import parse_shape
 from bytesup.ffn_walk import dims
 from bytesup.lessons import LessonInputError, figure
 from bytesup.lessons.spec import CAPSTONE, Headline, LessonSpec
@@ -145,16 +146,6 @@ def config_tensor_table(layout: Layout) -> list[dict]:
         n = math.prod(shape)
         rows.append({"name": name, "type": kind, "shape": shape, "bytes": type_bytes(kind, n), "elements": n})
     return rows
-
-
-def parse_shape(shape) -> tuple[int, ...]:
-    """tensors.csv writes shapes in numpy order as '49152x576'; tuples and lists pass through."""
-    if isinstance(shape, str):
-        try:
-            return tuple(int(s) for s in shape.lower().split("x"))
-        except ValueError:
-            raise LessonInputError(f"tensors.csv: shape {shape!r} is not like 49152x576") from None
-    return tuple(int(s) for s in shape)
 
 
 LOOKUP_TABLES = ("token_embd", "positions")  # param_counts.role() names of tables read one row at a time

@@ -48,6 +48,7 @@ from pathlib import Path
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
 
 from bytesup import claims as claims_mod
+from bytesup.extract import parse_shape
 from bytesup.lessons import LessonInputError, figure
 from bytesup.lessons.spec import SERIES, Headline, LessonSpec
 from bytesup.model import configs
@@ -237,16 +238,6 @@ def read_per_token(rows: Sequence[Mapping]) -> int:
 
 
 # --- this run's model, from its own file -------------------------------------------------------------
-
-
-def parse_shape(shape) -> tuple[int, ...]:
-    """tensors.csv writes shapes in numpy order as '49152x576'."""
-    if isinstance(shape, str):
-        try:
-            return tuple(int(s) for s in shape.lower().split("x"))
-        except ValueError:
-            raise LessonInputError(f"tensors.csv: shape {shape!r} is not like 49152x576") from None
-    return tuple(int(s) for s in shape)
 
 
 def _meta(metadata: Mapping, key: str, default=None):
