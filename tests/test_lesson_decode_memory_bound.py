@@ -309,7 +309,7 @@ def test_this_models_kv_cache_and_bound_table(tiny):
     run = lesson.run(meta, rows, timing_summary=cpu_summary(sweep), timing_sweep=as_csv_rows(sweep), gpu_summary=GPU_SKIPPED)
     assert run.metrics["model_kv_cache_bytes_per_context_token"] == 2 * 2 * 2 * 8 * 2  # K and V, blocks, heads, width, F16
     wider = dict(d, value_dim=16)  # values twice as long as keys: K at 8, V at 16
-    assert lesson.model_kv_bytes_per_context_token(wider, rows) == 2 * 2 * (8 + 16) * 2
+    assert lesson.model_kv_bytes_per_context_token(wider) == 2 * 2 * (8 + 16) * 2
     assert [(b["device"], b["model"]) for b in run.bounds] == [("cpu", a.label) for a in run.accounts]
     assert {b["bound"] for b in run.bounds} <= {"memory", "compute"}
     assert run.bounds[0]["memory ceiling tok/s"] == run.metrics["model_cpu_memory_ceiling_tps"]

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from bytesup import claims as claims_mod
 from bytesup import param_counts as pc
@@ -240,13 +240,10 @@ def model_architecture(d: Mapping, tensor_rows: Sequence[Mapping], name: str = "
     return pc.architecture_from_gguf(d, (r["name"] for r in tensor_rows), vocab, name)
 
 
-def model_kv_bytes_per_context_token(d: Mapping, tensor_rows: Sequence[Mapping]) -> int:
-    """kv_cache_bytes_per_context_token for this run's model. A model whose values are not as long as
-    its keys (metadata value_length) caches K at one width and V at the other: half of each count."""
-    arch = model_architecture(d, tensor_rows)
-    if d["value_dim"] == d["head_dim"]:
-        return kv_cache_bytes_per_context_token(arch)
-    return sum(kv_cache_bytes_per_context_token(replace(arch, head_dim=w)) for w in (d["head_dim"], d["value_dim"])) // 2
+def model_kv_bytes_per_context_token(d: Mapping) -> int:
+    """kv_cache_bytes_per_context_token for this run's model, from its metadata's sizes (a model may
+    store values of another length than keys: metadata value_length)."""
+    return configs.kv_bytes(d["block_count"], d["head_count_kv"], d["head_dim"], d["value_dim"])
 
 
 @dataclass
@@ -772,7 +769,7 @@ def run(
     m["model_types"] = sorted({str(r["type"]) for r in tensor_rows})
     for layout in PUBLISHED_LAYOUTS:
         m[f"{layout.key}_kv_cache_bytes_per_context_token"] = kv_cache_bytes_per_context_token(layout.arch)
-    m["model_kv_cache_bytes_per_context_token"] = model_kv_bytes_per_context_token(d, tensor_rows)
+    m["model_kv_cache_bytes_per_context_token"] = model_kv_bytes_per_context_token(d)
     # cross-checks: Llama-3-8B against param_counts (which counts no lookup row), the specimen's
     # tensors as the file would list them against this run's table when the run is the specimen
     m["llama3_8b_param_counts_streamed"] = pc.count(configs.LLAMA3_8B)["streamed_params"]

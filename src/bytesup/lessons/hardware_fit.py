@@ -270,7 +270,7 @@ def model_kv_bytes_per_token(metadata: Mapping) -> int:
     k_len = int(_meta(metadata, f"{arch}.attention.key_length", n_embd // n_head))
     v_len = int(_meta(metadata, f"{arch}.attention.value_length", k_len))
     blocks = int(_meta(metadata, f"{arch}.block_count"))
-    return blocks * n_kv * (k_len + v_len) * configs.type_bytes(KV_CACHE_TYPE, 1)
+    return configs.kv_bytes(blocks, n_kv, k_len, v_len, KV_CACHE_TYPE)
 
 
 def this_model(metadata: Mapping, rows: Sequence[Mapping], name: str = "this model") -> dict:

@@ -98,4 +98,10 @@ def llama_tensor_shapes(a: Architecture) -> list[tuple[str, tuple[int, ...]]]:
 def kv_bytes_per_token(a: Architecture, cache_type: str = "F16") -> int:
     """Bytes of K and V one token of context adds to the cache: 2 x blocks x KV heads x head size
     x bytes per element (llama.cpp's default cache type is F16)."""
-    return 2 * a.n_layers * a.n_kv_heads * a.head_dim * type_bytes(cache_type, 1)
+    return kv_bytes(a.n_layers, a.n_kv_heads, a.head_dim, a.head_dim, cache_type)
+
+
+def kv_bytes(blocks: int, kv_heads: int, key_length: int, value_length: int, cache_type: str = "F16") -> int:
+    """The same from the sizes a GGUF's metadata gives: blocks x KV heads x (key + value length)
+    x bytes per element (a model may store values of another length than keys)."""
+    return blocks * kv_heads * (key_length + value_length) * type_bytes(cache_type, 1)
