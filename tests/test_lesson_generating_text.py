@@ -5,13 +5,16 @@ Tiny synthetic models: the lesson's greedy and sampled ids against an independen
 draws from the same seeded Generator), the honest skip of the chat part, bad settings.
 The default model (slow): the notebook end to end with papermill, run once; its greedy ids against
 Hugging Face transformers' greedy generation from the same GGUF, the KV cache against recomputing,
-sampling reproduced from the seed.
+sampling reproduced from the seed; llama.cpp beside ours where it runs here (skipped otherwise, a
+failure under CI=true when llama_cpp imports but cannot run). Without llama.cpp: the part-finding
+function on made-up lists, the side-by-side on a stand-in llama.cpp, the one-line skip.
 """
 
 from __future__ import annotations
 
 import ast
 import csv
+import importlib.util
 import json
 import os
 import subprocess
@@ -23,7 +26,7 @@ import pytest
 import yaml
 from workflow_helpers import env_with_venv
 
-from bytesup import claims
+from bytesup import claims, llama_cpp_ref
 from bytesup.extract import extract
 from bytesup.gguf_file import GGUFFile
 from bytesup.lessons import LessonInputError, plain
@@ -231,6 +234,82 @@ def test_a_chat_template_is_rendered_and_answered(tmp_path):
     assert m["chat_greedy_ids"] == want and m["chat_greedy_text"] == tok.decode(want)
 
 
+# --- llama.cpp beside ours: the logic without llama.cpp ----------------------------------------------------
+
+
+@pytest.mark.parametrize(("ours", "theirs", "want"), [
+    ([1, 2, 3], [1, 2, 3], None),  # the same throughout
+    ([1, 2, 3], [1, 9, 3], 1),  # the first difference, even if they meet again
+    ([5, 2, 3], [4, 2, 3], 0),
+    ([1, 2], [1, 2, 7], 2),  # one stopped (end of sequence) where the other went on
+    ([1, 2, 7], [1, 2], 2),
+    ([], [], None),
+])
+def test_parts_at_on_made_up_lists(ours, theirs, want):
+    assert lesson.parts_at(ours, theirs) == want
+
+
+def test_llama_cpp_skipped_in_one_line_when_it_cannot_run(tiny, monkeypatch):
+    gguf, metadata = tiny
+    why = "llama-cpp-python is not installed: " + llama_cpp_ref.INSTALL
+    calls = []
+    monkeypatch.setattr(llama_cpp_ref, "status", lambda path: calls.append(path) or (False, why))
+    m, tables = lesson.compute(gguf, metadata, TINY_PROMPT, TINY_GENERATE, 0)
+    assert calls == [gguf]
+    assert m["llama_cpp_skipped"] == why and "\n" not in why and "pip install" in why
+    for key in lesson.LLAMA_CPP_KEYS:
+        assert m[key] is None, key  # nothing invented
+    assert tables["llama_cpp"] == [] and tables["llama_cpp_logits"] == []
+    assert {h.key for h in lesson.SPEC.headlines} >= {"llama_cpp_parts_at", "llama_cpp_first_step_max_abs_logit_diff"}
+
+
+def test_side_by_side_on_a_stand_in_llama_cpp(tiny, monkeypatch):
+    """llama.cpp replaced by a stand-in: our logits, nudged by 0.01 everywhere, and at step 3 our runner-up
+    lifted 0.05 above our top token. The lesson must find step 3 and the margins that made it part there."""
+    gguf, metadata = tiny
+    monkeypatch.setattr(llama_cpp_ref, "status", lambda path: (False, "off"))
+    ours, tables = lesson.compute(gguf, metadata, TINY_PROMPT, TINY_GENERATE, 0)
+    ids, logits = ours["greedy_ids"], tables["greedy_logits"]
+    k = 2
+    bumped = logits[k] + np.float32(0.01)
+    a, b = [int(i) for i in np.argsort(-logits[k], kind="stable")[:2]]
+    assert a == ids[k] and b != a
+    bumped[b] = bumped[a] + np.float32(0.05)
+    theirs_logits = [lg + np.float32(0.01) for lg in logits[:k]] + [bumped, logits[k + 1]]
+    theirs_ids = ids[:k] + [b, int(np.argmax(logits[k + 1]))]
+
+    seen = {}
+
+    def stand_in(path, prompt_ids, max_new_tokens, eos, threads=2):
+        seen.update(path=path, prompt_ids=list(prompt_ids), max_new_tokens=max_new_tokens, eos=eos)
+        return theirs_ids, theirs_logits
+
+    monkeypatch.setattr(llama_cpp_ref, "status", lambda path: (True, "0.0-stand-in"))
+    monkeypatch.setattr(lesson, "llama_cpp_greedy", stand_in)
+    m, t = lesson.compute(gguf, metadata, TINY_PROMPT, TINY_GENERATE, 0)
+    assert seen == {"path": gguf, "prompt_ids": ours["prompt_ids"], "max_new_tokens": 8, "eos": (2,)}
+    assert m["greedy_ids"] == ids and m["llama_cpp_skipped"] is None and m["llama_cpp_version"] == "0.0-stand-in"
+    assert m["llama_cpp_greedy_ids"] == theirs_ids and m["llama_cpp_parts_at"] == k
+    tok = Tokenizer.from_metadata(metadata)
+    assert m["llama_cpp_greedy_text"] == tok.decode(theirs_ids)
+    assert m["llama_cpp_top_logit"] == pytest.approx(float(logits[0].max()) + 0.01, abs=1e-6)
+    assert m["llama_cpp_first_step_max_abs_logit_diff"] == pytest.approx(0.01, abs=1e-6)
+    assert m["llama_cpp_parts_tokens"] == [tok.token_text(a), tok.token_text(b)]
+    lead = float(logits[k][a] - logits[k][b])
+    np.testing.assert_allclose(m["llama_cpp_parts_margins"], [lead, -0.05], atol=1e-5)
+    np.testing.assert_allclose(m["llama_cpp_parts_logits"], [[logits[k][a], logits[k][b]],
+                                                             [logits[k][a] + 0.01, logits[k][a] + 0.06]], atol=1e-5)
+    assert m["llama_cpp_parts_max_abs_logit_diff"] == pytest.approx(lead + 0.06, abs=1e-5)
+    rows = t["llama_cpp"]
+    assert [r["step"] for r in rows] == list(range(1, 9))  # our 8 steps; the stand-in stopped after 4
+    assert theirs_ids[3] == ids[3]  # the stand-in meets ours again after parting: still parted at step 3
+    assert [r["same"] for r in rows] == [True, True, False, True] + [False] * 4
+    assert [r["llama_cpp_id"] for r in rows] == theirs_ids + [None] * 4
+    # logit differences only while both engines read the same ids: up to and including the parting step
+    assert [r["max_abs_logit_diff"] is None for r in rows] == [False, False, False] + [True] * 5
+    assert rows[3]["ours_top_logit"] == pytest.approx(float(logits[3].max()))
+
+
 # --- the notebook ---------------------------------------------------------------------------------------
 
 
@@ -375,3 +454,60 @@ def test_default_model_kv_cache_sampling_and_outputs(default_run, default_gguf):
                                    rtol=1e-4)
     with (out / "claims.csv").open(encoding="utf-8") as f:
         assert f.read() == ",".join(claims.COLUMNS) + "\n"
+
+
+# --- llama.cpp on the default model (slow; only where it runs here) -------------------------------------
+
+
+@pytest.fixture(scope="module")
+def llama_cpp_version(default_gguf):
+    """llama-cpp-python's version where it runs the default model here; skip otherwise (fail under CI=true
+    when the module imports but cannot run: a broken build should not pass as 'not installed')."""
+    usable, why = llama_cpp_ref.status(default_gguf)
+    if usable:
+        return why
+    if importlib.util.find_spec("llama_cpp") is not None and os.environ.get("CI") == "true":
+        pytest.fail(why)
+    pytest.skip(why)
+
+
+@pytest.mark.slow
+def test_default_model_beside_llama_cpp(default_run, default_gguf, llama_cpp_version):
+    m, _ = default_run
+    from llama_cpp import Llama
+
+    assert m["llama_cpp_skipped"] is None and m["llama_cpp_version"] == llama_cpp_version
+    ours, theirs = m["greedy_ids"], m["llama_cpp_greedy_ids"]
+    assert theirs[0] == ours[0] == 7042  # " Paris" in both engines
+    assert m["llama_cpp_greedy_text"].startswith(" Paris")
+    with Model.from_gguf(default_gguf) as model:
+        logits = model.forward(m["prompt_ids"])[-1]
+    assert int(logits.argmax()) == ours[0]
+    assert abs(m["llama_cpp_top_logit"] - float(logits.max())) < 0.1
+    # parts_at consistent with the two lists, checked without the lesson's function
+    k = m["llama_cpp_parts_at"]
+    if k is None:
+        assert ours == theirs
+    else:
+        assert ours[:k] == theirs[:k] and (k == min(len(ours), len(theirs)) or ours[k] != theirs[k])
+    if m["llama_cpp_parts_margins"] is not None:
+        lead_ours, lead_theirs = m["llama_cpp_parts_margins"]
+        assert lead_ours >= 0 >= lead_theirs  # each engine's argmax is its own top token
+        assert lead_ours - lead_theirs <= 2 * m["llama_cpp_parts_max_abs_logit_diff"] + 1e-6
+        assert m["llama_cpp_parts_tokens"][0] == m["greedy_tokens"][k]
+    # llama.cpp run here again, on its own: the first logits, and greedy through its own sampler
+    llm = Llama(model_path=str(default_gguf), n_ctx=64, n_threads=2, logits_all=True, verbose=False)
+    try:
+        llm.eval(m["prompt_ids"])
+        first = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
+        assert float(first.max()) == pytest.approx(m["llama_cpp_top_logit"], abs=1e-4)
+        assert float(np.abs(first - logits).max()) == pytest.approx(m["llama_cpp_first_step_max_abs_logit_diff"],
+                                                                     abs=1e-3)
+        again = []
+        for token in llm.generate(m["prompt_ids"], top_k=1, temp=0.0, reset=True):
+            again.append(int(token))
+            if len(again) == len(theirs) or token in m["eos_ids"]:
+                break
+        assert again == theirs
+    finally:
+        llm.close()
