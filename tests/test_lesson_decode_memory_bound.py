@@ -146,7 +146,7 @@ def toy_table(tied):
 
 
 def test_untied_reads_one_embedding_row():
-    reads = lesson.per_token_reads(toy_table(tied=False))
+    reads = pc.per_token_reads(toy_table(tied=False))
     embd = [r for r in reads if r["name"].startswith("token_embd")]
     assert len(embd) == 1 and embd[0]["bytes_read"] == 68 and embd[0]["elements_read"] == 64
     s = lesson.summarize_reads(reads)
@@ -157,7 +157,7 @@ def test_untied_reads_one_embedding_row():
 
 
 def test_tied_head_reads_the_whole_table_once_more():
-    reads = lesson.per_token_reads(toy_table(tied=True))
+    reads = pc.per_token_reads(toy_table(tied=True))
     head = [r for r in reads if r["part"] == "lm_head"]
     assert [r["name"] for r in head] == ["token_embd.weight (tied output head)"]
     s = lesson.summarize_reads(reads)
@@ -169,8 +169,8 @@ def test_tied_head_reads_the_whole_table_once_more():
 def test_ragged_lookup_table_is_refused():
     rows = toy_table(tied=False)
     rows[0]["bytes"] = 681
-    with pytest.raises(LessonInputError):
-        lesson.per_token_reads(rows)
+    with pytest.raises(ValueError, match="not a whole number of rows"):
+        pc.per_token_reads(rows)
 
 
 # --- 4. ceilings and the roofline ------------------------------------------------------------------

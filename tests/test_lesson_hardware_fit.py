@@ -128,7 +128,8 @@ def summary(memory=8 * GiB, copy=20.0):
 def test_this_model_from_its_own_table():
     meta, rows = tiny_inputs(tied=True)
     m = lesson.this_model(meta, rows, "tiny")
-    assert m["weights_bytes"] == 68000 + 64 * 68 + 256 == m["read_per_token_bytes"]  # tied: whole table read
+    # tied: the token's row to embed it, then the whole table again as the output head
+    assert m["read_per_token_bytes"] == m["weights_bytes"] + 68 == 68000 + 64 * 68 + 256 + 68
     assert m["kv_bytes_per_token"] == 2 * 2 * (16 + 16) * 2 and m["quant"] == "Q8_0" and m["max_context"] == 2048
     meta, rows = tiny_inputs(tied=False)
     m = lesson.this_model(meta, rows, "tiny")
@@ -251,13 +252,16 @@ def test_notebook_on_the_default_model(tmp_path, default_gguf):
     reader = GGUFReader(str(default_gguf))
     weights = sum(int(t.n_bytes) for t in reader.tensors)
     assert got["model_weights_bytes"] == weights
-    assert got["model_read_per_token_bytes"] == weights  # SmolLM2 is tied: the whole table is read as the head
+    # SmolLM2 is tied: the token's embedding row, then the whole table again as the output head
+    embd = next(t for t in reader.tensors if t.name == "token_embd.weight")
+    assert got["model_read_per_token_bytes"] == weights + int(embd.n_bytes) // int(embd.shape[1])
     kv = 30 * 3 * 64 * 2 * 2  # blocks x KV heads x (key + value length) x F16
     assert got["model_kv_bytes_per_token"] == kv and got["model_quant"] == "Q4_1" and got["model_max_context"] == 8192
     total = weights + kv * 4096
     assert got["model_4k_total_bytes"] == total and got["model_4k_left_this_machine_bytes"] == memory - total
     assert got["model_4k_fits_this_machine"] is True
-    assert got["model_4k_ceiling_this_machine_tps"] == pytest.approx(12.5e9 / total, rel=1e-12)
+    read = got["model_read_per_token_bytes"] + kv * 4096  # a token reads the weights once and the whole cache
+    assert got["model_4k_ceiling_this_machine_tps"] == pytest.approx(12.5e9 / read, rel=1e-12)
     assert got["deepseek_coder_6_7b_q8_0_weights_bytes"] == 7_162_576_896
     spec_total = 7_162_576_896 + 2 * 32 * 32 * 128 * 2 * 4096
     assert got["deepseek_coder_6_7b_q8_0_4k_fits_this_machine"] == (spec_total <= memory)

@@ -27,6 +27,7 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from bytesup.extract import parse_shape, shape_text
 from bytesup.model.configs import Architecture, type_bytes
 
 BF16_BYTES = type_bytes("BF16", 1)  # what the texts price a weight at (gguf-py's block table)
@@ -173,3 +174,38 @@ def architecture_from_gguf(d: Mapping, tensor_names: Iterable[str], vocab: int, 
         tied="output.weight" not in names,
         source="GGUF metadata",
     )
+
+
+# --- what one generated token reads -------------------------------------------------------------
+
+LOOKUP_TABLES = ("token_embd", "positions")  # param_counts.role() names of tables read one row at a time
+
+
+def per_token_reads(rows: Iterable[Mapping]) -> list[dict]:
+    """One line per read a generated token makes: every tensor once, one row of a lookup table.
+
+    A model without output.weight (tied embeddings) multiplies by token_embd as its head; that
+    pass reads the whole table and gets its own line, 'token_embd.weight (tied output head)'.
+    """
+    rows = list(rows)
+    names = {r["name"] for r in rows}
+    tied = "token_embd.weight" in names and "output.weight" not in names
+    reads = []
+    for r in rows:
+        shape, part = parse_shape(r["shape"]), role(r["name"])
+        nbytes, elements = int(r["bytes"]), int(r["elements"])
+        line = {"name": r["name"], "part": part, "type": r["type"], "shape": shape_text(shape),
+                "elements_in_file": elements, "bytes_in_file": nbytes}
+        if part in LOOKUP_TABLES and len(shape) == 2:
+            if nbytes % shape[0]:
+                raise ValueError(f"tensors.csv: {r['name']} has {nbytes} bytes, not a whole number of rows")
+            reads.append({**line, "read": "one row (the token's lookup)", "elements_read": shape[1],
+                          "bytes_read": nbytes // shape[0], "matrix": False})
+            if part == "token_embd" and tied:
+                reads.append({**line, "name": f"{r['name']} (tied output head)", "part": "lm_head",
+                              "read": "whole table (tied output head)", "elements_read": elements,
+                              "bytes_read": nbytes, "matrix": True, "second_pass": True})
+        else:
+            reads.append({**line, "read": "whole tensor", "elements_read": elements, "bytes_read": nbytes,
+                          "matrix": len(shape) == 2})
+    return reads

@@ -148,45 +148,12 @@ def config_tensor_table(layout: Layout) -> list[dict]:
     return rows
 
 
-LOOKUP_TABLES = ("token_embd", "positions")  # param_counts.role() names of tables read one row at a time
-
-
-def per_token_reads(rows: Iterable[Mapping]) -> list[dict]:
-    """One line per read a generated token makes: every tensor once, one row of a lookup table.
-
-    A model without output.weight (tied embeddings) multiplies by token_embd as its head; that
-    pass reads the whole table and gets its own line, 'token_embd.weight (tied output head)'.
-    """
-    rows = list(rows)
-    names = {r["name"] for r in rows}
-    tied = "token_embd.weight" in names and "output.weight" not in names
-    reads = []
-    for r in rows:
-        shape, part = parse_shape(r["shape"]), pc.role(r["name"])
-        nbytes, elements = int(r["bytes"]), int(r["elements"])
-        line = {"name": r["name"], "part": part, "type": r["type"], "shape": "x".join(map(str, shape)),
-                "elements_in_file": elements, "bytes_in_file": nbytes}
-        if part in LOOKUP_TABLES and len(shape) == 2:
-            if nbytes % shape[0]:
-                raise LessonInputError(f"tensors.csv: {r['name']} has {nbytes} bytes, not a whole number of rows")
-            reads.append({**line, "read": "one row (the token's lookup)", "elements_read": shape[1],
-                          "bytes_read": nbytes // shape[0], "matrix": False})
-            if part == "token_embd" and tied:
-                reads.append({**line, "name": f"{r['name']} (tied output head)", "part": "lm_head",
-                              "read": "whole table (tied output head)", "elements_read": elements,
-                              "bytes_read": nbytes, "matrix": True, "second_pass": True})
-        else:
-            reads.append({**line, "read": "whole tensor", "elements_read": elements, "bytes_read": nbytes,
-                          "matrix": len(shape) == 2})
-    return reads
-
-
 # How the parts are grouped in tables and the figure.
 GROUPS = {
     "FFN (gate, up, down)": pc.FFN,
     "attention (q, k, v, o)": pc.ATTENTION,
     "output head": ("lm_head",),
-    "embedding lookup (one row)": LOOKUP_TABLES,
+    "embedding lookup (one row)": pc.LOOKUP_TABLES,
     "norms and other": ("norms", "output_norm", "other"),
 }
 
@@ -256,7 +223,7 @@ class Accounting:
 
 
 def account(key: str, label: str, source: str, tensor_rows: Iterable[Mapping]) -> Accounting:
-    reads = per_token_reads(tensor_rows)
+    reads = pc.per_token_reads(tensor_rows)
     if not reads:
         raise LessonInputError(f"{source}: no tensors listed; re-run the extract stage")
     return Accounting(key, label, source, reads, summarize_reads(reads))

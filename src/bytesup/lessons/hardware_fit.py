@@ -25,7 +25,7 @@ Counting rules (each one a function below):
     (configs.type_bytes); norm vectors stay F32 in every storage, as llama.cpp's converter writes them;
   * bytes read per token = every weight once, except the token embedding table, of which a
     token reads one row; a model with tied embeddings reads the whole table again as its output
-    head, so for it the whole table counts;
+    head, on top of that row (param_counts.per_token_reads, the capstone's rule);
   * KV cache bytes = 2 (K and V) x blocks x KV heads x head size x 2 bytes (F16) per token of context;
   * memory sizes on spec sheets ("16 GB", "80 GB") are binary gigabytes (2**30 bytes): memory
     is built in powers of two. Bandwidths are decimal (1 GB/s = 1e9 bytes/s), as STREAM counts.
@@ -48,6 +48,7 @@ from pathlib import Path
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
 
 from bytesup import claims as claims_mod
+from bytesup import param_counts as pc
 from bytesup.extract import parse_shape
 from bytesup.lessons import LessonInputError, figure
 from bytesup.lessons.spec import SERIES, Headline, LessonSpec
@@ -224,17 +225,9 @@ def weights_bytes(tensors: Sequence[tuple[str, tuple[int, ...], str]]) -> int:
 
 
 def read_per_token(rows: Sequence[Mapping]) -> int:
-    """Bytes one generated token reads from a tensor table (rows with name, shape, bytes): every tensor
-    once, one row of token_embd; with tied embeddings (no output.weight) the whole table once more as
-    the output head, so the whole table counts."""
-    names = {r["name"] for r in rows}
-    total = 0
-    for r in rows:
-        if r["name"] == "token_embd.weight" and "output.weight" in names:
-            total += int(r["bytes"]) // int(r["shape"][0])  # the token's own row
-        else:
-            total += int(r["bytes"])
-    return total
+    """Bytes one generated token reads from a tensor table (param_counts.per_token_reads: every tensor
+    once, one row of token_embd, the whole table again as a tied output head)."""
+    return sum(r["bytes_read"] for r in pc.per_token_reads(rows))
 
 
 # --- this run's model, from its own file -------------------------------------------------------------
@@ -293,7 +286,8 @@ def this_model(metadata: Mapping, rows: Sequence[Mapping], name: str = "this mod
 def published_model(p: Published, quant: str) -> dict:
     """A published model in one storage, as the fit table needs it."""
     tensors = storage_types(p.arch, quant)
-    rows = [{"name": n, "shape": s, "bytes": configs.type_bytes(t, math.prod(s))} for n, s, t in tensors]
+    rows = [{"name": n, "shape": s, "type": t, "elements": math.prod(s), "bytes": configs.type_bytes(t, math.prod(s))}
+            for n, s, t in tensors]
     counts: dict[str, int] = {}
     for _, _, t in tensors:
         counts[t] = counts.get(t, 0) + 1
