@@ -78,6 +78,7 @@ def tiny_project(root: Path, gguf: Path | None = None, **config) -> Path:
     gguf = gguf or write_tiny_llama(project / "tiny.gguf")
     entry = {"source": "path", "path": str(gguf), "sha256": sha256(gguf)}
     entry.update(config.pop("entry", {}))
+    config.setdefault("prompt", "the cat sat on the mat")  # words the tiny vocabulary can spell
     write_config(project, model="tiny", models={"tiny": entry}, timing=QUICK_TIMING, report_date=TINY_DATE, **config)
     return project
 

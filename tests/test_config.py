@@ -40,7 +40,12 @@ def test_defaults_come_from_the_schema(config):
     assert minimal["seed"] == 0
     assert minimal["token"] == " cat"
     assert minimal["models"]["m"]["sha256"] is None
-    assert "?output.weight" in minimal["extract"]["tensors"]
+    assert minimal["prompt"] == "The capital of France is"
+    assert minimal["generate"] == {"max_new_tokens": 16, "temperatures": [0.5, 1.0, 2.0], "top_k": 50, "top_p": 0.95}
+    assert minimal["forward"] == {"resident_budget_mb": 2000}
+    from bytesup.lessons import registry
+
+    assert minimal["lessons"] == list(registry())  # `all`, in the course's order
 
 
 def test_every_schema_key_has_a_description_and_a_default():
@@ -71,7 +76,12 @@ def test_unquoted_gpu_on_off_is_read_as_meant(config):
         (lambda c: c["models"].update({"/abs": {"source": "path", "path": "a.gguf"}}), "'/abs' does not match"),
         (lambda c: c.update(model="../x"), "model: '../x' does not match"),
         (lambda c: c["models"]["local"].update(path="notes.txt"), "models.local.path: 'notes.txt' does not match"),
-        (lambda c: c["extract"].update(tensors="blk.0.*"), "extract.tensors: expected array, got str"),
+        (lambda c: c.update(extract={"tensors": ["blk.0.*"]}), "unknown key 'extract'; expected one of:"),
+        (lambda c: c.update(prompt=""), "prompt:"),
+        (lambda c: c["generate"].update(max_new_tokens=0), "generate.max_new_tokens: 0 is less than the minimum of 1"),
+        (lambda c: c["generate"].update(temperatures=[0]), "generate.temperatures.0: 0 is less than or equal to"),
+        (lambda c: c.update(lessons=["07_decode_is_memory_bound"]), "lessons: '07_decode_is_memory_bound' not known;"),
+        (lambda c: c.update(lessons="some"), "lessons:"),
     ],
 )
 def test_bad_config_gives_one_line_naming_the_key(config, mutate, message):
