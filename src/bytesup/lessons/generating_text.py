@@ -449,7 +449,8 @@ def run(model: Model, plan: Plan) -> tuple[dict, dict]:
 
 LLAMA_CPP_THREADS = 2
 LLAMA_CPP_KEYS = ("llama_cpp_version", "llama_cpp_greedy_ids", "llama_cpp_greedy_text", "llama_cpp_parts_at",
-                  "llama_cpp_top_logit", "llama_cpp_first_step_max_abs_logit_diff", "llama_cpp_parts_tokens",
+                  "llama_cpp_top_logit", "llama_cpp_first_step_max_abs_logit_diff",
+                  "llama_cpp_first_step_mean_abs_logit_diff", "llama_cpp_parts_tokens",
                   "llama_cpp_parts_logits", "llama_cpp_parts_margins", "llama_cpp_parts_max_abs_logit_diff")
 
 
@@ -527,6 +528,7 @@ def llama_cpp_side(model_gguf, plan: Plan, metrics: Mapping, tables: Mapping) ->
         "llama_cpp_parts_at": part,
         "llama_cpp_top_logit": float(theirs_logits[0][theirs_ids[0]]),
         "llama_cpp_first_step_max_abs_logit_diff": rows[0]["max_abs_logit_diff"],
+        "llama_cpp_first_step_mean_abs_logit_diff": float(np.abs(ours_logits[0] - theirs_logits[0]).mean()),
         "llama_cpp_parts_tokens": None, "llama_cpp_parts_logits": None, "llama_cpp_parts_margins": None,
         "llama_cpp_parts_max_abs_logit_diff": None,
         "llama_cpp_skipped": None,
