@@ -27,3 +27,13 @@ def test_an_error_in_the_child_names_the_file(monkeypatch, tiny_gguf):
     monkeypatch.setattr(llama_cpp_ref, "_PROBE", "raise SystemExit('failed to load model')")
     usable, why = llama_cpp_ref.status(tiny_gguf)
     assert not usable and why.endswith("could not run tiny.gguf: failed to load model")
+
+
+def test_a_file_llama_cpp_aborts_on_and_a_hang_are_reasons(monkeypatch, tiny_gguf):
+    pytest.importorskip("llama_cpp")
+    monkeypatch.setattr(llama_cpp_ref, "_PROBE", "import os, signal; os.kill(os.getpid(), signal.SIGABRT)")
+    usable, why = llama_cpp_ref.status(tiny_gguf)
+    assert not usable and why.endswith("refused tiny.gguf: it stopped with SIGABRT")
+    monkeypatch.setattr(llama_cpp_ref, "_PROBE", "import time; time.sleep(30)")
+    usable, why = llama_cpp_ref.status(tiny_gguf, timeout=1)
+    assert not usable and why.endswith("did not load and run tiny.gguf within 1 s")

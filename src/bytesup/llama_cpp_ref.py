@@ -25,19 +25,24 @@ print("ok")
 """
 
 
-def status(gguf_path: str | Path, timeout: float = 300) -> tuple[bool, str]:
+def status(gguf_path: str | Path, timeout: float = 120) -> tuple[bool, str]:
     """(True, version) when llama.cpp loads and runs this file here, else (False, one line why)."""
     try:
         import llama_cpp
     except ImportError:
         return False, f"llama-cpp-python is not installed: {INSTALL}"
-    proc = subprocess.run([sys.executable, "-c", _PROBE, str(gguf_path)], capture_output=True, text=True,
-                          timeout=timeout)
+    version, name = getattr(llama_cpp, "__version__", "unknown"), Path(gguf_path).name
+    try:
+        proc = subprocess.run([sys.executable, "-c", _PROBE, str(gguf_path)], capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False, f"llama-cpp-python {version} did not load and run {name} within {timeout:g} s"
     if proc.returncode == 0 and proc.stdout.strip().endswith("ok"):
-        return True, getattr(llama_cpp, "__version__", "unknown")
-    if proc.returncode < 0:
-        name = signal.Signals(-proc.returncode).name
-        why = " (an instruction this CPU lacks: rebuild it)" if name == "SIGILL" else ""
-        return False, f"llama-cpp-python {llama_cpp.__version__} crashed with {name}{why}: {INSTALL}"
+        return True, version
+    if proc.returncode == -signal.SIGILL:
+        return False, (f"llama-cpp-python {version} crashed with SIGILL (an instruction this CPU lacks: "
+                       f"rebuild it): {INSTALL}")
+    if proc.returncode < 0:  # llama.cpp aborts (GGML_ASSERT) on a file it will not take
+        return False, f"llama-cpp-python {version} refused {name}: it stopped with {signal.Signals(-proc.returncode).name}"
     last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
-    return False, f"llama-cpp-python {llama_cpp.__version__} could not run {Path(gguf_path).name}: {last}"
+    return False, f"llama-cpp-python {version} could not run {name}: {last}"
