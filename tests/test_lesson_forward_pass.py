@@ -15,7 +15,6 @@ from __future__ import annotations
 import ast
 import csv
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -308,19 +307,6 @@ def default_run(default_gguf, tmp_path_factory):
     """The notebook on the default model with the config's defaults: (metrics, output folder)."""
     return notebook_run(default_gguf, tmp_path_factory.mktemp("lesson4-default"), model="smollm2-135m")
 
-
-@pytest.fixture(scope="module")
-def hf(default_gguf):
-    """transformers' float32 model and tokenizer for the same GGUF, loaded once."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    torch.set_num_threads(2)
-    folder, name = str(default_gguf.parent), default_gguf.name
-    tokenizer = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    model = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
-    model.eval()
-    return torch, tokenizer, model
 
 
 @pytest.fixture(scope="module")

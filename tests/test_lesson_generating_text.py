@@ -384,19 +384,6 @@ def default_run(default_gguf, tmp_path_factory):
     return notebook_run(default_gguf, tmp_path_factory.mktemp("lesson5-default"), model="smollm2-135m")
 
 
-@pytest.fixture(scope="module")
-def hf(default_gguf):
-    """transformers' float32 model and tokenizer for the same GGUF, loaded once."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    torch.set_num_threads(2)
-    folder, name = str(default_gguf.parent), default_gguf.name
-    tokenizer = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    model = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
-    model.eval()
-    return torch, tokenizer, model
-
 
 def hf_greedy(hf, ids: list[int], n: int) -> list[int]:
     torch, _, model = hf

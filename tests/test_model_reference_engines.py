@@ -12,7 +12,6 @@ Token ids come from each engine's own tokenizer, so this file tests the forward 
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import pytest
@@ -39,19 +38,6 @@ def ours(default_gguf):
     with Model.from_gguf(default_gguf) as model:
         yield model
 
-
-@pytest.fixture(scope="module")
-def hf(default_gguf):
-    """transformers' model and tokenizer for the default GGUF, loaded once (about 25 s)."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    torch.set_num_threads(2)
-    folder, name = str(default_gguf.parent), default_gguf.name
-    tokenizer = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    model = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
-    model.eval()
-    return torch, tokenizer, model
 
 
 @pytest.mark.slow
