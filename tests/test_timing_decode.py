@@ -55,7 +55,7 @@ def test_decode_reads_every_weight_once_and_the_ceiling_follows(tmp_path, tied):
         assert lc["decode_bytes_per_token"] == s["decode_file_bytes_per_token"]
         assert lc["decode_fraction_of_ceiling"] == pytest.approx(lc["decode_tokens_per_s"] / lc["decode_ceiling_tokens_per_s"])
     else:
-        assert s["llama_cpp"] == {"skipped": why} and llama_cpp_ref.INSTALL in why
+        assert s["llama_cpp"] == {"skipped": why}  # not installed, or a file llama.cpp refuses (tiny vocabularies)
     assert 0 <= s["other_processes_cpu_fraction"] and isinstance(s["machine_shared"], bool)
 
 

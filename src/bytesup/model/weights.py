@@ -107,19 +107,28 @@ class WeightBytes:
 
 
 def weight_bytes_per_token(gguf: GGUFFile, spec: ArchSpec) -> WeightBytes:
-    """Bytes of weights read to produce one token (decode): every block tensor, the final
-    norm, the whole output head, and ONE row of the token embedding.
+    """Bytes of weights read to produce one token (decode), by the one rule of
+    bytesup.param_counts.per_token_reads: every block tensor, the final norm, the whole output head,
+    and ONE row of the token embedding (a tied head is token_embd read whole, on top of that row).
 
-    A tied head is token_embd read whole, on top of its one embedding row.
+    per_tensor keys: tensor names, 'token_embd.weight[row]' for the embedding row.
     """
+    from bytesup.param_counts import per_token_reads
+
+    names = [spec.tensor_name("token_embd")]
+    names += [spec.tensor_name(r, i) for i in range(spec.n_layers) for r in spec.facts.tensors]
+    names += [spec.tensor_name("output_norm")] + ([] if spec.tied else [spec.tensor_name("output")])
+    infos = [gguf.tensor(name) for name in names]
+    rows = [{"name": t.name, "type": t.type_name, "shape": t.shape, "bytes": t.n_bytes, "elements": t.n_elements}
+            for t in infos]
     per: dict[str, tuple[int, int]] = {}
-    row = gguf.tensor(spec.tensor_name("token_embd"))
-    per["token_embd.weight[row]"] = (expected_bytes(row.type_name, (spec.d_model,)), 4 * spec.d_model)
-    names = [spec.tensor_name(r, i) for i in range(spec.n_layers) for r in spec.facts.tensors]
-    names += [spec.tensor_name("output_norm"), spec.tensor_name("output")]
-    for name in names:
-        info = gguf.tensor(name)
-        per[name] = (info.n_bytes, 4 * info.n_elements)
+    for r in per_token_reads(rows):
+        key = r["name"]
+        if r.get("second_pass"):  # the tied head: token_embd read whole
+            key = spec.tensor_name("token_embd")
+        elif r["part"] == "token_embd":  # the token's own row
+            key = "token_embd.weight[row]"
+        per[key] = (r["bytes_read"], 4 * r["elements_read"])
     return WeightBytes(sum(v[0] for v in per.values()), sum(v[1] for v in per.values()), per)
 
 
