@@ -42,6 +42,7 @@ def test_decode_reads_every_weight_once_and_the_ceiling_follows(tmp_path, tied):
     assert s["status"] == "measured" and s["weights"].startswith("resident")
     assert s["decode_bytes_per_token"] == s["decode_float32_bytes_per_token"] == float32_bytes_per_token(path)
     assert s["decode_tokens_per_s"] == pytest.approx(1 / s["decode_median_s"])
+    assert len(s["stream_copy_before_after_gbps"]) == 2 and s["stream_copy_gbps"] == max(s["stream_copy_before_after_gbps"])
     assert s["decode_ceiling_tokens_per_s"] == pytest.approx(s["stream_copy_gbps"] * 1e9 / s["decode_bytes_per_token"])
     assert s["decode_fraction_of_ceiling"] == pytest.approx(s["decode_tokens_per_s"] / s["decode_ceiling_tokens_per_s"])
     assert s["target"]["goal"] == 0.6 and s["target"]["met"] == (s["decode_fraction_of_ceiling"] >= 0.6)

@@ -160,10 +160,18 @@ def _measure(gguf_path, cfg: dict, threads: int, resident_budget_bytes: int) -> 
             sizes = [n for n in sizes if n <= 8] or sizes[:1]
         log.info("model %s: %s weights, %d decode steps, prefill N = %s", spec.arch, model.mode, n_tokens, sizes)
 
-        copy = next(r for r in stream(stream_bytes_for(facts["llc_bytes"], cfg["stream_bytes"]), threads, reps,
-                                      warm, noisy) if r["kernel"] == "copy")
+        array_bytes = stream_bytes_for(facts["llc_bytes"], cfg["stream_bytes"])
+
+        def stream_copy() -> dict:
+            return next(r for r in stream(array_bytes, threads, reps, warm, noisy) if r["kernel"] == "copy")
+
+        # STREAM copy just before and just after the decode: the ceiling takes the better of the two,
+        # so a moment of contention during one copy cannot flatter the decoder
+        copies = [stream_copy()]
         decode = time_decode(model, n_tokens, max(warm, 1))
         d_stats = summarize(decode["times"], noisy)
+        copies.append(stream_copy())
+        copy = max(copies, key=lambda r: r["gbps"])
         prefill_rows = []
         for n in sizes:
             stats = summarize(time_prefill(model, n, reps if not streaming else 3, 1 if not streaming else 0), noisy)
@@ -193,6 +201,7 @@ def _measure(gguf_path, cfg: dict, threads: int, resident_budget_bytes: int) -> 
         "decode_gbps": bytes_per_token * tps / 1e9,
         "stream_copy_gbps": copy["gbps"],
         "stream_copy_rel_iqr": copy["rel_iqr"],
+        "stream_copy_before_after_gbps": [r["gbps"] for r in copies],
         "decode_ceiling_tokens_per_s": ceiling,
         "decode_fraction_of_ceiling": tps / ceiling,
         "decode_flops_per_token": flops_per_token(spec, decode["context_end"]),
@@ -207,7 +216,9 @@ def _measure(gguf_path, cfg: dict, threads: int, resident_budget_bytes: int) -> 
             "decode": "bytes per token = every weight the step reads once (all blocks, final norm, the whole "
                       "output head, one embedding row), float32 when resident, as stored when streaming; "
                       "tokens/s = 1 / median seconds per step; GB/s = bytes per token x tokens/s / 1e9",
-            "ceiling": "STREAM copy GB/s (this job) x 1e9 / bytes per token",
+            "ceiling": "STREAM copy GB/s x 1e9 / bytes per token; the copy is measured in this job just before "
+                       "and just after the decode, and the better of the two sets the ceiling. A decode reads "
+                       "and does not write its weights, so it can pass a copy's counted bandwidth (fraction > 1)",
             "prefill": "tokens/s = N / median seconds of one N-token pass into a fresh cache; GFLOP/s from "
                        "bytesup.model.forward.flops_per_token at context N (an upper count: causal attention)",
         },
