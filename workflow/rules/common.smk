@@ -127,22 +127,18 @@ def named_outputs(rule_name, **wildcards):
 def report_sources(wildcards):
     """Every file the report may cite, by the rule that writes it and that rule's output name."""
     m = MODEL
-    sources = {
-        name: named_outputs(name, model=m)
-        for name in ("fetch", "timing_cpu", "timing_decode", "timing_gpu", "timing_figure")
-    }
+    upstream = ("fetch", "timing_cpu", "timing_decode", "timing_gpu", "timing_figure")
+    sources = {name: named_outputs(name, model=m) for name in upstream}
     extract = named_outputs("extract", model=m)
-    extract.pop(
-        "tensors_dir"
-    )  # the .npy files: the report cites extract.json, which hashes each
+    # the .npy files: the report cites extract.json, which hashes each
+    extract.pop("tensors_dir")
     sources["extract"] = extract
     for lesson in lessons_run(m)[0]:
         outs = named_outputs(f"lesson_{lesson}", model=m)
         outs.pop("notebook")
         sources[f"lesson_{lesson}"] = outs
-    sources["fetch"].pop(
-        "gguf"
-    )  # the model itself is cited by its record (name, size, sha256)
+    # the model itself is cited by its record (name, size, sha256)
+    sources["fetch"].pop("gguf")
     return sources
 
 
