@@ -11,13 +11,22 @@ from html.parser import HTMLParser
 from pathlib import Path, PurePosixPath
 
 import pytest
+from report_helpers import (
+    DATE,
+    HOSTILE,
+    LESSON,
+    MODEL,
+    build_and_publish,
+    chdir,
+    fake_run,
+)
 
 from bytesup import provenance, report
 from bytesup.citations import SELF
-from bytesup.report_doc import esc_md
+from bytesup.files import sha256_file
 from bytesup.lessons import registry
+from bytesup.report_doc import esc_md
 from bytesup.verify import verify_path
-from report_helpers import DATE, HOSTILE, LESSON, MODEL, build_and_publish, chdir, fake_run
 
 
 @pytest.fixture
@@ -147,7 +156,7 @@ def test_manifest_holds_the_provenance(built):
     assert every <= paths | set(m["inputs_not_cited"])
     for f in m["files"]:
         base = report_dir if f["in_report"] else root
-        assert provenance.sha256_file(base / f["path"]) == f["sha256"]
+        assert sha256_file(base / f["path"]) == f["sha256"]
         assert (base / f["path"]).stat().st_size == f["bytes"]
         assert f["rule"]
     assert {"claims.csv"} == {f["path"] for f in m["files"] if f["in_report"]}

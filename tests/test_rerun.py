@@ -20,7 +20,7 @@ from workflow_helpers import QUICK_TIMING, sha256, snakemake, write_config
 
 LESSONS = registry()
 ALL_LESSONS = {f"lesson_{lesson}" for lesson in LESSONS}
-UPSTREAM = {"fetch", "extract", "timing_cpu", "timing_gpu", "timing_figure", "report", "all"}
+UPSTREAM = {"fetch", "extract", "timing_cpu", "timing_decode", "timing_gpu", "timing_figure", "report", "all"}
 
 
 def lessons_reading(*names: str) -> set[str]:
@@ -77,8 +77,9 @@ def test_editing_one_lesson_notebook_reruns_that_lesson_and_the_report(project, 
 
 def test_editing_timing_settings_reruns_timing_the_lessons_reading_it_and_the_report(project):
     write_config(project, timing={**QUICK_TIMING, "repeats": 4})
-    assert set(planned_jobs(project)) == {"timing_cpu", "timing_gpu", "timing_figure", "report", "all"} | \
-        lessons_reading("timing_summary", "timing_sweep", "gpu_summary", "gpu_sweep")
+    assert set(planned_jobs(project)) == {"timing_cpu", "timing_decode", "timing_gpu", "timing_figure", "report",
+                                          "all"} | \
+        lessons_reading("timing_summary", "timing_sweep", "gpu_summary", "gpu_sweep", "decode_summary", "decode_prefill")
 
 
 def test_editing_the_token_reruns_only_the_lessons_taking_it(project):
@@ -97,5 +98,13 @@ def test_another_model_reruns_everything_for_that_model_only(project):
 
 
 def test_forcerun_one_stage_reruns_it_and_what_depends_on_it(project):
-    assert set(planned_jobs(project, "--forcerun", "extract")) == {"extract", "report", "all"} | \
-        lessons_reading("metadata_json", "tensors_index", "tensors_csv")
+    assert set(planned_jobs(project, "--forcerun", "timing_cpu")) == {"timing_cpu", "timing_figure", "report", "all"} | \
+        lessons_reading("timing_summary", "timing_sweep")
+
+
+def test_forcing_the_extract_checkpoint_plans_the_lessons_after_it(project):
+    """Which lessons run depends on the architecture extract reads: until it has run again, the plan
+    holds it and the report; Snakemake adds the lessons reading its files once it is done."""
+    assert set(planned_jobs(project, "--forcerun", "extract")) == {"extract", "report", "all"}
+    out = snakemake(project, "-n", "--forcerun", "extract").stdout
+    assert "checkpoint jobs" in out

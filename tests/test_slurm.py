@@ -23,8 +23,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import TINY_DATE, tiny_project
+from bytesup.lessons import registry
+from conftest import TINY_DATE, copy_finished, tiny_project
 from workflow_helpers import sha256, snakemake
+
+# A real SLURM cluster on localhost and a whole run through it: about two minutes, so CI's (make test-slow).
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 SLURM_SCRIPTS = ROOT / "tests" / "slurm"
@@ -106,14 +110,22 @@ def runs(slurm_cluster, finished_tiny, tmp_path_factory):
     cluster = tiny_project(tmp_path_factory.mktemp("slurm") / "project", local / "tiny.gguf")
     cores = min(2, slurm_cluster["cpus"])  # what `threads: workflow.cores` asks of the node
     args = ["--profile", "workflow/profiles/slurm", "--cores", str(cores), *TEST_CLUSTER_ARGS]
-    declared = declared_resources(cluster, *args)
+    # The lessons join the plan only after the extract checkpoint: their resources come from a dry
+    # run of the finished local project with the lessons forced (a copy: the session's run stays as it is).
+    planned = copy_finished(local, tmp_path_factory.mktemp("slurm-plan") / "project")
+    lessons = [f"lesson_{lesson}" for lesson in registry()]
+
+    def declared_now() -> dict:
+        return {**declared_resources(planned, *args, "--forcerun", *lessons), **declared_resources(cluster, *args)}
+
+    declared = declared_now()
     # A small CI machine may hold less memory than a rule asks for: cap those rules to the node
     # (--set-resources replaces the profile's list, so that list goes in again first).
     caps = [f"{rule}:mem_mb={slurm_cluster['mem_mb']}"
             for rule, res in declared.items() if res.get("mem_mb", 0) > slurm_cluster["mem_mb"]]
     if caps:
         args += ["--set-resources", *profile_set_resources(cluster), *caps]
-        declared = declared_resources(cluster, *args)
+        declared = declared_now()
     proc = snakemake(cluster, *args, timeout=600)
     return {"local": local, "cluster": cluster, "cores": cores, "declared": declared, "log": proc.stdout + proc.stderr}
 

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bytesup.files import sha256_file
 from bytesup.gguf_file import printable
-from bytesup.provenance import sha256_file
 
 SELF = "manifest.json"  # the report's own manifest, beside index.html
 

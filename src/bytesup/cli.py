@@ -19,7 +19,8 @@ from collections.abc import Callable
 from typing import Any
 
 from bytesup import __version__
-from bytesup.extract import jsonable, shape_text
+from bytesup.extract import shape_text
+from bytesup.files import plain
 from bytesup.gguf_file import GGUF_MAGIC, GGUFFile, GGUFFormatError, printable
 
 EXIT_ERROR = 2
@@ -37,8 +38,8 @@ class CommandError(Exception):
 def _summary(value: Any) -> Any:
     """Long arrays shortened to their head and length (the full list is in metadata.json)."""
     if isinstance(value, list) and len(value) > ARRAY_HEAD:
-        return {"length": len(value), "head": [jsonable(v) for v in value[:ARRAY_HEAD]]}
-    return jsonable(value)
+        return {"length": len(value), "head": [plain(v, nonfinite="text") for v in value[:ARRAY_HEAD]]}
+    return plain(value, nonfinite="text")
 
 
 def by_type(f: GGUFFile) -> dict[str, dict[str, float]]:

@@ -29,7 +29,6 @@ import hashlib
 import io
 import json
 import logging
-import math
 import os
 import re
 import tempfile
@@ -40,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from bytesup.dequant import dequantizer_used
+from bytesup.files import plain, sha256_file
 from bytesup.gguf_file import GGUFFile, printable
 
 log = logging.getLogger(__name__)
@@ -117,23 +117,6 @@ def tensor_file_name(name: str) -> str:
     return stem + ".npy"
 
 
-def jsonable(value: Any) -> Any:
-    """Metadata values made safe for strict JSON: non-finite floats become strings."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-    if isinstance(value, list) and value and isinstance(value[0], (float, list)):  # arrays are homogeneous
-        return [jsonable(v) for v in value]
-    return value
-
-
-def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _atomic_write(path: Path, write) -> None:
     """Call write(binary file) on a temporary file next to `path`, then rename it into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -208,7 +191,7 @@ def metadata_document(f: GGUFFile) -> dict:
             "tensor_count": len(f.tensors),
             "metadata_count": len(f.metadata),
         },
-        "metadata": {k: jsonable(v) for k, v in f.metadata.items()},
+        "metadata": plain(f.metadata, nonfinite="text"),
         "types": dict(f.metadata_types),
     }
 

@@ -26,14 +26,6 @@ PACKAGES = (
 )
 
 
-def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
 def git_describe(cwd: str | Path = ".") -> str:
     """`git describe --always --dirty`, or a note saying why there is none."""
     try:

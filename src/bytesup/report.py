@@ -25,9 +25,10 @@ from bytesup import provenance
 from bytesup.citations import SELF, CitationError, Ledger
 from bytesup.claims import COLUMNS as CLAIM_COLUMNS
 from bytesup.claims import STATUSES as CLAIM_STATUSES
-from bytesup.report_doc import Doc
+from bytesup.files import plain
 from bytesup.lessons import registry
 from bytesup.lessons.spec import parameter
+from bytesup.report_doc import Doc
 
 FORMAT = "bytesup-report/1"
 REPORT_FILES = ("index.html", "report.md", "manifest.json", "claims.csv")
@@ -436,10 +437,6 @@ def _course_order(lessons) -> list[str]:
     return sorted(lessons, key=lambda x: (known.index(x) if x in known else len(known), x))
 
 
-def _jsonable(value):
-    return json.loads(json.dumps(value, sort_keys=True, default=str))
-
-
 def _span(times: list[str | None], pick) -> str | None:
     parsed = [datetime.datetime.fromisoformat(t) for t in times if t]
     return pick(parsed).isoformat(timespec="seconds") if parsed else None
@@ -466,7 +463,7 @@ def build(run: dict, out_dir: str | Path) -> dict:
     ledger.add_source(CLAIMS_FILE, "report", in_report=True)
 
     record = _json(run["model_record"])
-    manifest = _jsonable({
+    manifest = plain({
         "format": FORMAT,
         "date": run["date"],
         "started": run["started"],

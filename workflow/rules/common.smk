@@ -48,13 +48,14 @@ def gguf_path(wildcards=None):
 
 
 def report_targets():
-    """The dated report, and the timing figure: the report needs it too, but it is named here so
-    that `snakemake -n` lists the timing jobs before the extract checkpoint has run."""
+    """The dated report, and the timing outputs: the report needs them too, but they are named here
+    so that `snakemake -n` lists the timing jobs before the extract checkpoint has run."""
     names = ("index.html", "report.md", "manifest.json", "claims.csv")
     dated = [f"report/{REPORT_DATE}/{name}" for name in names] + [
         f"report/{REPORT_DATE}.zip"
     ]
-    return dated + [f"results/timing/{MODEL}/sweep.png"]
+    timing = [f"results/timing/{MODEL}/sweep.png", f"results/timing/{MODEL}/cpu/decode.json"]
+    return dated + timing
 
 
 # --- fetch ---------------------------------------------------------------------------

@@ -15,12 +15,13 @@ import csv
 import functools
 import importlib
 import json
-import math
 import pkgutil
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+
+from bytesup.files import plain  # noqa: F401  (lessons and their tests write metrics with it)
 
 FIGSIZE = (7.0, 4.0)  # inches; every lesson figure has the same size ...
 DPI = 120  # ... and resolution, so PNG bytes depend only on the data
@@ -121,24 +122,6 @@ class TensorFiles(Mapping):
 
     def __len__(self) -> int:
         return len(self._entries)
-
-
-def plain(value):
-    """numpy scalars and arrays as plain Python numbers and lists; NaN/inf as None (JSON has none)."""
-    if isinstance(value, Mapping):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, np.ndarray):
-        return plain(value.tolist())
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        value = float(value)
-        return value if math.isfinite(value) else None
-    return value
 
 
 def write_metrics(metrics: Mapping, path: str | Path) -> Path:

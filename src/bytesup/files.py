@@ -1,0 +1,45 @@
+"""Two facts every stage needs, in one place: a file's sha256, and a value made safe for strict JSON."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from collections.abc import Mapping
+
+import numpy as np
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    """The file's sha256 as 64 hex digits, read in 1 MiB chunks (memory does not grow with the file)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+NONFINITE_TEXT = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def plain(value, nonfinite: str = "null"):
+    """numpy scalars and arrays as plain Python numbers and lists, mappings with string keys, so that
+    json.dumps(..., allow_nan=False) takes the result. JSON has no NaN or infinity: nonfinite="null"
+    writes them as null (a measurement that is not a number), "text" as "NaN", "Infinity", "-Infinity"
+    (a value read from a file, kept recognisable)."""
+    if isinstance(value, Mapping):
+        return {str(k): plain(v, nonfinite) for k, v in value.items()}
+    if isinstance(value, np.ndarray):
+        return plain(value.tolist(), nonfinite)
+    if isinstance(value, (list, tuple)):
+        return [plain(v, nonfinite) for v in value]
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        value = float(value)
+        if math.isfinite(value):
+            return value
+        return None if nonfinite == "null" else NONFINITE_TEXT[str(value)]
+    return value
