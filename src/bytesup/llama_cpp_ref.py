@@ -8,10 +8,15 @@ child process: only when that survives does the caller use llama.cpp in its own 
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
+
+# On an assertion ggml forks a debugger to print a backtrace; without ptrace (a sandbox, a
+# container) that child waits forever. A refusal should end at once, with no orphans.
+ENVIRONMENT = {"GGML_NO_BACKTRACE": "1"}
 
 INSTALL = ("pip install --no-cache-dir -e '.[llama]' with CMAKE_ARGS=\"-DGGML_NATIVE=OFF -DGGML_AVX=ON "
            "-DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON\" (README, 'Reference engines')")
@@ -32,11 +37,16 @@ def status(gguf_path: str | Path, timeout: float = 120) -> tuple[bool, str]:
     except ImportError:
         return False, f"llama-cpp-python is not installed: {INSTALL}"
     version, name = getattr(llama_cpp, "__version__", "unknown"), Path(gguf_path).name
+    os.environ.update(ENVIRONMENT)  # for the caller's own llama.cpp too
+    child = subprocess.Popen([sys.executable, "-c", _PROBE, str(gguf_path)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        proc = subprocess.run([sys.executable, "-c", _PROBE, str(gguf_path)], capture_output=True, text=True,
-                              timeout=timeout)
+        out, err = child.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)  # the probe and anything it started
+        child.communicate()
         return False, f"llama-cpp-python {version} did not load and run {name} within {timeout:g} s"
+    proc = subprocess.CompletedProcess(child.args, child.returncode, out, err)
     if proc.returncode == 0 and proc.stdout.strip().endswith("ok"):
         return True, version
     if proc.returncode == -signal.SIGILL:
