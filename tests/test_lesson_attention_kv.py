@@ -4,7 +4,6 @@ configurations written out, the cache against a full recompute, and the notebook
 
 from __future__ import annotations
 
-import ast
 import csv
 import json
 import math
@@ -247,15 +246,8 @@ def test_figures_are_drawn(tiny, tmp_path):
 # --- the notebook -------------------------------------------------------------------------------------
 
 
-def parameters_cell_names(notebook: Path) -> list[str]:
-    cells = [c for c in json.loads(notebook.read_text())["cells"] if "parameters" in c["metadata"].get("tags", [])]
-    assert len(cells) == 1, "exactly one cell tagged parameters"
-    tree = ast.parse("".join(cells[0]["source"]))
-    return [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets]
 
 
-def test_notebook_declares_exactly_the_spec_parameters():
-    assert parameters_cell_names(NOTEBOOK) == lesson.SPEC.parameter_names()
 
 
 def test_notebook_does_each_step_in_its_cells():

@@ -15,16 +15,13 @@ from __future__ import annotations
 import ast
 import csv
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 from gguf import GGUFReader
 from gguf.quants import dequantize as gguf_dequantize
-from workflow_helpers import env_with_venv
+from workflow_helpers import run_notebook
 
 from bytesup import claims
 from bytesup.extract import extract
@@ -253,24 +250,13 @@ def test_the_notebook_declares_exactly_its_parameters_and_does_the_steps_in_cell
         assert step in code, step
 
 
-def run_notebook_yaml(executed: Path, params: dict, cwd: Path = ROOT) -> None:
-    """papermill with the parameters as YAML, so `forward` arrives as a mapping, as the rule passes it."""
-    params_file = executed.with_suffix(".params.yaml")
-    params_file.write_text(yaml.safe_dump({k: str(v) if isinstance(v, Path) else v for k, v in params.items()}))
-    proc = subprocess.run(
-        [sys.executable, "-m", "papermill", "-k", "python3", "--no-progress-bar", "--cwd", str(cwd),
-         str(NOTEBOOK), str(executed), "-f", str(params_file)],
-        env=env_with_venv(), capture_output=True, text=True, timeout=600, check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-
 
 def notebook_run(gguf: Path, folder: Path, **params) -> tuple[dict, Path]:
     """The extract stage's metadata.json, then the notebook with every output in `folder`/out."""
     extract(gguf, folder / "gguf", [])
     out = folder / "out"
     outputs = {parameter(name): out / name for name in lesson.SPEC.files}
-    run_notebook_yaml(folder / "run.ipynb", {"model_gguf": gguf, "metadata_json": folder / "gguf" / "metadata.json",
+    run_notebook(NOTEBOOK, folder / "run.ipynb", cwd=ROOT, **{"model_gguf": gguf, "metadata_json": folder / "gguf" / "metadata.json",
                                              **outputs, **params})
     assert sorted(p.name for p in out.iterdir()) == sorted(lesson.SPEC.files)
     return json.loads((out / "metrics.json").read_text(encoding="utf-8")), out

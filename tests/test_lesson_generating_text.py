@@ -12,19 +12,16 @@ function on made-up lists, the side-by-side on a stand-in llama.cpp, the one-lin
 
 from __future__ import annotations
 
-import ast
 import csv
 import importlib.util
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
-from workflow_helpers import env_with_venv
+from workflow_helpers import run_notebook
 
 from bytesup import claims, llama_cpp_ref
 from bytesup.extract import extract
@@ -313,32 +310,9 @@ def test_side_by_side_on_a_stand_in_llama_cpp(tiny, monkeypatch):
 # --- the notebook ---------------------------------------------------------------------------------------
 
 
-def parameters_cell_names(notebook: Path) -> list[str]:
-    cells = [c for c in json.loads(notebook.read_text())["cells"] if "parameters" in c["metadata"].get("tags", [])]
-    assert len(cells) == 1, "exactly one cell tagged parameters"
-    tree = ast.parse("".join(cells[0]["source"]))
-    return [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets]
 
 
-def test_notebook_declares_exactly_the_spec_parameters():
-    assert parameters_cell_names(NOTEBOOK) == lesson.SPEC.parameter_names()
-    code = "\n".join("".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code")
-    for step in ("ids = tok.encode(prompt)", "logits = llm.forward(ids, cache)", "p = e / e.sum()",
-                 "next_id = int(np.argmax(p))", "llm.forward([next_id], cache)", "full = llm.forward(prefix)[-1]"):
-        assert step in code, step
 
-
-def run_notebook_yaml(executed: Path, params: dict, cwd: Path = ROOT) -> None:
-    """papermill with the parameters as YAML, so `generate` and `forward` arrive as mappings, as the rule
-    passes them (papermill's -p would turn them into strings)."""
-    params_file = executed.with_suffix(".params.yaml")
-    params_file.write_text(yaml.safe_dump({k: str(v) if isinstance(v, Path) else v for k, v in params.items()}))
-    proc = subprocess.run(
-        [sys.executable, "-m", "papermill", "-k", "python3", "--no-progress-bar", "--cwd", str(cwd),
-         str(NOTEBOOK), str(executed), "-f", str(params_file)],
-        env=env_with_venv(), capture_output=True, text=True, timeout=900, check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 def notebook_run(gguf: Path, folder: Path, **params) -> tuple[dict, Path]:
@@ -346,7 +320,7 @@ def notebook_run(gguf: Path, folder: Path, **params) -> tuple[dict, Path]:
     extract(gguf, folder / "gguf", [])
     out = folder / "out"
     outputs = {parameter(name): out / name for name in lesson.SPEC.files}
-    run_notebook_yaml(folder / "run.ipynb", {"model_gguf": gguf, "metadata_json": folder / "gguf" / "metadata.json",
+    run_notebook(NOTEBOOK, folder / "run.ipynb", cwd=ROOT, **{"model_gguf": gguf, "metadata_json": folder / "gguf" / "metadata.json",
                                              **outputs, **params})
     assert sorted(p.name for p in out.iterdir()) == sorted(lesson.SPEC.files)
     return json.loads((out / "metrics.json").read_text(encoding="utf-8")), out

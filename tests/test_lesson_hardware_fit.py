@@ -7,7 +7,6 @@ deepseek-coder-6.7b-instruct Q4_K_M file. Byte totals are checked against sums w
 Timing inputs are synthetic, so nothing asserts a speed of this machine.
 """
 
-import ast
 import csv
 import json
 import math
@@ -216,15 +215,8 @@ def test_figure_is_a_png(tmp_path):
 # --- the notebook -------------------------------------------------------------------------------------------
 
 
-def parameters_cell_names(notebook: Path) -> list[str]:
-    cells = [c for c in json.loads(notebook.read_text())["cells"] if "parameters" in c["metadata"].get("tags", [])]
-    assert len(cells) == 1, "exactly one cell tagged parameters"
-    tree = ast.parse("".join(cells[0]["source"]))
-    return [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets]
 
 
-def test_notebook_declares_exactly_the_spec_parameters():
-    assert parameters_cell_names(NOTEBOOK) == lesson.SPEC.parameter_names()
 
 
 def test_notebook_on_the_default_model(tmp_path, default_gguf):

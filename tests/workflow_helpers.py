@@ -62,12 +62,16 @@ def snakemake(project: Path, *args: str, timeout: int = 900, check: bool = True)
 
 
 def run_notebook(notebook: Path, executed: Path, *, cwd: Path, **parameters) -> None:
-    """Execute a notebook with papermill and the pinned python3 kernel, as a user would from `cwd`."""
-    args = [a for name, value in parameters.items() for a in ("-p", name, str(value))]
+    """Execute a notebook with papermill and the pinned python3 kernel, as a user would from `cwd`.
+
+    Parameters go in as a YAML file, so a mapping (the `forward`, `generate` settings) arrives as a
+    mapping and a string as a string, as the lesson rule passes them."""
+    params = executed.with_name(executed.name + ".params.yaml")
+    params.write_text(yaml.safe_dump({k: str(v) if isinstance(v, Path) else v for k, v in parameters.items()}))
     proc = subprocess.run(
         [sys.executable, "-m", "papermill", "-k", "python3", "--no-progress-bar", "--cwd", str(cwd),
-         str(notebook), str(executed), *args],
-        env=env_with_venv(), capture_output=True, text=True, timeout=300,
+         str(notebook), str(executed), "-f", str(params)],
+        env=env_with_venv(), capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
 

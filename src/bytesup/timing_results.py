@@ -16,7 +16,8 @@ from pathlib import Path
 COURSE_MACHINE_MARKERS = ("dgx spark", "gb10", "cortex-x925")
 
 
-def _num(text):
+def number(text):
+    """A finite float from a JSON or CSV value, or None (missing, empty, not a number, infinite)."""
     try:
         value = float(text)
     except (TypeError, ValueError):

@@ -56,7 +56,7 @@ from bytesup.model.configs import (
     kv_bytes_per_token,
     llama_tensor_shapes,
 )
-from bytesup.timing_results import course_machine, read_timing  # noqa: F401  (read_timing: the notebook)
+from bytesup.timing_results import course_machine, number, read_timing  # noqa: F401  (read_timing: the notebook)
 
 SPEC = LessonSpec(
     id='capstone_decode_is_memory_bound',
@@ -258,12 +258,6 @@ READS_COLUMNS = ("name", "part", "type", "shape", "read", "elements_read", "byte
 # --- 2. bandwidths and ceilings ------------------------------------------------------------------
 
 
-def _num(value):
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
 
 
 def fmt(value, spec: str = ".1f", missing: str = "n/a") -> str:
@@ -288,7 +282,7 @@ def bandwidths(cpu: Mapping, gpu: Mapping) -> tuple[list[dict], list[str]]:
     rows = []
 
     def add(source, what, value, note=""):
-        rows.append({"source": source, "bandwidth": what, "gbps": _num(value), "note": note})
+        rows.append({"source": source, "bandwidth": what, "gbps": number(value), "note": note})
 
     for key, what in (("stream_copy_gbps", "CPU STREAM copy"), ("matvec_cold_gbps", "CPU matvec, cold (N = 1)")):
         if cpu.get(key) is None:
@@ -353,10 +347,10 @@ def roofline_points(sweep: Sequence[Mapping], device: str) -> tuple[list[dict], 
             notes.append(f"{device} sweep.csv has no column {col!r}")
     points = []
     for raw in sweep:
-        n, rows, cols = (_num(raw.get(k)) for k in ("n", "rows", "cols"))
+        n, rows, cols = (number(raw.get(k)) for k in ("n", "rows", "cols"))
         dtype = raw.get("dtype") or "fp32"
-        itemsize = _num(raw.get("itemsize")) or ITEMSIZE.get(str(dtype).lower())
-        flops, nbytes, gflops, median = (_num(raw.get(k)) for k in ("flops", "bytes", "gflops", "median_s"))
+        itemsize = number(raw.get("itemsize")) or ITEMSIZE.get(str(dtype).lower())
+        flops, nbytes, gflops, median = (number(raw.get(k)) for k in ("flops", "bytes", "gflops", "median_s"))
         derived = []
         if flops is None and None not in (n, rows, cols):
             flops, derived = 2 * rows * cols * n, derived + ["flops"]
@@ -383,7 +377,7 @@ def roofline_points(sweep: Sequence[Mapping], device: str) -> tuple[list[dict], 
 def roofs(points: Sequence[Mapping], bandwidth_gbps) -> dict:
     """The two roofs of one device: measured bandwidth (sloped) and the sweep's best GFLOP/s (flat)."""
     best = max(points, key=lambda p: p["gflops"], default=None)
-    bw = _num(bandwidth_gbps)
+    bw = number(bandwidth_gbps)
     peak = best["gflops"] if best else None
     return {
         "bandwidth_gbps": bw,
@@ -423,10 +417,10 @@ def bound_table(accounts: Sequence[Accounting], all_roofs: Mapping[str, Mapping]
 def flops_per_weight_n1(sweep: Sequence[Mapping], points: Sequence[Mapping]) -> float | None:
     """FLOPs the timing job counted for its N = 1 row, per weight of the matrix (rows x cols)."""
     p1 = next((p for p in points if p["n"] == 1 and str(p["dtype"]).lower() in ("fp32", "float32")), None)
-    raw = next((r for r in sweep if _num(r.get("n")) == 1), None)
+    raw = next((r for r in sweep if number(r.get("n")) == 1), None)
     if p1 is None or raw is None:
         return None
-    rows, cols = _num(raw.get("rows")), _num(raw.get("cols"))
+    rows, cols = number(raw.get("rows")), number(raw.get("cols"))
     return p1["flops"] / (rows * cols) if rows and cols else None
 
 
@@ -460,15 +454,15 @@ def _prefill_by_n(rows: Sequence[Mapping], engine: str, fallback: Mapping | None
     """N -> {tokens_per_s, gflops, median_s, noisy} of one engine, from prefill.csv (else decode.json's maps)."""
     out = {}
     for r in rows:
-        n, tps = _num(r.get("n")), _num(r.get("tokens_per_s"))
+        n, tps = number(r.get("n")), number(r.get("tokens_per_s"))
         if (r.get("engine") or ENGINE) == engine and n and tps:
-            out[int(n)] = {"tokens_per_s": tps, "gflops": _num(r.get("gflops")), "median_s": _num(r.get("median_s")),
+            out[int(n)] = {"tokens_per_s": tps, "gflops": number(r.get("gflops")), "median_s": number(r.get("median_s")),
                            "noisy": {"true": True, "false": False}.get(str(r.get("noisy")).strip().lower())}
     if not out and isinstance(fallback, Mapping):  # an older prefill.csv: the summary's own maps
         for n, tps in (fallback.get("prefill_tokens_per_s") or {}).items():
             g = (fallback.get("prefill_gflops") or {}).get(n)
-            if _num(tps):
-                out[int(n)] = {"tokens_per_s": _num(tps), "gflops": _num(g), "median_s": None, "noisy": None}
+            if number(tps):
+                out[int(n)] = {"tokens_per_s": number(tps), "gflops": number(g), "median_s": None, "noisy": None}
     return dict(sorted(out.items()))
 
 
@@ -486,7 +480,7 @@ def measured_bound(tps: float | None, bytes_per_token, copy_gbps, prefill: Mappi
     """
     out = {"memory_floor_ms": None, "arithmetic_ms_per_token": None, "bound": None, "crossover_n": None,
            "largest_n": None, "memory_share_of_decode_time": None, "explained_share_of_decode_time": None}
-    b, copy = _num(bytes_per_token), _num(copy_gbps)
+    b, copy = number(bytes_per_token), number(copy_gbps)
     if not (b and copy):
         return out
     mem = b / (copy * GB)
@@ -516,8 +510,8 @@ def whole_model_points(engine: str, tps, bytes_per_token, flops_per_token, prefi
     prefill: a pass of N tokens reads the weights once: intensity = FLOPs of the pass / bytes per
              token (KV cache and activations left out); GFLOP/s as the timing job counted it.
     """
-    b, f = _num(bytes_per_token), _num(flops_per_token)
-    peak = _num(peak_gflops)
+    b, f = number(bytes_per_token), number(flops_per_token)
+    peak = number(peak_gflops)
     rows = []
     if tps and b and f:
         g = f * tps / 1e9
@@ -543,11 +537,11 @@ def whole_model_points(engine: str, tps, bytes_per_token, flops_per_token, prefi
 def _engine_metrics(prefix: str, record: Mapping, prefill: Mapping[int, Mapping], copy_gbps, flops_per_token,
                     peak_gflops) -> dict:
     """One engine's numbers: decode.json's as written, then what follows from them."""
-    m = {f"{prefix}{k}": _num(record.get(k)) for k in DECODE_KEYS}
+    m = {f"{prefix}{k}": number(record.get(k)) for k in DECODE_KEYS}
     b = m[f"{prefix}decode_bytes_per_token"]
     m[f"{prefix}decode_bytes_per_token"] = int(b) if b is not None else None
     tps = m[f"{prefix}decode_tokens_per_s"]
-    f = _num(flops_per_token)
+    f = number(flops_per_token)
     m[f"{prefix}decode_gflops"] = f * tps / 1e9 if f and tps else None
     m[f"{prefix}decode_intensity"] = f / b if f and b else None  # FLOPs per byte of weights at batch 1
     gbps = m[f"{prefix}decode_gbps"]
@@ -558,7 +552,7 @@ def _engine_metrics(prefix: str, record: Mapping, prefill: Mapping[int, Mapping]
     m[f"{prefix}prefill_best_n"] = best
     m[f"{prefix}prefill_best_tokens_per_s"] = prefill[best]["tokens_per_s"] if best else None
     m[f"{prefix}prefill_best_over_decode"] = prefill[best]["tokens_per_s"] / tps if best and tps else None
-    peak = _num(peak_gflops)
+    peak = number(peak_gflops)
     m[f"{prefix}prefill_best_gflops_fraction_of_sweep_peak"] = (
         prefill[best]["gflops"] / peak if best and peak and prefill[best]["gflops"] else None)
     bound = measured_bound(tps, b, copy_gbps, prefill)
@@ -578,8 +572,8 @@ def decode_metrics(decode: Mapping | None, prefill_rows: Sequence[Mapping] | Non
     skipped = decode.get("skipped") if status == "skipped" else (
         None if status == "measured" else "no decode.json: the timing_decode job did not run")
     measured = status == "measured"
-    copy = _num(decode.get("stream_copy_gbps")) if measured else None
-    flops = _num(decode.get("decode_flops_per_token")) if measured else None
+    copy = number(decode.get("stream_copy_gbps")) if measured else None
+    flops = number(decode.get("decode_flops_per_token")) if measured else None
     ours = _prefill_by_n(prefill_rows, ENGINE, decode) if measured else {}
     m = {"decode_status": status, "decode_skipped": skipped,
          "decode_engine": decode.get("engine") if measured else None,
@@ -588,13 +582,13 @@ def decode_metrics(decode: Mapping | None, prefill_rows: Sequence[Mapping] | Non
          "decode_stream_copy_gbps": copy, "decode_flops_per_token": flops}
     m.update(_engine_metrics("", decode if measured else {}, ours, copy, flops, peak_gflops))
     target = decode.get("target") if measured and isinstance(decode.get("target"), Mapping) else {}
-    m["decode_target_goal"] = _num(target.get("goal"))
+    m["decode_target_goal"] = number(target.get("goal"))
     m["decode_target_met"] = target.get("met") if measured else None
     m["decode_target_applies"] = target.get("applies") if measured else None
     m["decode_noisy"] = decode.get("decode_noisy") if measured else None
-    m["decode_rel_iqr"] = _num(decode.get("decode_rel_iqr")) if measured else None
+    m["decode_rel_iqr"] = number(decode.get("decode_rel_iqr")) if measured else None
     m["decode_machine_shared"] = decode.get("machine_shared") if measured else None
-    m["decode_other_processes_cpu_fraction"] = _num(decode.get("other_processes_cpu_fraction")) if measured else None
+    m["decode_other_processes_cpu_fraction"] = number(decode.get("other_processes_cpu_fraction")) if measured else None
 
     llama = decode.get("llama_cpp") if measured and isinstance(decode.get("llama_cpp"), Mapping) else {}
     l_measured = bool(llama) and "skipped" not in llama
@@ -647,25 +641,25 @@ def timing_metrics(cpu: Mapping, cpu_sweep: Sequence[Mapping], gpu: Mapping) -> 
     for key in ("stream_copy_gbps", "matvec_cold_gbps", "matvec_warm_gbps", "matmul_ratio_256_over_1"):
         if key not in cpu:
             missing.append(f"cpu summary.json key {key!r}")
-        out[f"timing_{key}"] = _num(cpu.get(key))
+        out[f"timing_{key}"] = number(cpu.get(key))
     copy, mv = out["timing_stream_copy_gbps"], out["timing_matvec_cold_gbps"]
     out["timing_matvec_fraction_of_copy"] = mv / copy if mv and copy else None
     if out["timing_matmul_ratio_256_over_1"] is None:  # worked out from the sweep's medians if need be
-        med = {int(_num(r.get("n"))): _num(r.get("median_s")) for r in cpu_sweep if _num(r.get("n"))}
+        med = {int(number(r.get("n"))): number(r.get("median_s")) for r in cpu_sweep if number(r.get("n"))}
         if med.get(1) and med.get(256):
             out["timing_matmul_ratio_256_over_1"] = med[256] / med[1]
             missing.append("matmul_ratio_256_over_1 worked out from sweep.csv medians")
     machine = cpu.get("machine") if isinstance(cpu.get("machine"), Mapping) else {}
     out["timing_cpu_model"] = machine.get("cpu_model")
-    llc = _num(machine.get("llc_bytes"))
+    llc = number(machine.get("llc_bytes"))
     out["timing_llc_bytes"] = int(llc) if llc else None
     out["timing_course_machine"] = course_machine(cpu)
     out["timing_noisy"] = [str(v) for v in cpu.get("noisy", [])] if isinstance(cpu.get("noisy"), list) else []
     out["timing_machine_shared"] = cpu.get("machine_shared")
     out["gpu_status"] = gpu.get("status") or "missing"
     out["gpu_skipped"] = gpu.get("skipped")
-    out["gpu_stream_copy_gbps"] = _num(gpu.get("stream_copy_gbps")) if gpu.get("status") == "measured" else None
-    out["gpu_matvec_cold_gbps"] = _num(gpu.get("matvec_cold_gbps")) if gpu.get("status") == "measured" else None
+    out["gpu_stream_copy_gbps"] = number(gpu.get("stream_copy_gbps")) if gpu.get("status") == "measured" else None
+    out["gpu_matvec_cold_gbps"] = number(gpu.get("matvec_cold_gbps")) if gpu.get("status") == "measured" else None
     gmachine = gpu.get("machine") if isinstance(gpu.get("machine"), Mapping) else {}
     out["gpu_name"] = gmachine.get("name")
     out["timing_missing"] = missing

@@ -23,12 +23,12 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 from bytesup import claims as claims_mod
-from bytesup.layers import matvec, matvec_naive, rms, silu
 from bytesup.ffn_walk import BLOCK, Walk, dims, walk  # noqa: F401  (Walk, BLOCK: the notebook)
-from bytesup.timing_results import _num, course_machine, read_timing  # noqa: F401  (read_timing: the notebook)
-from bytesup.lessons.spec import SERIES, Headline, LessonSpec
+from bytesup.layers import matvec, matvec_naive, rms, silu
 from bytesup.lessons import figure
+from bytesup.lessons.spec import SERIES, Headline, LessonSpec
 from bytesup.model.configs import DEEPSEEK_CODER_6_7B
+from bytesup.timing_results import course_machine, number, read_timing  # noqa: F401  (read_timing: the notebook)
 from bytesup.vectors import angle_deg, angle_from_cosine, cosine, dot, length
 
 SPEC = LessonSpec(
@@ -288,7 +288,7 @@ def matvec_vs_matmul(summary: Mapping, sweep: list[Mapping], notes: Iterable[str
         missing += [f"sweep.csv column {c!r}" for c in SWEEP_COLUMNS if c not in sweep[0]]
     rows = []
     for raw in sweep:
-        row = {c: _num(raw.get(c)) for c in (*SWEEP_COLUMNS, "rows", "cols", "weight_bytes", "time_over_n1", "rel_iqr")}
+        row = {c: number(raw.get(c)) for c in (*SWEEP_COLUMNS, "rows", "cols", "weight_bytes", "time_over_n1", "rel_iqr")}
         row["op"] = raw.get("op")
         row["noisy"] = _bool(raw.get("noisy"))
         rows.append(row)
@@ -305,7 +305,7 @@ def matvec_vs_matmul(summary: Mapping, sweep: list[Mapping], notes: Iterable[str
 
     metrics = {}
     for key in SUMMARY_KEYS:
-        value = _num(summary.get(key)) if key in summary else None
+        value = number(summary.get(key)) if key in summary else None
         if key not in summary:
             missing.append(f"summary.json key {key!r}")
         metrics[f"timing_{key}"] = value

@@ -50,6 +50,7 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
 from bytesup import claims as claims_mod
 from bytesup import param_counts as pc
 from bytesup.extract import parse_shape
+from bytesup.ffn_walk import meta_value
 from bytesup.lessons import LessonInputError, figure
 from bytesup.lessons.spec import SERIES, Headline, LessonSpec
 from bytesup.model import configs
@@ -233,12 +234,6 @@ def read_per_token(rows: Sequence[Mapping]) -> int:
 # --- this run's model, from its own file -------------------------------------------------------------
 
 
-def _meta(metadata: Mapping, key: str, default=None):
-    if key in metadata:
-        return metadata[key]
-    if default is not None:
-        return default
-    raise LessonInputError(f"metadata.json: no key {key!r}; re-run the extract stage on a complete GGUF")
 
 
 def file_quant(metadata: Mapping, rows: Sequence[Mapping]) -> str:
@@ -256,13 +251,13 @@ def model_kv_bytes_per_token(metadata: Mapping) -> int:
     """K and V bytes per token of context for this run's model, from its metadata: blocks x KV heads
     x (key length + value length) x 2 bytes. For a model with sliding-window layers (Gemma 3) this
     is the full-attention upper bound; llama.cpp keeps only the window for those layers."""
-    arch = _meta(metadata, "general.architecture")
-    n_embd = int(_meta(metadata, f"{arch}.embedding_length"))
-    n_head = int(_meta(metadata, f"{arch}.attention.head_count"))
-    n_kv = int(_meta(metadata, f"{arch}.attention.head_count_kv", n_head))
-    k_len = int(_meta(metadata, f"{arch}.attention.key_length", n_embd // n_head))
-    v_len = int(_meta(metadata, f"{arch}.attention.value_length", k_len))
-    blocks = int(_meta(metadata, f"{arch}.block_count"))
+    arch = meta_value(metadata, "general.architecture")
+    n_embd = int(meta_value(metadata, f"{arch}.embedding_length"))
+    n_head = int(meta_value(metadata, f"{arch}.attention.head_count"))
+    n_kv = int(meta_value(metadata, f"{arch}.attention.head_count_kv", n_head))
+    k_len = int(meta_value(metadata, f"{arch}.attention.key_length", n_embd // n_head))
+    v_len = int(meta_value(metadata, f"{arch}.attention.value_length", k_len))
+    blocks = int(meta_value(metadata, f"{arch}.block_count"))
     return configs.kv_bytes(blocks, n_kv, k_len, v_len, KV_CACHE_TYPE)
 
 
@@ -271,13 +266,13 @@ def this_model(metadata: Mapping, rows: Sequence[Mapping], name: str = "this mod
     if not rows:
         raise LessonInputError("tensors.csv: no tensors listed; re-run the extract stage")
     rows = [{**r, "shape": parse_shape(r["shape"])} for r in rows]
-    arch = _meta(metadata, "general.architecture")
+    arch = meta_value(metadata, "general.architecture")
     return {
         "key": "model", "model": name, "quant": file_quant(metadata, rows), "architecture": arch,
         "weights_bytes": sum(int(r["bytes"]) for r in rows),
         "read_per_token_bytes": read_per_token(rows),
         "kv_bytes_per_token": model_kv_bytes_per_token(metadata),
-        "max_context": int(_meta(metadata, f"{arch}.context_length", 0)) or None,
+        "max_context": int(meta_value(metadata, f"{arch}.context_length", 0)) or None,
         "n_tensors": len(rows),
         "source": f"this run's GGUF: tensors.csv (bytes), metadata ({arch}.*)",
     }
