@@ -258,8 +258,6 @@ READS_COLUMNS = ("name", "part", "type", "shape", "read", "elements_read", "byte
 # --- 2. bandwidths and ceilings ------------------------------------------------------------------
 
 
-
-
 def fmt(value, spec: str = ".1f", missing: str = "n/a") -> str:
     """A number for the notebook's prose, or `missing` when the run did not measure it."""
     return missing if value is None else format(value, spec)

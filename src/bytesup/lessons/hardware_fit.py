@@ -234,8 +234,6 @@ def read_per_token(rows: Sequence[Mapping]) -> int:
 # --- this run's model, from its own file -------------------------------------------------------------
 
 
-
-
 def file_quant(metadata: Mapping, rows: Sequence[Mapping]) -> str:
     """The file's storage in llama.cpp's words (general.file_type: MOSTLY_Q4_1 -> Q4_1), else its
     most common matrix type."""
