@@ -141,6 +141,7 @@ def test_kill_9_mid_lesson_then_rerun_completes_with_the_same_metrics(finished_t
     assert (killed / f"report/{TINY_DATE}/index.html").exists()
 
 
+@pytest.mark.slow  # a whole run beside another: CI (make test-slow)
 def test_a_second_run_beside_a_live_one_is_refused_and_the_first_is_unharmed(tmp_path):
     project = tiny_project(tmp_path / "p", lessons=["00_vectors_neurons_nonlinearity"])  # a short run will do
     first = _start(project)

@@ -277,6 +277,7 @@ def test_notebook_runs_standalone_from_its_folder(tmp_path):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow  # a second notebook run; the workflow run checks the same paths
 def test_notebook_writes_where_its_parameters_say(tmp_path):
     """Every output path comes from a parameter, as the rule passes them; nothing lands at the defaults."""
     pytest.importorskip("papermill")

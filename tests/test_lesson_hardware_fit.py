@@ -219,6 +219,7 @@ def test_figure_is_a_png(tmp_path):
 
 
 
+@pytest.mark.slow  # the default model: CI (make test-slow)
 def test_notebook_on_the_default_model(tmp_path, default_gguf):
     """papermill from workflow/notebooks/ of a project with a finished extract and CPU timing (no GPU file):
     every output where its parameter says, the metrics checked against gguf-py's tensor table and by hand."""

@@ -58,6 +58,7 @@ def test_a_tampered_output_fails_verify(project, tmp_path):
     assert "03_ffn_by_hand/metrics.json \u2192 x_rms): the file gives" in proc.stdout
 
 
+@pytest.mark.slow  # a second report run: CI (make test-slow)
 def test_a_second_run_on_the_same_date_keeps_the_first(project):
     first = (project / "report" / DATE / "manifest.json").read_text()
     snakemake(project, "--forcerun", "report")
