@@ -49,12 +49,16 @@ def gguf_path(wildcards=None):
 
 def report_targets():
     """The dated report, and the timing outputs: the report needs them too, but they are named here
-    so that `snakemake -n` lists the timing jobs before the extract checkpoint has run."""
+    so that `snakemake -n` lists the timing jobs before the extract checkpoint has run.
+    """
     names = ("index.html", "report.md", "manifest.json", "claims.csv")
     dated = [f"report/{REPORT_DATE}/{name}" for name in names] + [
         f"report/{REPORT_DATE}.zip"
     ]
-    timing = [f"results/timing/{MODEL}/sweep.png", f"results/timing/{MODEL}/cpu/decode.json"]
+    timing = [
+        f"results/timing/{MODEL}/sweep.png",
+        f"results/timing/{MODEL}/cpu/decode.json",
+    ]
     return dated + timing
 
 

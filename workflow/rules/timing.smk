@@ -34,18 +34,18 @@ rule timing_decode:
     output:
         summary="results/timing/{model}/cpu/decode.json",
         prefill="results/timing/{model}/cpu/prefill.csv",
-    params:
-        timing=config["timing"],
-        seed=config["seed"],
-        resident_budget_mb=config["forward"]["resident_budget_mb"],
     log:
         "logs/timing/{model}/decode.log",
+    conda:
+        "../envs/bytesup.yaml"
     threads: workflow.cores
     resources:
         mem_mb=config["forward"]["resident_budget_mb"] + 2000,
         runtime=60,
-    conda:
-        "../envs/bytesup.yaml"
+    params:
+        timing=config["timing"],
+        seed=config["seed"],
+        resident_budget_mb=config["forward"]["resident_budget_mb"],
     script:
         "../scripts/timing_decode.py"
 
