@@ -20,15 +20,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from gguf import GGUFReader
-from gguf.quants import dequantize as gguf_dequantize
-from workflow_helpers import run_notebook
+from reference_llama import reference_pass
+from workflow_helpers import run_lesson_notebook
 
 from bytesup import claims
-from bytesup.extract import extract
 from bytesup.gguf_file import GGUFFile
 from bytesup.lessons import forward_pass as lesson
 from bytesup.lessons import plain
-from bytesup.lessons.spec import parameter
 from bytesup.model.forward import Model, Trace
 from bytesup.synthetic import write_tiny_llama
 
@@ -42,65 +40,13 @@ TINY_CASES = {
 }
 
 
-# -- an independent float64 llama: gguf-py's reader and dequantizer, numpy, nothing from bytesup ------------
-
-
-def read_reference(path):
-    reader = GGUFReader(path)
-    meta = {f.name: f.contents() for f in reader.fields.values()}
-    tensors = {}
-    for t in reader.tensors:
-        values = gguf_dequantize(t.data, t.tensor_type)
-        tensors[t.name] = np.asarray(values, np.float64).reshape(tuple(int(d) for d in reversed(t.shape)))
-    return meta, tensors
+# -- an independent float64 llama (tests/reference_llama.py) ---------------------------------------
 
 
 def tensor_sizes(path) -> tuple[dict, dict]:
     """gguf-py's own count of each tensor's elements and bytes in the file (no dequantizing)."""
     reader = GGUFReader(path)
     return {t.name: int(t.n_elements) for t in reader.tensors}, {t.name: int(t.n_bytes) for t in reader.tensors}
-
-
-def reference_pass(path, ids):
-    """(residual stream of the last position after the embedding and after each block, final logits,
-    logit-lens logits per point), all float64, from the llama equations written out."""
-    meta, w = read_reference(path)
-    d, n_head = meta["llama.embedding_length"], meta["llama.attention.head_count"]
-    n_kv, eps = meta["llama.attention.head_count_kv"], meta["llama.attention.layer_norm_rms_epsilon"]
-    base, hd, n = meta.get("llama.rope.freq_base", 10000.0), d // n_head, len(ids)
-
-    def norm(x, g):
-        return x / np.sqrt((x**2).mean(-1, keepdims=True) + eps) * g
-
-    def rotate(m, pos):  # pairs (2i, 2i+1) as complex numbers turned by pos * base^(-2i/hd)
-        z = (m[:, 0::2] + 1j * m[:, 1::2]) * np.exp(1j * pos * base ** (-np.arange(hd // 2) * 2.0 / hd))
-        out = np.empty_like(m)
-        out[:, 0::2], out[:, 1::2] = z.real, z.imag
-        return out
-
-    head = w.get("output.weight", w["token_embd.weight"])
-    x = w["token_embd.weight"][ids]
-    stream = [x[-1].copy()]
-    for b in range(meta["llama.block_count"]):
-        p = f"blk.{b}."
-        h = norm(x, w[p + "attn_norm.weight"])
-        q = np.stack([rotate(r, t) for t, r in enumerate((h @ w[p + "attn_q.weight"].T).reshape(n, n_head, hd))])
-        k = np.stack([rotate(r, t) for t, r in enumerate((h @ w[p + "attn_k.weight"].T).reshape(n, n_kv, hd))])
-        v = (h @ w[p + "attn_v.weight"].T).reshape(n, n_kv, hd)
-        att = np.zeros((n, n_head, hd))
-        for head_i in range(n_head):
-            kvh = head_i // (n_head // n_kv)
-            for t in range(n):
-                s = np.array([q[t, head_i] @ k[u, kvh] for u in range(t + 1)]) / np.sqrt(hd)
-                e = np.exp(s - s.max())
-                att[t, head_i] = (e / e.sum()) @ v[: t + 1, kvh]
-        x = x + att.reshape(n, d) @ w[p + "attn_output.weight"].T
-        h = norm(x, w[p + "ffn_norm.weight"])
-        g, u = h @ w[p + "ffn_gate.weight"].T, h @ w[p + "ffn_up.weight"].T
-        x = x + (g / (1 + np.exp(-g)) * u) @ w[p + "ffn_down.weight"].T
-        stream.append(x[-1].copy())
-    lens = [norm(r, w["output_norm.weight"]) @ head.T for r in stream]
-    return stream, lens[-1], lens
 
 
 @pytest.fixture(params=sorted(TINY_CASES))
@@ -115,7 +61,8 @@ def test_tiny_model_next_token_residuals_and_lens_match_a_float64_llama(tiny):
     m, tables = lesson.compute(path, meta, TINY_PROMPT)
     ids = m["prompt_ids"]
     assert ids == [34, 37, 56, 58, 34, 61]  # " the" " cat" " sat" " on" " the" " mat"
-    stream, logits, lens = reference_pass(path, ids)
+    ref = reference_pass(path, ids)
+    stream, logits, lens = ref["stream"], ref["logits"][-1], ref["lens"]
     # the next token: top 5 ids in the same order, logits and probabilities close
     want = np.argsort(-logits, kind="stable")[:5]
     assert [r["id"] for r in m["top5"]] == want.tolist() and m["next_token_id"] == int(want[0])
@@ -250,21 +197,9 @@ def test_the_notebook_declares_exactly_its_parameters_and_does_the_steps_in_cell
         assert step in code, step
 
 
-
-def notebook_run(gguf: Path, folder: Path, **params) -> tuple[dict, Path]:
-    """The extract stage's metadata.json, then the notebook with every output in `folder`/out."""
-    extract(gguf, folder / "gguf", [])
-    out = folder / "out"
-    outputs = {parameter(name): out / name for name in lesson.SPEC.files}
-    run_notebook(NOTEBOOK, folder / "run.ipynb", cwd=ROOT, **{"model_gguf": gguf, "metadata_json": folder / "gguf" / "metadata.json",
-                                             **outputs, **params})
-    assert sorted(p.name for p in out.iterdir()) == sorted(lesson.SPEC.files)
-    return json.loads((out / "metrics.json").read_text(encoding="utf-8")), out
-
-
 def test_notebook_on_a_tiny_model(tmp_path):
     gguf = write_tiny_llama(tmp_path / "tiny.gguf", n_layers=3, tied=True)
-    got, out = notebook_run(gguf, tmp_path, model="tiny", prompt=TINY_PROMPT, forward={"resident_budget_mb": 0.001})
+    got, out = run_lesson_notebook(lesson.SPEC, gguf, tmp_path, model="tiny", prompt=TINY_PROMPT, forward={"resident_budget_mb": 0.001})
     with GGUFFile(gguf) as f:
         meta = dict(f.metadata)
     want = plain(lesson.compute(gguf, meta, TINY_PROMPT)[0])
@@ -291,8 +226,7 @@ def test_notebook_on_a_tiny_model(tmp_path):
 @pytest.fixture(scope="module")
 def default_run(default_gguf, tmp_path_factory):
     """The notebook on the default model with the config's defaults: (metrics, output folder)."""
-    return notebook_run(default_gguf, tmp_path_factory.mktemp("lesson4-default"), model="smollm2-135m")
-
+    return run_lesson_notebook(lesson.SPEC, default_gguf, tmp_path_factory.mktemp("lesson4-default"), model="smollm2-135m")
 
 
 @pytest.fixture(scope="module")

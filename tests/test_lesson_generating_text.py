@@ -21,14 +21,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from workflow_helpers import run_notebook
+from workflow_helpers import run_lesson_notebook
 
 from bytesup import claims, llama_cpp_ref
-from bytesup.extract import extract
 from bytesup.gguf_file import GGUFFile
 from bytesup.lessons import LessonInputError, plain
 from bytesup.lessons import generating_text as lesson
-from bytesup.lessons.spec import parameter
 from bytesup.model.forward import Model
 from bytesup.model.tokenizer import Tokenizer
 from bytesup.synthetic import write_tiny_llama
@@ -310,25 +308,9 @@ def test_side_by_side_on_a_stand_in_llama_cpp(tiny, monkeypatch):
 # --- the notebook ---------------------------------------------------------------------------------------
 
 
-
-
-
-
-
-def notebook_run(gguf: Path, folder: Path, **params) -> tuple[dict, Path]:
-    """The extract stage's metadata.json, then the notebook with every output in `folder`/out."""
-    extract(gguf, folder / "gguf", [])
-    out = folder / "out"
-    outputs = {parameter(name): out / name for name in lesson.SPEC.files}
-    run_notebook(NOTEBOOK, folder / "run.ipynb", cwd=ROOT, **{"model_gguf": gguf, "metadata_json": folder / "gguf" / "metadata.json",
-                                             **outputs, **params})
-    assert sorted(p.name for p in out.iterdir()) == sorted(lesson.SPEC.files)
-    return json.loads((out / "metrics.json").read_text(encoding="utf-8")), out
-
-
 def test_notebook_on_a_tiny_model_skips_the_chat_honestly(tiny, tmp_path):
     gguf, metadata = tiny
-    got, out = notebook_run(gguf, tmp_path, model="tiny", prompt=TINY_PROMPT, generate=TINY_GENERATE, seed=2)
+    got, out = run_lesson_notebook(lesson.SPEC, gguf, tmp_path, model="tiny", prompt=TINY_PROMPT, generate=TINY_GENERATE, seed=2)
     want = plain(lesson.compute(gguf, metadata, TINY_PROMPT, TINY_GENERATE, 2)[0])
     for key in ("prompt_ids", "greedy_ids", "greedy_text", "stop_reason", "sampled_ids", "sampled_texts",
                 "next_token_kept_by_filters", "kv_cache_tokens_total", "chat_note"):
@@ -355,8 +337,7 @@ def test_notebook_on_a_tiny_model_skips_the_chat_honestly(tiny, tmp_path):
 @pytest.fixture(scope="module")
 def default_run(default_gguf, tmp_path_factory):
     """The notebook on the default model with the config's defaults: (metrics, output folder)."""
-    return notebook_run(default_gguf, tmp_path_factory.mktemp("lesson5-default"), model="smollm2-135m")
-
+    return run_lesson_notebook(lesson.SPEC, default_gguf, tmp_path_factory.mktemp("lesson5-default"), model="smollm2-135m")
 
 
 def hf_greedy(hf, ids: list[int], n: int) -> list[int]:

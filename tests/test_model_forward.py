@@ -15,8 +15,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gguf import GGUFReader
-from gguf.quants import dequantize as gguf_dequantize
 
 from bytesup.layers import rms_norm as rms_norm_vector
 from bytesup.model.arch import (
@@ -38,64 +36,12 @@ from bytesup.model.forward import (
 )
 from bytesup.model.weights import choose_mode, float32_bytes
 from bytesup.synthetic import raw_gguf, write_tiny_llama
-
-# -- the independent float64 llama ------------------------------------------------------------
-
-
-def read_reference(path):
-    reader = GGUFReader(path)
-    meta = {f.name: f.contents() for f in reader.fields.values()}
-    tensors = {}
-    for t in reader.tensors:
-        values = gguf_dequantize(t.data, t.tensor_type)
-        tensors[t.name] = np.asarray(values, np.float64).reshape(tuple(int(d) for d in reversed(t.shape)))
-    return meta, tensors
+from reference_llama import reference_pass
 
 
-def reference_logits(path, ids):
-    """Logits for ids at positions 0..N-1, float64, written from the llama paper's equations."""
-    meta, w = read_reference(path)
-    d = meta["llama.embedding_length"]
-    n_head = meta["llama.attention.head_count"]
-    n_kv = meta["llama.attention.head_count_kv"]
-    eps = meta["llama.attention.layer_norm_rms_epsilon"]
-    base = meta.get("llama.rope.freq_base", 10000.0)
-    hd = d // n_head
 
-    def norm(x, g):
-        return x / np.sqrt((x**2).mean(-1, keepdims=True) + eps) * g
 
-    def rotate(m, pos):  # (heads, hd) at one position: pairs (2i, 2i+1) as complex numbers
-        z = m[:, 0::2] + 1j * m[:, 1::2]
-        z = z * np.exp(1j * pos * base ** (-np.arange(hd // 2) * 2.0 / hd))
-        out = np.empty_like(m)
-        out[:, 0::2], out[:, 1::2] = z.real, z.imag
-        return out
 
-    n = len(ids)
-    x = w["token_embd.weight"][ids]
-    for b in range(meta["llama.block_count"]):
-        p = f"blk.{b}."
-        h = norm(x, w[p + "attn_norm.weight"])
-        q = (h @ w[p + "attn_q.weight"].T).reshape(n, n_head, hd)
-        k = (h @ w[p + "attn_k.weight"].T).reshape(n, n_kv, hd)
-        v = (h @ w[p + "attn_v.weight"].T).reshape(n, n_kv, hd)
-        q = np.stack([rotate(q[t], t) for t in range(n)])
-        k = np.stack([rotate(k[t], t) for t in range(n)])
-        att = np.zeros((n, n_head, hd))
-        for head in range(n_head):
-            kvh = head // (n_head // n_kv)
-            for t in range(n):
-                s = np.array([q[t, head] @ k[u, kvh] for u in range(t + 1)]) / np.sqrt(hd)
-                e = np.exp(s - s.max())
-                att[t, head] = (e / e.sum()) @ v[: t + 1, kvh]
-        x = x + att.reshape(n, d) @ w[p + "attn_output.weight"].T
-        h = norm(x, w[p + "ffn_norm.weight"])
-        g = h @ w[p + "ffn_gate.weight"].T
-        u = h @ w[p + "ffn_up.weight"].T
-        x = x + (g / (1 + np.exp(-g)) * u) @ w[p + "ffn_down.weight"].T
-    head = w.get("output.weight", w["token_embd.weight"])
-    return norm(x, w["output_norm.weight"]) @ head.T
 
 
 TINY_CASES = {
@@ -114,7 +60,7 @@ def tiny_case(request, tmp_path):
 
 
 def test_logits_match_independent_float64_llama(tiny_case):
-    expected = reference_logits(tiny_case, IDS)
+    expected = reference_pass(tiny_case, IDS)["logits"]
     with Model.from_gguf(tiny_case) as model:
         got = model.forward(IDS)
     assert got.dtype == np.float32 and got.shape == (len(IDS), model.spec.vocab)

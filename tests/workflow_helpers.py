@@ -76,6 +76,22 @@ def run_notebook(notebook: Path, executed: Path, *, cwd: Path, **parameters) -> 
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
+def run_lesson_notebook(spec, gguf: Path, folder: Path, **params) -> tuple[dict, Path]:
+    """A model-running lesson's notebook on `gguf`: the extract stage's metadata.json first, then the
+    notebook with every output in `folder`/out (checked to be exactly the SPEC's files).
+    Returns (metrics, the output folder)."""
+    from bytesup.extract import extract
+    from bytesup.lessons.spec import parameter
+
+    extract(gguf, folder / "gguf", [])
+    out = folder / "out"
+    outputs = {parameter(name): out / name for name in spec.files}
+    run_notebook(ROOT / "workflow" / "notebooks" / f"{spec.id}.ipynb", folder / "run.ipynb", cwd=ROOT,
+                 model_gguf=gguf, metadata_json=folder / "gguf" / "metadata.json", **outputs, **params)
+    assert sorted(p.name for p in out.iterdir()) == sorted(spec.files)
+    return json.loads((out / "metrics.json").read_text(encoding="utf-8")), out
+
+
 def env_with_venv() -> dict:
     """The environment with this Python's bin folder first, so the python3 kernel is this Python."""
     env = dict(os.environ)

@@ -74,6 +74,16 @@ def weight_float32_bytes_per_token(spec: ArchSpec) -> int:
 # -- the KV cache ---------------------------------------------------------------------------
 
 
+def cache_max_tokens(spec: ArchSpec, max_tokens: int | None) -> int:
+    """A KV cache's size in tokens: the context length unless smaller; a one-line error outside 1..that."""
+    n = spec.context_length if max_tokens is None else int(max_tokens)
+    if not 0 < n <= spec.context_length:
+        raise ForwardInputError(
+            f"KV cache max_tokens {max_tokens} must be between 1 and {spec.arch}.context_length = {spec.context_length}"
+        )
+    return n
+
+
 class KVCache:
     """Keys and values of every position seen so far, per block: (n_kv_heads, positions, head_dim).
 
@@ -83,12 +93,7 @@ class KVCache:
 
     def __init__(self, spec: ArchSpec, max_tokens: int | None = None):
         self.spec = spec
-        self.max_tokens = spec.context_length if max_tokens is None else int(max_tokens)
-        if not 0 < self.max_tokens <= spec.context_length:
-            raise ForwardInputError(
-                f"KV cache max_tokens {max_tokens} must be between 1 and {spec.arch}.context_length ="
-                f" {spec.context_length}"
-            )
+        self.max_tokens = cache_max_tokens(spec, max_tokens)
         self.n = 0  # positions stored
         self._capacity = 0
         self.k: list[np.ndarray] = []

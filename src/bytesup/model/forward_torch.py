@@ -30,6 +30,7 @@ from bytesup.model.arch import ArchSpec
 from bytesup.model.forward import (
     ForwardInputError,
     Model,
+    cache_max_tokens,
     weight_float32_bytes_per_token,
 )
 from bytesup.model.weights import DEFAULT_RESIDENT_BUDGET
@@ -103,12 +104,7 @@ class TorchKVCache:
 
     def __init__(self, spec: ArchSpec, device, max_tokens: int | None = None):
         self.spec, self.device = spec, device
-        self.max_tokens = spec.context_length if max_tokens is None else int(max_tokens)
-        if not 0 < self.max_tokens <= spec.context_length:
-            raise ForwardInputError(
-                f"KV cache max_tokens {max_tokens} must be between 1 and {spec.arch}.context_length ="
-                f" {spec.context_length}"
-            )
+        self.max_tokens = cache_max_tokens(spec, max_tokens)
         self.n = 0  # positions stored
         self._capacity = 0
         self.k: list[torch.Tensor] = []
