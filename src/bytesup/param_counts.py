@@ -6,11 +6,17 @@ output head. Every count below follows from a handful of numbers in the model's 
     per block   attention  q: d x (heads * head_dim)      k, v: d x (kv_heads * head_dim) each
                            o: (heads * head_dim) x d
                 FFN        gate (SwiGLU only), up: d x d_ff each;   down: d_ff x d
-                norms      two per block, each a gain vector of d (LayerNorm adds a bias of d)
+                norms      two per block, each a gain vector of d (LayerNorm adds a bias of d);
+                           Gemma 3 adds two post-norms of d and per-head q/k norms of head_dim
     once        token embedding table  vocab x d          output head: vocab x d, unless tied
                 final norm             learned positions (GPT-2): n_positions x d
 
-Biases, where a model has them (GPT-2), add one number per output of every matrix.
+Biases, where a model has them (GPT-2), add one number per output of every matrix; Qwen 2 has
+them on q, k and v only.
+
+A GGUF's own tensor table is counted tensor by tensor (``table_counts``): every tensor the file
+holds, including any this accounting has no part for ("other"), so its total is always the sum of
+every tensor's elements.
 
 The published configurations the course's texts quote live in bytesup.model.configs; the counts
 are checked against the totals the texts print (Llama-3-8B: 8,030,261,248) in the tests.
@@ -42,15 +48,19 @@ def block_counts(a: Architecture) -> dict[str, int]:
     """Parameters of one block, by part (a matrix's bias is counted with its matrix)."""
     q, kv = a.n_heads * a.head_dim, a.n_kv_heads * a.head_dim
     b = 1 if a.biases else 0
+    bqkv = 1 if a.biases or a.qkv_bias else 0
+    norms = 2 * a.norm_vectors * a.d_model
+    norms += 2 * a.head_dim if a.qk_norm else 0  # attn_q_norm, attn_k_norm: one gain per head dimension
+    norms += 2 * a.d_model if a.post_norms else 0  # post_attention_norm, post_ffw_norm
     return {
-        "attn_q": a.d_model * q + b * q,
-        "attn_k": a.d_model * kv + b * kv,
-        "attn_v": a.d_model * kv + b * kv,
+        "attn_q": a.d_model * q + bqkv * q,
+        "attn_k": a.d_model * kv + bqkv * kv,
+        "attn_v": a.d_model * kv + bqkv * kv,
         "attn_output": q * a.d_model + b * a.d_model,
         "ffn_gate": (a.d_model * a.d_ff + b * a.d_ff) if a.gated_ffn else 0,
         "ffn_up": a.d_model * a.d_ff + b * a.d_ff,
         "ffn_down": a.d_ff * a.d_model + b * a.d_model,
-        "norms": 2 * a.norm_vectors * a.d_model,
+        "norms": norms,
     }
 
 
@@ -112,7 +122,8 @@ def counts_table(archs: Iterable[Architecture]) -> list[dict]:
 
 # --- the same accounting from a GGUF file ------------------------------------------------------
 
-_PART = re.compile(r"^blk\.(\d+)\.(attn_q|attn_k|attn_v|attn_output|ffn_gate|ffn_up|ffn_down|attn_norm|ffn_norm)\.(weight|bias)$")
+NORMS = ("attn_norm", "ffn_norm", "attn_q_norm", "attn_k_norm", "post_attention_norm", "post_ffw_norm")
+_PART = re.compile(r"^blk\.(\d+)\.(" + "|".join(ATTENTION + FFN + NORMS) + r")\.(weight|bias)$")
 
 
 def read_tensor_table(path: str | Path) -> list[dict]:
@@ -130,7 +141,7 @@ def role(name: str) -> str:
     m = _PART.match(name)
     if m:
         part = m.group(2)
-        return "norms" if part.endswith("_norm") else part
+        return "norms" if part in NORMS else part
     if name.startswith("token_embd."):
         return "token_embd"
     if name.startswith("output_norm."):
@@ -170,7 +181,11 @@ def architecture_from_gguf(d: Mapping, tensor_names: Iterable[str], vocab: int, 
         n_kv_heads=int(d["head_count_kv"]),
         head_dim=int(d["head_dim"]),
         gated_ffn=any(n.endswith("ffn_gate.weight") for n in names),
-        biases=any(n.startswith("blk.") and n.endswith(".bias") for n in names),
+        # a bias after every matrix (GPT-2), or on q, k and v only (Qwen 2)
+        biases=any(n.startswith("blk.") and n.endswith((".attn_output.bias", ".ffn_up.bias")) for n in names),
+        qkv_bias=any(n.startswith("blk.") and n.endswith(".attn_q.bias") for n in names),
+        qk_norm=any(n.endswith(".attn_q_norm.weight") for n in names),
+        post_norms=any(n.endswith(".post_ffw_norm.weight") for n in names),
         tied="output.weight" not in names,
         source="GGUF metadata",
     )

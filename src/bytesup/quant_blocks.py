@@ -1,6 +1,23 @@
 """One quantization block decoded by hand, field by field: the fp16 scale from its 16 bits, the
 stored integers, the formula. Lessons 1 and 2 show a real block of the file this way and check it
 bit for bit against gguf-py; bytesup.dequant does the same arithmetic for whole tensors, fast.
+
+A block is ggml's unit of storage along a row (gguf's GGML_QUANT_SIZES: weights per block, bytes):
+
+    F32    1 weight,    4 bytes   the float32 itself
+    F16    1 weight,    2 bytes   an IEEE half
+    Q8_0   32 weights, 34 bytes   d (fp16), 32 int8 q                          w = d * q
+    Q4_0   32 weights, 18 bytes   d, 16 bytes of 4-bit q                       w = d * (q - 8)
+    Q4_1   32 weights, 20 bytes   d, m (fp16), 16 bytes of 4-bit q             w = d * q + m
+    Q5_0   32 weights, 22 bytes   d, qh (32 fifth bits), 16 bytes of 4 bits    w = d * (q - 16)
+    Q4_K  256 weights, 144 bytes  d, dmin (fp16), 12 bytes packing 8 six-bit scales and 8 six-bit
+                                  mins, 128 bytes of 4-bit q; 8 sub-blocks of 32
+                                  w = (d * scale[j]) * q - (dmin * min[j])
+    Q6_K  256 weights, 210 bytes  128 bytes of low 4 bits, 64 bytes of high 2 bits, 16 int8 scales,
+                                  d (fp16, last); 16 sub-blocks of 16        w = (d * scale[j]) * (q - 32)
+
+Every decoder does its float32 arithmetic in gguf-py's order (each product rounded to float32
+before the next step), so its weights equal gguf.quants.dequantize's bit for bit.
 """
 
 from __future__ import annotations
@@ -8,6 +25,7 @@ from __future__ import annotations
 import math
 import struct
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -40,29 +58,124 @@ def fp16_by_hand(bits: int) -> FP16:
 
 
 @dataclass(frozen=True)
+class FP32:
+    bits: int
+    sign: int
+    exponent: int  # the stored 8 bits; the power of two is exponent - 127
+    mantissa: int  # the stored 23 bits
+    value: float
+
+
+def fp32_by_hand(bits: int) -> FP32:
+    """An IEEE single-precision number from its 32 bits: 1 sign, 8 exponent, 23 mantissa bits.
+
+    normal (exponent 1..254):  (1 + mantissa / 2**23) * 2**(exponent - 127)
+    subnormal (exponent 0):    (mantissa / 2**23) * 2**-126
+    exponent 255:              infinity (mantissa 0) or NaN
+    """
+    sign, exponent, mantissa = bits >> 31, (bits >> 23) & 0xFF, bits & 0x7FFFFF
+    if exponent == 0:
+        value = mantissa / 2**23 * 2.0**-126
+    elif exponent == 255:
+        value = math.inf if mantissa == 0 else math.nan
+    else:
+        value = (1 + mantissa / 2**23) * 2.0 ** (exponent - 127)
+    return FP32(bits, sign, exponent, mantissa, -value if sign else value)
+
+
+@dataclass(frozen=True)
 class Block:
-    """One quantized block taken apart: its scale d (and minimum m), its 32 quants, its weights."""
+    """One block taken apart: its scale d (and minimum m), its quants, its weights.
+
+    Per weight i: ``q[i]`` is the stored integer, ``level[i]`` the integer the formula multiplies
+    (q minus the type's zero point), ``scale[i]`` the float32 factor and, for the types that add
+    one (Q4_1, Q4_K), ``offset[i]`` the float32 added after: ``values[i] == scale[i] * level[i]``
+    (``+ offset[i]``) in float32. Float types (F32, F16) leave all three empty. ``stored_in[i]`` says which bits held q[i]. ``fields`` lists the block's fields in
+    byte order as (name, first byte, bytes, value): what the lesson shows field by field.
+    """
 
     type_name: str
     raw: bytes
-    d: FP16
-    m: FP16 | None
-    q: list[int]  # the 32 stored integers, in weight order
+    d: FP16 | None  # None for a float type, which has no scale
+    m: FP16 | None  # Q4_1's minimum m, a K-quant's dmin
+    q: list[int]  # the stored integers, in weight order (F32/F16: the number's bits)
     values: np.ndarray  # float32 weights
     formula: str
-    packed: list[int] = field(default_factory=list)  # Q4_1: the 16 bytes that hold two quants each
+    packed: list[int] = field(default_factory=list)  # 4-bit types: the bytes that hold two quants each
+    level: list[int] = field(default_factory=list)
+    scale: list[float] = field(default_factory=list)
+    offset: list[float] = field(default_factory=list)
+    stored_in: list[str] = field(default_factory=list)
+    fields: list[tuple[str, int, int, Any]] = field(default_factory=list)
+    sub_scales: list[int] = field(default_factory=list)  # K-quants: one integer scale per sub-block
+    sub_mins: list[int] = field(default_factory=list)  # Q4_K: one integer min per sub-block
+
+    @property
+    def n_weights(self) -> int:
+        return len(self.q)
+
+
+def _check_size(raw: bytes, type_name: str, size: int) -> None:
+    if len(raw) != size:
+        raise ValueError(f"a {type_name} block is {size} bytes, got {len(raw)}")
+
+
+def _nibble_sources(first_byte: int, packed: list[int], weights_per_half: int = 16) -> list[str]:
+    """Where each 4-bit quant sits: weight j in the low nibble of byte j, weight j + 16 in its high one."""
+    low = [f"byte {first_byte + j} ({b:08b}) low nibble" for j, b in enumerate(packed)]
+    high = [f"byte {first_byte + j} ({b:08b}) high nibble" for j, b in enumerate(packed)]
+    return low + high
+
+
+def decode_f32(raw: bytes) -> Block:
+    """F32, 4 bytes: one weight, the float32 itself (no scale, nothing to multiply)."""
+    _check_size(raw, "F32", 4)
+    (bits,) = struct.unpack_from("<I", raw, 0)
+    h = fp32_by_hand(bits)
+    values = np.array([h.value], dtype=np.float32)
+    return Block("F32", bytes(raw), None, None, [bits], values, "w = (-1)^sign * (1 + mantissa/2^23) * 2^(exponent-127)",
+                 level=[], scale=[], offset=[], stored_in=["bytes 0-3 (float32, little-endian)"],
+                 fields=[("sign", 0, 4, h.sign), ("exponent", 0, 4, h.exponent), ("mantissa", 0, 4, h.mantissa),
+                         ("value", 0, 4, h.value)])  # fmt: skip
+
+
+def decode_f16(raw: bytes) -> Block:
+    """F16, 2 bytes: one weight, an IEEE half widened to float32 (exact)."""
+    _check_size(raw, "F16", 2)
+    (bits,) = struct.unpack_from("<H", raw, 0)
+    h = fp16_by_hand(bits)
+    values = np.array([h.value], dtype=np.float32)
+    return Block("F16", bytes(raw), None, None, [bits], values, "w = (-1)^sign * (1 + mantissa/1024) * 2^(exponent-15)",
+                 stored_in=["bytes 0-1 (fp16, little-endian)"],
+                 fields=[("sign", 0, 2, h.sign), ("exponent", 0, 2, h.exponent), ("mantissa", 0, 2, h.mantissa),
+                         ("value", 0, 2, h.value)])  # fmt: skip
 
 
 def decode_q8_0(raw: bytes) -> Block:
     """Q8_0, 34 bytes: fp16 scale d, then 32 signed bytes q. Weight i = d * q[i]."""
-    if len(raw) != 34:
-        raise ValueError(f"a Q8_0 block is 34 bytes, got {len(raw)}")
+    _check_size(raw, "Q8_0", 34)
     (d_bits,) = struct.unpack_from("<H", raw, 0)
     q = list(struct.unpack_from("<32b", raw, 2))
     d = fp16_by_hand(d_bits)
     # float32 times float32, one rounding (exact here: 11-bit scale x 8-bit integer), as gguf-py
     values = np.float32(d.value) * np.array(q, dtype=np.float32)
-    return Block("Q8_0", bytes(raw), d, None, q, values, "w = d * q")
+    return Block("Q8_0", bytes(raw), d, None, q, values, "w = d * q", level=q, scale=[d.value] * 32,
+                 stored_in=[f"byte {2 + i} (int8)" for i in range(32)],
+                 fields=[("d", 0, 2, d.value), ("q", 2, 32, q)])  # fmt: skip
+
+
+def decode_q4_0(raw: bytes) -> Block:
+    """Q4_0, 18 bytes: fp16 scale d, then 16 bytes of 4-bit quants (0..15, zero point 8).
+    Weight i = d * (q[i] - 8); byte j holds weight j (low nibble) and weight j + 16 (high)."""
+    _check_size(raw, "Q4_0", 18)
+    (d_bits,) = struct.unpack_from("<H", raw, 0)
+    packed = list(raw[2:18])
+    q = [b & 0x0F for b in packed] + [b >> 4 for b in packed]
+    level = [x - 8 for x in q]
+    d = fp16_by_hand(d_bits)
+    values = np.float32(d.value) * np.array(level, dtype=np.float32)
+    return Block("Q4_0", bytes(raw), d, None, q, values, "w = d * (q - 8)", packed, level, [d.value] * 32,
+                 [], _nibble_sources(2, packed), [("d", 0, 2, d.value), ("qs", 2, 16, packed)])  # fmt: skip
 
 
 def decode_q4_1(raw: bytes) -> Block:
@@ -72,16 +185,137 @@ def decode_q4_1(raw: bytes) -> Block:
     (bits 4-7). Quants run 0..15, all non-negative: weight i = d * q[i] + m, so m is the
     smallest weight the block can hold and d the step between neighbouring levels.
     """
-    if len(raw) != 20:
-        raise ValueError(f"a Q4_1 block is 20 bytes, got {len(raw)}")
+    _check_size(raw, "Q4_1", 20)
     d_bits, m_bits = struct.unpack_from("<HH", raw, 0)
     packed = list(raw[4:20])
     q = [b & 0x0F for b in packed] + [b >> 4 for b in packed]
     d, m = fp16_by_hand(d_bits), fp16_by_hand(m_bits)
     # multiply, round to float32, add, round again: the order gguf-py uses
     values = np.float32(d.value) * np.array(q, dtype=np.float32) + np.float32(m.value)
-    return Block("Q4_1", bytes(raw), d, m, q, values, "w = d * q + m", packed)
+    return Block("Q4_1", bytes(raw), d, m, q, values, "w = d * q + m", packed, q, [d.value] * 32, [m.value] * 32,
+                 _nibble_sources(4, packed), [("d", 0, 2, d.value), ("m", 2, 2, m.value), ("qs", 4, 16, packed)])  # fmt: skip
 
 
-BLOCK_DECODERS = {"Q8_0": decode_q8_0, "Q4_1": decode_q4_1}
+def decode_q5_0(raw: bytes) -> Block:
+    """Q5_0, 22 bytes: fp16 scale d, a little-endian uint32 qh, then 16 bytes of low 4 bits.
 
+    Weight i's 5-bit quant is its low 4 bits (low nibble of byte j for i = j, high nibble for
+    i = j + 16, as in Q4_0) plus bit i of qh as its fifth bit (value 16). Quants run 0..31 with
+    zero point 16: weight i = d * (q[i] - 16).
+    """
+    _check_size(raw, "Q5_0", 22)
+    d_bits, qh = struct.unpack_from("<HI", raw, 0)
+    packed = list(raw[6:22])
+    low = [b & 0x0F for b in packed] + [b >> 4 for b in packed]
+    high = [(qh >> i) & 1 for i in range(32)]  # bit i of qh is the fifth bit of weight i
+    q = [lo | (hi << 4) for lo, hi in zip(low, high)]
+    level = [x - 16 for x in q]
+    d = fp16_by_hand(d_bits)
+    values = np.float32(d.value) * np.array(level, dtype=np.float32)
+    sources = [f"{s} + bit {i} of qh ({h})" for i, (s, h) in enumerate(zip(_nibble_sources(6, packed), high))]
+    return Block("Q5_0", bytes(raw), d, None, q, values, "w = d * (q - 16)", packed, level, [d.value] * 32,
+                 [], sources, [("d", 0, 2, d.value), ("qh", 2, 4, f"0x{qh:08x}"), ("qs", 6, 16, packed)])  # fmt: skip
+
+
+def unpack_scale_min_k4(packed: bytes) -> tuple[list[int], list[int]]:
+    """Q4_K's (and Q5_K's) 12 bytes -> 8 six-bit scales and 8 six-bit mins.
+
+        bytes 0-3   scale j (j = 0..3) in bits 0-5; bits 6-7 are the top of scale j + 4
+        bytes 4-7   min j in bits 0-5; bits 6-7 are the top of min j + 4
+        bytes 8-11  scale j + 4 in bits 0-3 (low nibble), min j + 4 in bits 4-7
+    """
+    b = list(packed)
+    if len(b) != 12:
+        raise ValueError(f"the packed K-quant scales are 12 bytes, got {len(b)}")
+    scales = [b[j] & 63 for j in range(4)] + [(b[j + 8] & 0x0F) | ((b[j] >> 6) << 4) for j in range(4)]
+    mins = [b[j + 4] & 63 for j in range(4)] + [(b[j + 8] >> 4) | ((b[j + 4] >> 6) << 4) for j in range(4)]
+    return scales, mins
+
+
+def decode_q4_k(raw: bytes) -> Block:
+    """Q4_K, a super-block of 256 weights in 144 bytes: 8 sub-blocks of 32, each with its own
+    6-bit scale and 6-bit min, themselves scaled by the super-block's two fp16 numbers.
+
+        bytes 0-1     d      fp16, the scale of the scales
+        bytes 2-3     dmin   fp16, the scale of the mins
+        bytes 4-15    12 bytes packing 8 six-bit scales and 8 six-bit mins (unpack_scale_min_k4)
+        bytes 16-143  128 bytes of 4-bit quants, in 4 runs of 32 bytes: run c holds sub-block 2c
+                      in its low nibbles and sub-block 2c + 1 in its high nibbles
+
+    Weight i of sub-block j: w = (d * scale[j]) * q[i] - (dmin * min[j]); each product is rounded
+    to float32 before it is used, as in gguf-py.
+    """
+    _check_size(raw, "Q4_K", 144)
+    d_bits, dmin_bits = struct.unpack_from("<HH", raw, 0)
+    d, dmin = fp16_by_hand(d_bits), fp16_by_hand(dmin_bits)
+    scales, mins = unpack_scale_min_k4(raw[4:16])
+    qs = list(raw[16:144])
+    q, sources, sub = [], [], []
+    for c in range(4):  # 4 runs of 32 bytes, 64 weights each
+        run = qs[32 * c : 32 * c + 32]
+        for nibble, shift in (("low", 0), ("high", 4)):
+            for j, b in enumerate(run):
+                q.append((b >> shift) & 0x0F)
+                sources.append(f"byte {16 + 32 * c + j} ({b:08b}) {nibble} nibble")
+                sub.append(2 * c + shift // 4)
+    sub_scale = [float(np.float32(d.value) * np.float32(s)) for s in scales]  # d * scale[j], float32
+    sub_min = [float(np.float32(dmin.value) * np.float32(m)) for m in mins]  # dmin * min[j], float32
+    scale = [sub_scale[j] for j in sub]
+    offset = [-sub_min[j] for j in sub]  # x - y is x + (-y) exactly in IEEE arithmetic
+    values = np.array(scale, np.float32) * np.array(q, np.float32) - np.array([sub_min[j] for j in sub], np.float32)
+    fields = [("d", 0, 2, d.value), ("dmin", 2, 2, dmin.value), ("scales+mins (packed)", 4, 12, list(raw[4:16])),
+              ("qs", 16, 128, f"{len(qs)} bytes")]  # fmt: skip
+    return Block("Q4_K", bytes(raw), d, dmin, q, values, "w = (d * scale[j]) * q - (dmin * min[j])", qs, q, scale,
+                 offset, sources, fields, list(scales), list(mins))  # fmt: skip
+
+
+def decode_q6_k(raw: bytes) -> Block:
+    """Q6_K, a super-block of 256 weights in 210 bytes: 16 sub-blocks of 16, each with an int8 scale.
+
+        bytes 0-127    ql      low 4 bits of each quant
+        bytes 128-191  qh      high 2 bits of each quant, four quants per byte
+        bytes 192-207  scales  16 signed bytes, one per sub-block of 16 weights
+        bytes 208-209  d       fp16, the scale of the scales (stored last)
+
+    The 256 weights are two halves of 128. In half h, for l = 0..31, byte ql[64h + l] holds the low
+    bits of weights 128h + l (low nibble) and 128h + l + 64 (high nibble); ql[64h + l + 32] those of
+    128h + l + 32 and 128h + l + 96; byte qh[32h + l] holds the high bits of those four weights in
+    its bit pairs 0-1, 2-3, 4-5, 6-7. A quant runs 0..63 with zero point 32:
+    w = (d * scale[i // 16]) * (q - 32).
+    """
+    _check_size(raw, "Q6_K", 210)
+    ql, qh = list(raw[0:128]), list(raw[128:192])
+    scales = list(struct.unpack_from("<16b", raw, 192))
+    (d_bits,) = struct.unpack_from("<H", raw, 208)
+    d = fp16_by_hand(d_bits)
+    q, sources = [0] * 256, [""] * 256
+    for h in range(2):
+        for l in range(32):
+            hb = qh[32 * h + l]
+            for k, (lo_at, lo_shift) in enumerate(((l, 0), (l + 32, 0), (l, 4), (l + 32, 4))):
+                i = 128 * h + l + 32 * k
+                lo = (ql[64 * h + lo_at] >> lo_shift) & 0x0F
+                hi = (hb >> (2 * k)) & 0x03
+                q[i] = lo | (hi << 4)
+                nib = "low" if lo_shift == 0 else "high"
+                sources[i] = f"byte {64 * h + lo_at} {nib} nibble + byte {128 + 32 * h + l} bits {2 * k}-{2 * k + 1}"
+    level = [x - 32 for x in q]
+    sub_scale = [float(np.float32(d.value) * np.float32(s)) for s in scales]  # d * scale[j], float32
+    scale = [sub_scale[i // 16] for i in range(256)]
+    values = np.array(scale, np.float32) * np.array(level, np.float32)
+    fields = [("ql", 0, 128, "128 bytes"), ("qh", 128, 64, "64 bytes"), ("scales", 192, 16, scales),
+              ("d", 208, 2, d.value)]  # fmt: skip
+    return Block("Q6_K", bytes(raw), d, None, q, values, "w = (d * scale[i // 16]) * (q - 32)", ql, level, scale,
+                 [], sources, fields, scales)  # fmt: skip
+
+
+BLOCK_DECODERS = {
+    "F32": decode_f32,
+    "F16": decode_f16,
+    "Q8_0": decode_q8_0,
+    "Q4_0": decode_q4_0,
+    "Q4_1": decode_q4_1,
+    "Q5_0": decode_q5_0,
+    "Q4_K": decode_q4_k,
+    "Q6_K": decode_q6_k,
+}

@@ -30,6 +30,9 @@ class Architecture:
     biases: bool = False  # GPT-2 style: a bias vector after every matrix
     norm_vectors: int = 1  # numbers per element of a norm: 1 (RMSNorm gain), 2 (LayerNorm gain + bias)
     tied: bool = False  # the output head reuses the token embedding table
+    qk_norm: bool = False  # per-head RMSNorm of q and k before rope: attn_q_norm, attn_k_norm (head_dim each; Gemma 3)
+    post_norms: bool = False  # a norm on the attention and the FFN output before each residual add (Gemma 2/3)
+    qkv_bias: bool = False  # a bias on q, k and v only (Qwen 2); `biases` puts one after every matrix
     n_positions: int = 0  # learned absolute positions (GPT-2); 0 for rotary models
     context_length: int = 0  # the published maximum context (config.json max_position_embeddings)
     source: str = ""
@@ -78,17 +81,27 @@ def type_bytes(type_name: str, elements: int) -> int:
 
 
 def llama_tensor_shapes(a: Architecture) -> list[tuple[str, tuple[int, ...]]]:
-    """(GGUF tensor name, numpy shape) of every tensor a llama-style model of this configuration holds."""
+    """(GGUF tensor name, numpy shape) of every tensor a llama-style model of this configuration holds:
+    the nine tensors of a llama block, plus the q/k norms, post-norms and q/k/v biases its flags add
+    (Gemma 3: thirteen per block; Qwen 2: twelve)."""
     if a.biases or a.n_positions or not a.gated_ffn:
-        raise ValueError(f"{a.name}: only llama-style layouts (no biases, rotary positions, SwiGLU)")
+        raise ValueError(f"{a.name}: only llama-style layouts (no biases after every matrix, rotary positions, "
+                         "a gated FFN)")  # fmt: skip
     q, kv = a.n_heads * a.head_dim, a.n_kv_heads * a.head_dim
     per_block = {
-        "attn_norm": (a.d_model,), "attn_q": (q, a.d_model), "attn_k": (kv, a.d_model), "attn_v": (kv, a.d_model),
-        "attn_output": (a.d_model, q), "ffn_norm": (a.d_model,), "ffn_gate": (a.d_ff, a.d_model),
-        "ffn_up": (a.d_ff, a.d_model), "ffn_down": (a.d_model, a.d_ff),
-    }
+        "attn_norm.weight": (a.d_model,), "attn_q.weight": (q, a.d_model), "attn_k.weight": (kv, a.d_model),
+        "attn_v.weight": (kv, a.d_model), "attn_output.weight": (a.d_model, q), "ffn_norm.weight": (a.d_model,),
+        "ffn_gate.weight": (a.d_ff, a.d_model), "ffn_up.weight": (a.d_ff, a.d_model),
+        "ffn_down.weight": (a.d_model, a.d_ff),
+    }  # fmt: skip
+    if a.qkv_bias:
+        per_block.update({"attn_q.bias": (q,), "attn_k.bias": (kv,), "attn_v.bias": (kv,)})
+    if a.qk_norm:
+        per_block.update({"attn_q_norm.weight": (a.head_dim,), "attn_k_norm.weight": (a.head_dim,)})
+    if a.post_norms:
+        per_block.update({"post_attention_norm.weight": (a.d_model,), "post_ffw_norm.weight": (a.d_model,)})
     shapes = [("token_embd.weight", (a.vocab, a.d_model))]
-    shapes += [(f"blk.{i}.{part}.weight", shape) for i in range(a.n_layers) for part, shape in per_block.items()]
+    shapes += [(f"blk.{i}.{part}", shape) for i in range(a.n_layers) for part, shape in per_block.items()]
     shapes.append(("output_norm.weight", (a.d_model,)))
     if not a.tied:
         shapes.append(("output.weight", (a.vocab, a.d_model)))
