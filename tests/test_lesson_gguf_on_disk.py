@@ -12,9 +12,11 @@ import pytest
 
 from bytesup import claims
 from bytesup import quant_blocks as qb
+from bytesup.dequant import reference_dequantize
 from bytesup.gguf_file import GGUFFile
 from bytesup.lessons import gguf_on_disk as lesson
 from bytesup.lessons.spec import parameter
+from bytesup.model.configs import Architecture, llama_tensor_shapes
 from bytesup.synthetic import write_tiny_llama
 from workflow_helpers import run_notebook
 
@@ -84,16 +86,84 @@ def test_wrong_block_sizes_are_refused():
         qb.decode_q4_1(b"\x00" * 34)
 
 
-@pytest.mark.parametrize("type_name, size", [("Q8_0", 34), ("Q4_1", 20)])
-def test_random_blocks_bit_exact_against_gguf_py(type_name, size):
+# Each type's block size and the bytes holding its fp16 (or float) fields, whose exponent is kept
+# below the all-ones pattern so that every random block is finite.
+BLOCK_FLOAT_FIELDS = {
+    "F32": (4, (2,)), "F16": (2, (0,)), "BF16": (2, (0,)), "Q8_0": (34, (0,)), "Q4_0": (18, (0,)),
+    "Q4_1": (20, (0, 2)), "Q5_0": (22, (0,)), "Q5_1": (24, (0, 2)), "Q4_K": (144, (0, 2)), "Q6_K": (210, (208,)),
+}  # fmt: skip
+
+
+def test_every_hand_decoder_has_a_random_block_test():
+    assert set(BLOCK_FLOAT_FIELDS) == set(qb.BLOCK_DECODERS)
+
+
+@pytest.mark.parametrize("type_name", sorted(BLOCK_FLOAT_FIELDS))
+def test_random_blocks_bit_exact_against_gguf_py(type_name):
+    size, fp16_at = BLOCK_FLOAT_FIELDS[type_name]
     rng = np.random.default_rng(7)
-    for _ in range(300):
+    for _ in range(200):
         raw = bytearray(rng.integers(0, 256, size, dtype=np.uint8).tobytes())
-        for at in (0, 2) if type_name == "Q4_1" else (0,):  # keep the fp16 fields finite
-            raw[at + 1] &= 0x7B
+        for at in fp16_at:  # keep the fp16 fields finite (F32: its exponent's top bits)
+            raw[at + 1] &= 0x3B if type_name == "F32" else 0x7B
         raw = bytes(raw)
         blk = qb.BLOCK_DECODERS[type_name](raw)
-        assert lesson.same_bits(blk.values, lesson.gguf_py_block(raw, type_name))
+        reference = lesson.gguf_py_block(raw, type_name)
+        assert lesson.same_bits(blk.values, reference)
+        assert len(blk.q) == len(blk.stored_in) == reference.size
+        if blk.scale:  # the per-weight factors rebuild the weights: scale * level (+ offset), in float32
+            w = np.array(blk.scale, np.float32) * np.array(blk.level, np.float32)
+            if blk.offset:
+                w = w + np.array(blk.offset, np.float32)
+            assert np.array_equal(w, reference)
+
+
+def test_k_quant_scale_unpack_by_hand():
+    # scales 1..8, mins 9..16 (6 bits each), packed the way Q4_K packs them
+    sc, mn = list(range(1, 9)), list(range(9, 17))
+    packed = [sc[j] | ((sc[j + 4] >> 4) << 6) for j in range(4)] + [mn[j] | ((mn[j + 4] >> 4) << 6) for j in range(4)]
+    packed += [(sc[j + 4] & 0x0F) | ((mn[j + 4] & 0x0F) << 4) for j in range(4)]
+    assert qb.unpack_scale_min_k4(bytes(packed)) == (sc, mn)
+    top = bytes([255] * 12)  # every bit set: every scale and min is 63
+    assert qb.unpack_scale_min_k4(top) == ([63] * 8, [63] * 8)
+    with pytest.raises(ValueError, match="12 bytes"):
+        qb.unpack_scale_min_k4(b"\x00" * 11)
+
+
+def test_q4_k_block_field_by_field():
+    # d = 0.5, dmin = 0.25; sub-block j has scale j + 1 and min j; quant i is i % 16
+    sc, mn = [j + 1 for j in range(8)], list(range(8))
+    packed = [sc[j] | ((sc[j + 4] >> 4) << 6) for j in range(4)] + [mn[j] | ((mn[j + 4] >> 4) << 6) for j in range(4)]
+    packed += [(sc[j + 4] & 0x0F) | ((mn[j + 4] & 0x0F) << 4) for j in range(4)]
+    qs = bytes((j % 16) | (((j + 1) % 16) << 4) for j in range(128))
+    raw = struct.pack("<HH", 0x3800, 0x3400) + bytes(packed) + qs
+    blk = qb.decode_q4_k(raw)
+    assert (blk.d.value, blk.m.value, blk.sub_scales, blk.sub_mins) == (0.5, 0.25, sc, mn)
+    # weight 32 is the high nibble of byte 16 (sub-block 1): q = 1, w = 0.5 * 2 * 1 - 0.25 * 1
+    assert blk.q[32] == 1 and blk.values[32] == 0.75 and blk.stored_in[32].startswith("byte 16 ")
+    assert lesson.same_bits(blk.values, lesson.gguf_py_block(raw, "Q4_K"))
+    with pytest.raises(ValueError, match="144 bytes"):
+        qb.decode_q4_k(raw[:-1])
+
+
+def test_q6_k_block_bit_placement():
+    # only weight 200 non-zero: half 1, l = 8, k = 2 -> ql byte 64 + 8 high nibble, qh byte 128 + 32 + 8 bits 4-5
+    ql, qh = bytearray(128), bytearray(64)
+    ql[72] = 0x50  # low bits 5 in the high nibble
+    qh[40] = 0b10 << 4  # high bits 2 -> q = 5 + 32 = 37, level 5
+    scales = struct.pack("<16b", *range(-8, 8))
+    raw = bytes(ql) + bytes(qh) + scales + struct.pack("<H", 0x3C00)  # d = 1
+    blk = qb.decode_q6_k(raw)
+    assert blk.q[200] == 37 and blk.level[200] == 5 and blk.scale[200] == 200 // 16 - 8
+    assert blk.values[200] == 5 * (200 // 16 - 8)
+    assert lesson.same_bits(blk.values, lesson.gguf_py_block(raw, "Q6_K"))
+
+
+def test_fp32_by_hand():
+    assert qb.fp32_by_hand(0x3F800000).value == 1.0 and qb.fp32_by_hand(0xC0400000).value == -3.0
+    assert qb.fp32_by_hand(0x00000001).value == 2.0**-149
+    h = qb.fp32_by_hand(0x3E200000)  # 0.15625 = 1.25 * 2^-3
+    assert (h.sign, h.exponent, h.mantissa, h.value) == (0, 124, 0x200000, 0.15625)
 
 
 def test_same_bits_tells_zeros_apart():
@@ -171,9 +241,92 @@ def test_file_without_q4_1(tmp_path):
     path = write_tiny_llama(tmp_path / "q8.gguf", types={"blk.*.*_*.weight": "Q8_0"})
     with GGUFFile(path) as f:
         m = lesson.compute(f, " cat")
-    assert "Q4_1" not in m["types_present"]
-    assert m["q4_1_block"] is None and m["q4_1_block_bit_exact_gguf_py"] is None
+    assert "Q4_1" not in m["types_present"] and "Q4_1" not in m["block_types"]
+    assert "q4_1_block" not in m and m["block_types"] == m["types_present"]
     assert m["q8_0_block_bit_exact_gguf_py"] is True
+
+
+def test_one_block_of_every_type_in_the_tiny_file(tiny):
+    m, tables = lesson.run(tiny, " cat")
+    present = [g["type"] for g in lesson.by_type(tiny)]
+    assert m["block_types"] == m["block_types_decoded"] == present and len(present) == 8
+    assert m["block_types_bit_exact_gguf_py"] == m["block_types_bit_exact_bytesup"] == 8
+    assert m["blocks_all_bit_exact_gguf_py"] and m["block_types_without_hand_decoder"] == []
+    assert [r["type"] for r in tables["block_types"]] == present
+    rows = tables["block_rows"]
+    assert len(rows) == sum(r["weights"] for r in tables["block_types"]) and all(r["same_bits"] for r in rows)
+    for t in present:  # each block's weights are the gguf-py weights of the bytes it names
+        pick, blk, checks, _ = tables["blocks"][t]
+        assert pick.raw == bytes(tiny.raw(pick.tensor)[pick.row * pick.row_bytes:][: len(pick.raw)])
+        assert lesson.same_bits(blk.values, reference_dequantize(np.frombuffer(pick.raw, np.uint8), t, (blk.n_weights,)))
+    fields = {(r["type"], r["field"]): r["value"] for r in tables["block_fields"]}
+    assert fields[("Q4_1", "d")] == tables["blocks"]["Q4_1"][1].d.value
+
+
+def test_a_type_without_a_hand_decoder_is_listed(tiny, monkeypatch):
+    monkeypatch.delitem(qb.BLOCK_DECODERS, "Q5_1")
+    monkeypatch.setattr(lesson, "BLOCK_DECODERS", qb.BLOCK_DECODERS)
+    m, tables = lesson.run(tiny, " cat")
+    assert m["block_types_without_hand_decoder"] == ["Q5_1"] and not m["blocks_all_bit_exact_gguf_py"]
+    assert m["block_types_bit_exact_gguf_py"] == m["block_type_count"] - 1
+    row = next(r for r in tables["block_types"] if r["type"] == "Q5_1")
+    assert "no hand decoder" in row["note"]
+
+
+# --- the layout the architecture table predicts, against odd files ---------------------------------
+
+
+def write_odd_llama(path: Path, *, drop: str = "", add: tuple[str, tuple[int, ...]] | None = None,
+                    reshape: tuple[str, tuple[int, ...]] | None = None) -> Path:
+    """A one-block llama GGUF (F32 zeros) with a tensor left out, one added or one reshaped."""
+    from gguf import GGUFWriter
+
+    a = Architecture("odd", d_model=32, d_ff=64, n_layers=1, vocab=8, n_heads=4, n_kv_heads=2, head_dim=8)
+    w = GGUFWriter(path, "llama")
+    w.add_embedding_length(32), w.add_feed_forward_length(64), w.add_block_count(1), w.add_head_count(4)
+    w.add_head_count_kv(2), w.add_context_length(64), w.add_layer_norm_rms_eps(1e-5), w.add_vocab_size(8)
+    tensors = [(n, reshape[1] if reshape and n == reshape[0] else s) for n, s in llama_tensor_shapes(a) if n != drop]
+    for name, shape in tensors + ([add] if add else []):
+        w.add_tensor(name, np.zeros(shape, np.float32))
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_layout_check_is_empty_for_a_file_as_predicted(tmp_path):
+    with GGUFFile(write_odd_llama(tmp_path / "ok.gguf")) as f:
+        m, tables = lesson.run(f, " cat")
+    assert tables["layout"] == [] and m["layout_mismatches"] == 0 and m["layout_from_metadata_matches"] is True
+    assert m["layout_predicted_tensors"] == 12 and m["layout_parameters_predicted"] == m["parameters"]
+
+
+def test_layout_check_lists_missing_extra_and_reshaped_tensors(tmp_path):
+    path = write_odd_llama(tmp_path / "odd.gguf", drop="blk.0.ffn_up.weight", add=("blk.0.mystery.weight", (32,)),
+                           reshape=("blk.0.attn_k.weight", (8, 32)))  # fmt: skip
+    with GGUFFile(path) as f:
+        m, tables = lesson.run(f, " cat")
+    got = {(r["tensor"], r["problem"]) for r in tables["layout"]}
+    assert got == {("blk.0.ffn_up.weight", "predicted, missing from the file"),
+                   ("blk.0.mystery.weight", "in the file, not predicted"),
+                   ("blk.0.attn_k.weight", "shape differs")}  # fmt: skip
+    k = next(r for r in tables["layout"] if r["problem"] == "shape differs")
+    assert (k["predicted_shape"], k["file_shape"]) == ("16x32", "8x32")
+    assert m["layout_mismatches"] == 3 and m["layout_from_metadata_matches"] is False
+    # the parameters are the file's own tensors, the extra one included and the missing one not
+    assert m["parameters"] == sum(t.n_elements for t in f.tensors) == m["layout_parameters_predicted"] - 64 * 32 - 8 * 32 + 32
+    assert m["parameters_by_part"]["other"] == 32
+
+
+def test_an_architecture_outside_the_table_is_said_so(tmp_path):
+    path = write_tiny_llama(tmp_path / "mamba.gguf", arch="mamba")
+    with GGUFFile(path) as f:
+        m, tables = lesson.run(f, " cat")
+    assert m["layout_predicted"] is False and m["layout_mismatches"] is None
+    assert m["layout_predicted_from"].startswith("nothing: ") and "mamba" in m["layout_predicted_from"]
+    (row,) = tables["layout"]
+    assert row["problem"].startswith("not predicted: ") and "mamba" in row["problem"]
+    assert "22816" not in row["problem"] and f"{len(f.tensors)} tensors" in row["problem"]
+    assert m["parameters"] == sum(t.n_elements for t in f.tensors)
 
 
 def test_pick_block_falls_back_to_first_tensor_of_the_type(tiny):
@@ -252,7 +405,7 @@ def test_run_returns_each_table_once(tiny):
     assert set(metrics) == set(lesson.compute(tiny))
     assert tables["metadata"] == lesson.metadata_table(tiny) and tables["tensors"] == lesson.tensor_table(tiny)
     assert sum(r["bytes"] for r in tables["accounting"][:-1]) == metrics["file_size"]
-    pick, blk, checks, rows = tables["blocks"]["q4_1"]
+    pick, blk, checks, rows = tables["blocks"]["Q4_1"]
     assert pick.type_name == "Q4_1" and len(rows) == 32 and checks["bit_exact_gguf_py"] is True
 
 
@@ -267,8 +420,32 @@ def test_default_model_accounting(default_gguf):
     assert parts == [24, 1_769_483, 16_157, 0, 96_576_768]
     assert m["bytes_accounted"] == m["file_size"] == 98_362_432
     assert m["parameters"] == 134_515_008 and m["layout_from_metadata_matches"] and m["tied_embeddings"]
+    assert m["layout_mismatches"] == 0 and m["layout_parameters_predicted"] == 134_515_008
+    assert m["block_types"] == ["Q4_1", "Q8_0", "F32"] and m["block_types_bit_exact_gguf_py"] == 3
     assert (m["blocks_in_names"], m["tensors_per_block"]) == (30, 9)
     assert m["type_Q4_1_tensors"] == 210 and m["type_Q8_0_tensors"] == 1 and m["type_F32_tensors"] == 61
     assert m["token_id"] == 2644 and m["q8_0_block_d"] == 0.001438140869140625
     assert m["q4_1_block"]["d"] == 0.04791259765625 and m["q4_1_block"]["m"] == -0.328125
     assert m["q8_0_block_bit_exact_gguf_py"] and m["q4_1_block_bit_exact_gguf_py"]
+
+
+@pytest.mark.slow
+def test_gemma_file_every_type_and_every_tensor(gemma_gguf):
+    with GGUFFile(gemma_gguf) as f:
+        m, tables = lesson.run(f, " cat")
+    assert m["architecture"] == "gemma3" and m["bytes_unaccounted"] == 0
+    assert m["parameters"] == m["layout_parameters_predicted"] == 268_098_176
+    assert m["layout_mismatches"] == 0 and tables["layout"] == [] and m["layout_predicted_tensors"] == 236
+    assert m["parameters_by_part"]["norms"] == 18 * (2 * 640 + 2 * 256 + 2 * 640) and "other" not in m["parameters_by_part"]
+    assert m["blocks_in_names"] == 18 and m["tensors_per_block"] == 13
+    assert m["block_types"] == ["Q8_0", "Q5_0", "Q4_K", "Q6_K", "F32"]
+    assert m["block_types_bit_exact_gguf_py"] == m["block_types_bit_exact_bytesup"] == 5
+    assert m["q4_k_block_tensor"] == "blk.0.attn_output.weight" and m["q6_k_block_tensor"] == "blk.0.ffn_down.weight"
+    # the Q4_K super-block field by field: d, dmin, the 12 packed bytes -> 8 scales and 8 mins
+    pick, blk, checks, rows = tables["blocks"]["Q4_K"]
+    assert len(pick.raw) == 144 and len(rows) == 256 and all(r["same_bits"] for r in rows)
+    assert (blk.d.bits, blk.m.bits) == struct.unpack_from("<HH", pick.raw, 0)
+    assert (blk.sub_scales, blk.sub_mins) == qb.unpack_scale_min_k4(pick.raw[4:16])
+    assert all(0 <= v < 64 for v in blk.sub_scales + blk.sub_mins)
+    fields = [r["field"] for r in tables["block_fields"] if r["type"] == "Q4_K"]
+    assert fields[:4] == ["d", "dmin", "scales+mins (packed)", "qs"] and "dmin * min[7]" in fields

@@ -6,10 +6,12 @@ A block is ggml's unit of storage along a row (gguf's GGML_QUANT_SIZES: weights 
 
     F32    1 weight,    4 bytes   the float32 itself
     F16    1 weight,    2 bytes   an IEEE half
+    BF16   1 weight,    2 bytes   the top half of a float32
     Q8_0   32 weights, 34 bytes   d (fp16), 32 int8 q                          w = d * q
     Q4_0   32 weights, 18 bytes   d, 16 bytes of 4-bit q                       w = d * (q - 8)
     Q4_1   32 weights, 20 bytes   d, m (fp16), 16 bytes of 4-bit q             w = d * q + m
     Q5_0   32 weights, 22 bytes   d, qh (32 fifth bits), 16 bytes of 4 bits    w = d * (q - 16)
+    Q5_1   32 weights, 24 bytes   d, m, qh, 16 bytes of 4 bits                 w = d * q + m
     Q4_K  256 weights, 144 bytes  d, dmin (fp16), 12 bytes packing 8 six-bit scales and 8 six-bit
                                   mins, 128 bytes of 4-bit q; 8 sub-blocks of 32
                                   w = (d * scale[j]) * q - (dmin * min[j])
@@ -151,6 +153,19 @@ def decode_f16(raw: bytes) -> Block:
                          ("value", 0, 2, h.value)])  # fmt: skip
 
 
+def decode_bf16(raw: bytes) -> Block:
+    """BF16, 2 bytes: one weight, the top 16 bits of a float32 (1 sign, 8 exponent, 7 mantissa bits);
+    the 16 bits below are zeros."""
+    _check_size(raw, "BF16", 2)
+    (bits,) = struct.unpack_from("<H", raw, 0)
+    h = fp32_by_hand(bits << 16)
+    values = np.array([h.value], dtype=np.float32)
+    return Block("BF16", bytes(raw), None, None, [bits], values, "w = the float32 with these 16 bits on top",
+                 stored_in=["bytes 0-1 (bfloat16, little-endian)"],
+                 fields=[("sign", 0, 2, h.sign), ("exponent", 0, 2, h.exponent), ("mantissa", 0, 2, h.mantissa >> 16),
+                         ("value", 0, 2, h.value)])  # fmt: skip
+
+
 def decode_q8_0(raw: bytes) -> Block:
     """Q8_0, 34 bytes: fp16 scale d, then 32 signed bytes q. Weight i = d * q[i]."""
     _check_size(raw, "Q8_0", 34)
@@ -230,6 +245,23 @@ def unpack_scale_min_k4(packed: bytes) -> tuple[list[int], list[int]]:
     scales = [b[j] & 63 for j in range(4)] + [(b[j + 8] & 0x0F) | ((b[j] >> 6) << 4) for j in range(4)]
     mins = [b[j + 4] & 63 for j in range(4)] + [(b[j + 8] >> 4) | ((b[j + 4] >> 6) << 4) for j in range(4)]
     return scales, mins
+
+
+def decode_q5_1(raw: bytes) -> Block:
+    """Q5_1, 24 bytes: fp16 scale d, fp16 minimum m, uint32 qh, 16 bytes of low 4 bits.
+    As Q5_0 without the zero point, plus a minimum: weight i = d * q[i] + m, q in 0..31."""
+    _check_size(raw, "Q5_1", 24)
+    d_bits, m_bits, qh = struct.unpack_from("<HHI", raw, 0)
+    packed = list(raw[8:24])
+    low = [b & 0x0F for b in packed] + [b >> 4 for b in packed]
+    high = [(qh >> i) & 1 for i in range(32)]
+    q = [lo | (hi << 4) for lo, hi in zip(low, high)]
+    d, m = fp16_by_hand(d_bits), fp16_by_hand(m_bits)
+    values = np.float32(d.value) * np.array(q, dtype=np.float32) + np.float32(m.value)
+    sources = [f"{s} + bit {i} of qh ({h})" for i, (s, h) in enumerate(zip(_nibble_sources(8, packed), high))]
+    return Block("Q5_1", bytes(raw), d, m, q, values, "w = d * q + m", packed, q, [d.value] * 32, [m.value] * 32,
+                 sources, [("d", 0, 2, d.value), ("m", 2, 2, m.value), ("qh", 4, 4, f"0x{qh:08x}"),
+                           ("qs", 8, 16, packed)])  # fmt: skip
 
 
 def decode_q4_k(raw: bytes) -> Block:
@@ -312,10 +344,12 @@ def decode_q6_k(raw: bytes) -> Block:
 BLOCK_DECODERS = {
     "F32": decode_f32,
     "F16": decode_f16,
+    "BF16": decode_bf16,
     "Q8_0": decode_q8_0,
     "Q4_0": decode_q4_0,
     "Q4_1": decode_q4_1,
     "Q5_0": decode_q5_0,
+    "Q5_1": decode_q5_1,
     "Q4_K": decode_q4_k,
     "Q6_K": decode_q6_k,
 }

@@ -7,17 +7,24 @@ What is computed, in the lesson's order:
   3. the tensor table: every tensor's name, type, shape, offset and size; the first tensor-info
      record is read by hand;
   4. the byte accounting: header + metadata + tensor infos + padding + tensor data = file size;
-  5. parameters and bytes by quantization type;
-  6. one Q8_0 block and one Q4_1 block decoded by hand, from raw bytes to float32 weights, and
-     compared bit for bit with gguf-py (llama.cpp's own Python reader) and with bytesup.dequant.
+  5. parameters and bytes by quantization type, every tensor counted (bytesup.param_counts), and
+     the layout the architecture table predicts from the metadata alone (bytesup.model.arch):
+     every tensor name and shape, with any tensor missing, extra or of another shape listed in
+     layout_check.csv (an architecture the table lacks is said so there, and the file's own
+     tensors are counted);
+  6. one block of every ggml type the file holds decoded by hand (bytesup.quant_blocks: F32,
+     Q8_0, Q4_1, Q5_0, a K-quant super-block field by field, ...), from raw bytes to float32
+     weights, and compared bit for bit with gguf-py (llama.cpp's own Python reader) and with
+     bytesup.dequant.
 
 The file is read through bytesup.gguf_file.GGUFFile, which memory-maps it: only the header,
-the tables and the two blocks are ever touched, so this runs in well under a second on the
+the tables and one block per type are ever touched, so this runs in well under a second on the
 default model and in a few seconds on a 7 GB one.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import struct
 from collections.abc import Mapping
@@ -27,12 +34,14 @@ import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from bytesup import claims as claims_mod
+from bytesup import param_counts as pc
 from bytesup.dequant import bit_equal, dequantize, reference_dequantize
 from bytesup.gguf_file import HEADER_BYTES, VALUE_TYPES, GGUFFile, TensorInfo, printable
 from bytesup.quant_blocks import BLOCK_DECODERS, Block
 from bytesup.lessons.spec import SERIES, Headline, LessonSpec
 from bytesup.lessons import figure
-from bytesup.model.configs import DEEPSEEK_CODER_6_7B, Architecture, llama_tensor_shapes
+from bytesup.model.arch import ArchMetadataError, UnsupportedArchitectureError, spec_from_metadata
+from bytesup.model.configs import DEEPSEEK_CODER_6_7B, llama_tensor_shapes
 from bytesup.tokens import TokenError, lookup
 
 SPEC = LessonSpec(
@@ -45,7 +54,8 @@ SPEC = LessonSpec(
         "come from what the lesson 3 text and the FFN-stores text say about the file)"
     ),
     reads=('model_gguf',),
-    tables=('metadata_table.csv', 'tensor_table.csv', 'byte_accounting.csv', 'bytes_by_type.csv', 'q8_0_block.csv', 'q4_1_block.csv'),
+    tables=('metadata_table.csv', 'tensor_table.csv', 'byte_accounting.csv', 'bytes_by_type.csv', 'layout_check.csv',
+            'block_types.csv', 'block_fields.csv', 'blocks.csv'),
     figures={
         'bytes_by_type.png': "Share of the file's parameters and of its tensor bytes per ggml type",
     },
@@ -58,10 +68,13 @@ SPEC = LessonSpec(
         Headline('bytes_padding', 'padding bytes'),
         Headline('bytes_tensor_data', 'tensor data bytes'),
         Headline('bytes_unaccounted', 'bytes unaccounted'),
-        Headline('parameters', 'parameters'),
+        Headline('parameters', 'parameters (every tensor)'),
         Headline('bits_per_weight_overall', 'average bits per weight', fmt='.2f'),
-        Headline('q8_0_block_bit_exact_gguf_py', 'Q8_0 block decoded by hand, bit-exact with gguf-py'),
-        Headline('q4_1_block_bit_exact_gguf_py', 'Q4_1 block decoded by hand, bit-exact with gguf-py'),
+        Headline('layout_predicted_from', 'layout predicted from'),
+        Headline('layout_parameters_predicted', 'parameters the predicted layout holds'),
+        Headline('layout_mismatches', 'tensors missing, extra or of another shape than predicted'),
+        Headline('block_type_count', 'ggml types in the file'),
+        Headline('block_types_bit_exact_gguf_py', 'of them with one block decoded by hand, bit-exact with gguf-py'),
     ),
 )
 
@@ -285,21 +298,57 @@ def by_type(f: GGUFFile) -> list[dict]:
     return rows
 
 
+# --- 5b. the layout the architecture table predicts ---------------------------------------------
+
+LAYOUT_COLUMNS = ["tensor", "problem", "predicted_shape", "file_shape"]
+
+
+def predicted_layout(f: GGUFFile) -> tuple[list[tuple[str, tuple[int, ...]]] | None, str]:
+    """(name, numpy shape) of every tensor the architecture table (bytesup.model.arch) expects a file
+    of this metadata to hold, and what the prediction rests on; (None, the one-line reason) for an
+    architecture the table has no row for, or metadata that does not give the sizes.
+
+    The metadata gives every size; only "is the head tied?" it does not say (GGUF has no such key),
+    so that one fact comes from the file: the head is tied exactly when output.weight is absent.
+    """
+    try:
+        spec = spec_from_metadata(f.metadata, path=f.path.name)
+    except (UnsupportedArchitectureError, ArchMetadataError) as err:
+        return None, str(err)
+    spec = dataclasses.replace(spec, tied=spec.facts.output not in f.tensor_names)
+    return spec.tensor_shapes(), f"the {spec.arch} row of the architecture table and the metadata's sizes"
+
+
+def _shape_text(shape) -> str | None:
+    return None if shape is None else "x".join(map(str, shape))
+
+
+def layout_check(f: GGUFFile, predicted: list[tuple[str, tuple[int, ...]]] | None, reason: str = "") -> list[dict]:
+    """One row per difference between the predicted layout and the file, in file order: a tensor
+    predicted but missing from the file, one in the file the prediction lacks, or one of another
+    shape. Empty when the file holds exactly the predicted tensors. With no prediction, one row
+    saying why, and that the parameters are the file's own tensors counted."""
+    if predicted is None:
+        return [{"tensor": "(every tensor)", "problem": f"not predicted: {reason}; the parameters are counted from "
+                 f"the file's {len(f.tensors)} tensors", "predicted_shape": None, "file_shape": None}]  # fmt: skip
+    actual = {t.name: t.shape for t in f.tensors}
+    expected = dict(predicted)
+    rows = []
+    for t in f.tensors:
+        if t.name not in expected:
+            rows.append({"tensor": t.name, "problem": "in the file, not predicted", "predicted_shape": None,
+                         "file_shape": _shape_text(t.shape)})  # fmt: skip
+        elif expected[t.name] != t.shape:
+            rows.append({"tensor": t.name, "problem": "shape differs", "predicted_shape": _shape_text(expected[t.name]),
+                         "file_shape": _shape_text(t.shape)})  # fmt: skip
+    for name, shape in predicted:
+        if name not in actual:
+            rows.append({"tensor": name, "problem": "predicted, missing from the file",
+                         "predicted_shape": _shape_text(shape), "file_shape": None})  # fmt: skip
+    return rows
+
+
 # --- 6. one block by hand ------------------------------------------------------------------------
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 def gguf_py_block(raw: bytes, type_name: str) -> np.ndarray:
     """The same bytes through gguf-py's dequantizer (bytesup.dequant.reference_dequantize): the reference."""
     block_size, _ = GGML_QUANT_SIZES[GGMLQuantizationType[type_name]]
@@ -341,17 +390,21 @@ def pick_block(f: GGUFFile, type_name: str, prefer: list[tuple[str, int]] = ()) 
 
 
 def chosen_blocks(f: GGUFFile, token_id: int | None = None) -> dict[str, BlockPick | None]:
-    """The lesson's two blocks: Q8_0 from the token's row of token_embd.weight (the first 32
-    numbers of its vector) and Q4_1 from row 0 of blk.0.ffn_gate.weight, where those tensors
-    have those types; otherwise the first tensor of the type; None when the file has none."""
-    q8_prefer = [("token_embd.weight", token_id)] if token_id is not None else []
-    return {
-        "q8_0": pick_block(f, "Q8_0", q8_prefer),
-        "q4_1": pick_block(f, "Q4_1", [("blk.0.ffn_gate.weight", 0)]),
-    }
+    """One block of every ggml type the file holds, keyed by type name, most bytes first (by_type's
+    order). The token's row of token_embd.weight where that tensor has the type (its first block is
+    the first numbers of the token's vector), else row 0 of blk.0.ffn_gate.weight, else row 0 of the
+    first tensor of the type. None for a type bytesup.quant_blocks has no hand decoder for."""
+    prefer = [("token_embd.weight", token_id)] if token_id is not None else []
+    prefer.append(("blk.0.ffn_gate.weight", 0))
+    return {g["type"]: pick_block(f, g["type"], prefer) if g["type"] in BLOCK_DECODERS else None
+            for g in by_type(f)}  # fmt: skip
 
 
-BLOCK_TABLE_COLUMNS = ["i", "stored_in", "q", "d", "m", "by_hand", "gguf_py", "same_bits"]
+BLOCK_TABLE_COLUMNS = ["type", "tensor", "row", "i", "stored_in", "q", "level", "scale", "offset", "by_hand", "gguf_py",
+                       "same_bits"]  # fmt: skip
+FIELD_TABLE_COLUMNS = ["type", "tensor", "field", "first_byte", "bytes", "value"]
+TYPE_TABLE_COLUMNS = ["type", "tensor", "row", "offset", "block_bytes", "weights", "formula", "bit_exact_gguf_py",
+                      "bit_exact_bytesup", "note"]  # fmt: skip
 
 
 def block_report(f: GGUFFile, pick: BlockPick) -> tuple[Block, dict]:
@@ -368,8 +421,10 @@ def block_report(f: GGUFFile, pick: BlockPick) -> tuple[Block, dict]:
         "offset": pick.offset,
         "bytes": len(pick.raw),
         "raw_hex": pick.raw.hex(" "),
-        "d_bits": f"0x{blk.d.bits:04x}",
-        "d": blk.d.value,
+        "formula": blk.formula,
+        "weights": blk.n_weights,
+        "d_bits": None if blk.d is None else f"0x{blk.d.bits:04x}",
+        "d": None if blk.d is None else blk.d.value,
         "m_bits": None if blk.m is None else f"0x{blk.m.bits:04x}",
         "m": None if blk.m is None else blk.m.value,
         "q": blk.q,
@@ -377,30 +432,49 @@ def block_report(f: GGUFFile, pick: BlockPick) -> tuple[Block, dict]:
         "gguf_py_values": reference,
         "bit_exact_gguf_py": bit_equal(blk.values, reference),
         "bit_exact_bytesup": bit_equal(blk.values, ours),
-        "d_matches_numpy_fp16": blk.d.value == float(np.uint16(blk.d.bits).view(np.float16)),
+        "d_matches_numpy_fp16": None if blk.d is None else blk.d.value == float(np.uint16(blk.d.bits).view(np.float16)),
+        "sub_scales": blk.sub_scales or None,
+        "sub_mins": blk.sub_mins or None,
     }
     return blk, checks
 
 
-def block_rows(blk: Block, reference: np.ndarray) -> list[dict]:
-    """The block as a table: one row per weight, with where its quant came from."""
+def block_rows(blk: Block, reference: np.ndarray, pick: BlockPick | None = None) -> list[dict]:
+    """The block as a table: one row per weight, with where its quant came from, the integer the
+    formula multiplies (level), the float32 scale and offset, and the weight by hand and by gguf-py."""
     rows = []
     for i, q in enumerate(blk.q):
-        if blk.type_name == "Q4_1":
-            j = i % 16
-            source = f"byte {4 + j} ({blk.packed[j]:08b}) {'low' if i < 16 else 'high'} nibble"
-        else:
-            source = f"byte {2 + i} (int8)"
         rows.append({
+            "type": blk.type_name,
+            "tensor": pick.tensor if pick else None,
+            "row": pick.row if pick else None,
             "i": i,
-            "stored_in": source,
+            "stored_in": blk.stored_in[i],
             "q": q,
-            "d": blk.d.value,
-            "m": None if blk.m is None else blk.m.value,
+            "level": blk.level[i] if blk.level else None,
+            "scale": blk.scale[i] if blk.scale else None,
+            "offset": blk.offset[i] if blk.offset else None,
             "by_hand": float(blk.values[i]),
             "gguf_py": float(reference[i]),
             "same_bits": bit_equal(blk.values[i : i + 1], reference[i : i + 1]),
         })  # fmt: skip
+    return rows
+
+
+def field_rows(blk: Block, pick: BlockPick | None = None) -> list[dict]:
+    """The block field by field, in byte order; a K-quant's sub-block scales (and mins) follow, both
+    as the stored 6- or 8-bit integers and as the float32 factors d * scale[j] (dmin * min[j])."""
+    base = {"type": blk.type_name, "tensor": pick.tensor if pick else None}
+    rows = [{**base, "field": name, "first_byte": at, "bytes": n, "value": value} for name, at, n, value in blk.fields]
+    per_sub = blk.n_weights // len(blk.sub_scales) if blk.sub_scales else 0
+    for j, sc in enumerate(blk.sub_scales):
+        rows.append({**base, "field": f"scale[{j}]", "first_byte": None, "bytes": None, "value": sc})
+        rows.append({**base, "field": f"d * scale[{j}]", "first_byte": None, "bytes": None,
+                     "value": blk.scale[j * per_sub]})  # fmt: skip
+    for j, mn in enumerate(blk.sub_mins):
+        rows.append({**base, "field": f"min[{j}]", "first_byte": None, "bytes": None, "value": mn})
+        rows.append({**base, "field": f"dmin * min[{j}]", "first_byte": None, "bytes": None,
+                     "value": -blk.offset[j * per_sub]})  # fmt: skip
     return rows
 
 
@@ -431,35 +505,15 @@ def course_arithmetic() -> dict:
     }
 
 
-def metadata_architecture(metadata: Mapping, tied: bool) -> Architecture | None:
-    """This file's configuration as a bytesup.model.configs.Architecture, read from its metadata
-    (``tied``: the output head reuses token_embd), or None for a file that does not say."""
-    arch = metadata.get("general.architecture")
-    try:
-        c = int(metadata[f"{arch}.embedding_length"])
-        heads = int(metadata[f"{arch}.attention.head_count"])
-        return Architecture(
-            str(metadata.get("general.name", arch)),
-            d_model=c,
-            d_ff=int(metadata[f"{arch}.feed_forward_length"]),
-            n_layers=int(metadata[f"{arch}.block_count"]),
-            vocab=len(metadata["tokenizer.ggml.tokens"]),
-            n_heads=heads,
-            n_kv_heads=int(metadata.get(f"{arch}.attention.head_count_kv", heads)),
-            head_dim=c // heads,
-            tied=tied,
-        )
-    except (KeyError, TypeError, ValueError, ZeroDivisionError):
-        return None
-
-
 # --- the whole lesson ----------------------------------------------------------------------------
 
 
 def run(f: GGUFFile, token: str = " cat") -> tuple[dict, dict]:
     """(metrics, tables): every number the lesson reports, as a flat dict (lists and numpy values
     allowed), and the tables behind them, each computed once: "metadata", "tensors", "accounting",
-    "by_type" (rows) and "blocks" ({"q8_0": ..., "q4_1": ...}: (pick, Block, checks, rows), or None)."""
+    "by_type" (rows), "layout" (layout_check rows), "blocks" ({type name: (pick, Block, checks,
+    rows) or None where no hand decoder}), and the three block tables "block_types", "block_fields"
+    and "block_rows" (every decoded block's rows, one after the other)."""
     buf = read_prefix(f)  # header, metadata and tensor infos: what the hand readers look at
     header = read_header(buf)
     acc = f.byte_accounting()
@@ -469,7 +523,8 @@ def run(f: GGUFFile, token: str = " cat") -> tuple[dict, dict]:
     structure = block_structure(f)
     rec = first_metadata_record(buf)
     info0 = first_tensor_info(f, buf)
-    params = sum(t.n_elements for t in f.tensors)
+    counted = pc.table_counts(info_rows)  # every tensor, each in its part ("other" where none fits)
+    params = sum(counted["params"].values())
     arch = f.metadata.get("general.architecture", "")
 
     m: dict = {
@@ -520,6 +575,7 @@ def run(f: GGUFFile, token: str = " cat") -> tuple[dict, dict]:
     )  # fmt: skip
 
     m["parameters"] = params
+    m["parameters_by_part"] = dict(sorted(counted["params"].items()))
     m["bits_per_weight_overall"] = 8 * acc["tensor_data"] / params if params else None
     m.update(structure)
     for g in types:
@@ -530,42 +586,57 @@ def run(f: GGUFFile, token: str = " cat") -> tuple[dict, dict]:
     m["types_present"] = [g["type"] for g in types]
     m["tied_embeddings"] = "token_embd.weight" in f.tensor_names and "output.weight" not in f.tensor_names
 
-    # The layout predicted from the metadata alone: same names, shapes and parameter count?
-    cfg = metadata_architecture(f.metadata, tied=m["tied_embeddings"])
-    if cfg is not None:
-        layout = llama_tensor_shapes(cfg)
-        actual = {t.name: t.shape for t in f.tensors}
-        m["layout_from_metadata_matches"] = dict(layout) == actual
-        m["layout_parameters_from_metadata"] = sum(math.prod(s) for _, s in layout)
-    else:
-        m["layout_from_metadata_matches"] = None
-        m["layout_parameters_from_metadata"] = None
+    # The layout predicted from the metadata and the architecture table: every name and shape.
+    predicted, source = predicted_layout(f)
+    layout_rows = layout_check(f, predicted, source)
+    m["layout_predicted"] = predicted is not None
+    m["layout_predicted_from"] = source if predicted is not None else f"nothing: {source}"
+    m["layout_predicted_tensors"] = None if predicted is None else len(predicted)
+    m["layout_parameters_predicted"] = None if predicted is None else sum(math.prod(s) for _, s in predicted)
+    m["layout_mismatches"] = None if predicted is None else len(layout_rows)
+    m["layout_from_metadata_matches"] = None if predicted is None else not layout_rows
 
-    # One block of each of the two types, by hand.
+    # One block of every type, by hand.
     try:
         tid, _ = lookup(f.metadata, token)
     except (TokenError, KeyError):
         tid = None  # not one token here: the Q8_0 block comes from the first Q8_0 tensor instead
     m["token"], m["token_id"] = token, tid
     blocks: dict = {}
-    for key, pick in chosen_blocks(f, tid).items():
-        blocks[key] = None
+    type_rows, field_table, weight_rows = [], [], []
+    for type_name, pick in chosen_blocks(f, tid).items():
+        key = type_name.lower()
+        blocks[type_name] = None
         if pick is None:
-            m[f"{key}_block"] = None  # the file has no tensor of this type
-            m[f"{key}_block_bit_exact_gguf_py"] = m[f"{key}_block_bit_exact_bytesup"] = None
-            m[f"{key}_block_d"] = m[f"{key}_block_tensor"] = None
+            type_rows.append({"type": type_name, "note": "no hand decoder in bytesup.quant_blocks for this type"})
             continue
         blk, checks = block_report(f, pick)
-        blocks[key] = (pick, blk, checks, block_rows(blk, checks["gguf_py_values"]))
+        rows = block_rows(blk, checks["gguf_py_values"], pick)
+        blocks[type_name] = (pick, blk, checks, rows)
+        weight_rows += rows
+        field_table += field_rows(blk, pick)
+        type_rows.append({"type": type_name, "tensor": pick.tensor, "row": pick.row, "offset": pick.offset,
+                          "block_bytes": len(pick.raw), "weights": blk.n_weights, "formula": blk.formula,
+                          "bit_exact_gguf_py": checks["bit_exact_gguf_py"],
+                          "bit_exact_bytesup": checks["bit_exact_bytesup"]})  # fmt: skip
         m[f"{key}_block"] = {k: v for k, v in checks.items() if not k.startswith("bit_exact")}
         m[f"{key}_block_bit_exact_gguf_py"] = checks["bit_exact_gguf_py"]
         m[f"{key}_block_bit_exact_bytesup"] = checks["bit_exact_bytesup"]
         m[f"{key}_block_d"] = checks["d"]
         m[f"{key}_block_tensor"] = pick.tensor
+    decoded = [t for t, b in blocks.items() if b is not None]
+    m["block_types"] = list(blocks)
+    m["block_type_count"] = len(blocks)
+    m["block_types_decoded"] = decoded
+    m["block_types_without_hand_decoder"] = [t for t, b in blocks.items() if b is None]
+    m["block_types_bit_exact_gguf_py"] = sum(1 for t in decoded if blocks[t][2]["bit_exact_gguf_py"])
+    m["block_types_bit_exact_bytesup"] = sum(1 for t in decoded if blocks[t][2]["bit_exact_bytesup"])
+    m["blocks_all_bit_exact_gguf_py"] = m["block_types_bit_exact_gguf_py"] == len(blocks)
 
     m.update(course_arithmetic())
     tables = {"metadata": meta_rows, "tensors": info_rows, "accounting": accounting_rows(acc), "by_type": types,
-              "blocks": blocks}  # fmt: skip
+              "layout": layout_rows, "blocks": blocks, "block_types": type_rows, "block_fields": field_table,
+              "block_rows": weight_rows}  # fmt: skip
     return m, tables
 
 
