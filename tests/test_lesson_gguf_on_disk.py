@@ -376,28 +376,66 @@ def test_specimen_numbers_would_reproduce():
 # --- the notebook, end to end on a synthetic model ------------------------------------------------
 
 
-def test_notebook_runs_on_a_tiny_model(tmp_path):
-    gguf = write_tiny_llama(tmp_path / "tiny.gguf")
+def run_lesson1_notebook(gguf: Path, tmp_path: Path) -> tuple[dict, Path]:
+    """The notebook on `gguf`, every output in tmp_path/out (checked to be exactly the SPEC's files)."""
     out = tmp_path / "out"
     outputs = {parameter(name): out / f"x_{name}" for name in lesson.SPEC.files}
-    run_notebook(NOTEBOOK, tmp_path / "run.ipynb", cwd=ROOT, model="tiny", model_sha256="", model_gguf=gguf, **outputs)
+    run_notebook(NOTEBOOK, tmp_path / "run.ipynb", cwd=ROOT, model="m", model_sha256="", model_gguf=gguf, **outputs)
     assert sorted(p.name for p in out.iterdir()) == sorted(f"x_{name}" for name in lesson.SPEC.files)
-    metrics = json.loads((out / "x_metrics.json").read_text(encoding="utf-8"))
+    return json.loads((out / "x_metrics.json").read_text(encoding="utf-8")), out
+
+
+def read_csv(path: Path) -> list[dict]:
+    with path.open(encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_notebook_runs_on_a_tiny_model(tmp_path):
+    gguf = write_tiny_llama(tmp_path / "tiny.gguf")
+    metrics, out = run_lesson1_notebook(gguf, tmp_path)
     assert metrics["bytes_accounted"] == metrics["file_size"] == gguf.stat().st_size
     assert metrics["is_specimen"] is False
-    with (out / "x_claims.csv").open(encoding="utf-8") as fh:
-        rows = list(csv.DictReader(fh))
+    rows = read_csv(out / "x_claims.csv")
     assert list(rows[0]) == list(claims.COLUMNS)
     assert {r["status"] for r in rows if r["claim_id"].startswith("course.")} == {"reproduced"}
     assert {r["status"] for r in rows if r["claim_id"].startswith("file.")} == {"specimen differs"}
-    with (out / "x_q4_1_block.csv").open(encoding="utf-8") as fh:
-        block = list(csv.DictReader(fh))
+    types = read_csv(out / "x_block_types.csv")
+    assert [r["type"] for r in types] == metrics["block_types"] and len(types) == 8
+    assert all(r["bit_exact_gguf_py"] == "True" for r in types)
+    block = [r for r in read_csv(out / "x_blocks.csv") if r["type"] == "Q4_1"]
     assert len(block) == 32 and all(r["same_bits"] == "True" for r in block)
+    layout = read_csv(out / "x_layout_check.csv")
+    assert layout == [] and (out / "x_layout_check.csv").read_text().startswith("tensor,problem,")
     code = "\n".join("".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code")
     for step in ('struct.unpack_from("<IQQ", prefix, 4)', "w = np.float32(d) * q.astype(np.float32)",
-                 "w = d * q.astype(np.float32) + m", "llama_tensor_shapes(spec)"):
+                 "w = d * q.astype(np.float32) + m", "llama_tensor_shapes(spec)", "spec.tensor_shapes()",
+                 "unpack_scale_min_k4(packed)", "w = d * (q.astype(np.float32) - 16)"):  # fmt: skip
         assert step in code, step
     assert "matplotlib.use" not in code and "gguf.quants" not in code
+
+
+@pytest.mark.slow  # about 20 s: a second run of the notebook (the layout check itself has quick tests above)
+def test_notebook_shows_a_tampered_file_in_the_layout_table(tmp_path):
+    gguf = write_odd_llama(tmp_path / "odd.gguf", drop="blk.0.ffn_up.weight", add=("blk.0.mystery.weight", (32,)))
+    metrics, out = run_lesson1_notebook(gguf, tmp_path)
+    rows = read_csv(out / "x_layout_check.csv")
+    assert {(r["tensor"], r["problem"]) for r in rows} == {("blk.0.ffn_up.weight", "predicted, missing from the file"),
+                                                           ("blk.0.mystery.weight", "in the file, not predicted")}
+    assert metrics["layout_mismatches"] == 2
+
+
+@pytest.mark.slow
+def test_notebook_on_the_gemma_file(gemma_gguf, tmp_path):
+    metrics, out = run_lesson1_notebook(gemma_gguf, tmp_path)
+    assert metrics["parameters"] == metrics["layout_parameters_predicted"] == 268_098_176
+    assert read_csv(out / "x_layout_check.csv") == [] and metrics["layout_mismatches"] == 0
+    types = read_csv(out / "x_block_types.csv")
+    assert [r["type"] for r in types] == ["Q8_0", "Q5_0", "Q4_K", "Q6_K", "F32"]
+    assert all(r["bit_exact_gguf_py"] == r["bit_exact_bytesup"] == "True" for r in types)
+    fields = {r["field"]: r["value"] for r in read_csv(out / "x_block_fields.csv") if r["type"] == "Q4_K"}
+    assert [int(fields[f"scale[{j}]"]) for j in range(8)] == metrics["q4_k_block"]["sub_scales"]
+    assert [int(fields[f"min[{j}]"]) for j in range(8)] == metrics["q4_k_block"]["sub_mins"]
+    assert len(read_csv(out / "x_blocks.csv")) == 32 + 32 + 256 + 256 + 1
 
 
 def test_run_returns_each_table_once(tiny):
