@@ -11,15 +11,25 @@ from gguf import quants as gguf_quants
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from bytesup.dequant import (
+    BLOCK_FIELDS,
     HAND_DEQUANTIZERS,
+    KVALUES_IQ4,
+    bit_equal,
     dequantize,
     dequantizer_used,
     expected_bytes,
     reference_dequantize,
+    split_fields,
+    unpack_iq4_xs_scales,
+    unpack_q3_k_scales,
+    unpack_scale_min_k4,
 )
 from bytesup.gguf_file import GGUFFile
 
 TYPES = sorted(HAND_DEQUANTIZERS)
+# gguf-py can quantize these (the rest it only dequantizes: they are tested on random bytes)
+QUANTIZABLE = ["BF16", "F16", "F32", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"]
+SUPER_BLOCK_TYPES = ["IQ4_NL", "IQ4_XS", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
 
 
 def same_bits(ours: np.ndarray, theirs: np.ndarray) -> bool:
@@ -64,11 +74,38 @@ def weights(kind: str, shape: tuple[int, int], rng: np.random.Generator) -> np.n
     return x
 
 
+def fp16_offsets(type_name: str) -> list[int]:
+    """Where a block keeps its fp16 numbers (d, and dmin or m)."""
+    legacy = {"Q8_0": [0], "Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2]}
+    if type_name in legacy:
+        return legacy[type_name]
+    offsets, at = [], 0
+    for name, size in BLOCK_FIELDS[type_name]:
+        if name in ("d", "dmin"):
+            offsets.append(at)
+        at += size
+    return offsets
+
+
+def finite_blocks(type_name: str, n_blocks: int, rng: np.random.Generator) -> np.ndarray:
+    """(n_blocks, type_size) random bytes whose fp16 fields are finite (any sign, subnormals and zero too)."""
+    block_size, type_size = GGML_QUANT_SIZES[GGMLQuantizationType[type_name]]
+    if block_size == 1:  # F32, F16, BF16: one number per "block"
+        x = rng.standard_normal(n_blocks).astype(np.float32)
+        bits = {"F32": x, "F16": x.astype(np.float16), "BF16": (x.view(np.uint32) >> 16).astype(np.uint16)}[type_name]
+        return bits.view(np.uint8).reshape(n_blocks, type_size)
+    raw = rng.integers(0, 256, size=(n_blocks, type_size), dtype=np.uint8)
+    for at in fp16_offsets(type_name):
+        bits = rng.integers(0, 0x7C00, size=n_blocks, dtype=np.uint16) | (rng.integers(0, 2, n_blocks, np.uint16) << 15)
+        raw[:, at : at + 2] = bits.astype("<u2").view(np.uint8).reshape(n_blocks, 2)
+    return raw
+
+
 SHAPES = [(1, 32), (3, 64), (17, 96), (256, 576)]
 KINDS = ["normal", "zeros", "huge", "tiny", "negative", "mixed"]
 
 
-@pytest.mark.parametrize("type_name", TYPES)
+@pytest.mark.parametrize("type_name", QUANTIZABLE)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("kind", KINDS)
 def test_clear_and_fast_match_gguf_on_quantized_weights(type_name, shape, kind):
@@ -84,6 +121,26 @@ def test_clear_and_fast_match_gguf_on_quantized_weights(type_name, shape, kind):
     assert dequantize(flat, type_name, shape).shape == shape
 
 
+RANDOM_SHAPES = [(1, 256), (3, 512), (7, 768), (33, 2048)]
+
+
+@pytest.mark.parametrize("type_name", SUPER_BLOCK_TYPES + ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"])
+@pytest.mark.parametrize("shape", RANDOM_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_random_blocks_bit_exact(type_name, shape):
+    """Random bytes with finite fp16 fields: every quant, scale and minimum pattern; identical float32 bits."""
+    block_size = GGML_QUANT_SIZES[GGMLQuantizationType[type_name]][0]
+    rng = np.random.default_rng(zlib.crc32(repr((type_name, shape)).encode()))
+    raw = finite_blocks(type_name, shape[0] * shape[1] // block_size, rng)
+    expected = reference_dequantize(raw.reshape(-1), type_name, shape)
+    assert np.isfinite(expected).all() and np.count_nonzero(expected) > expected.size // 2
+    clear, fast = HAND_DEQUANTIZERS[type_name]
+    flat = raw.reshape(-1)
+    assert bit_equal(clear(flat), expected.reshape(-1)), "clear"
+    assert bit_equal(fast(flat), expected.reshape(-1)), "fast"
+    assert bit_equal(fast(flat, threads=2), expected.reshape(-1)), "fast, 2 threads"
+    assert bit_equal(dequantize(flat, type_name, shape), expected)
+
+
 @pytest.mark.parametrize("type_name", TYPES)
 def test_every_bit_pattern(type_name):
     """Random bytes: every scale pattern, including inf, NaN and subnormal fp16 scales."""
@@ -96,12 +153,12 @@ def test_every_bit_pattern(type_name):
     if type_name == "BF16":
         special = np.array([0x7F80, 0xFF80, 0x7FC1, 0x0000, 0x8000, 0x0001, 0x7F7F], np.uint16)
     if type_name != "F32":
-        step = type_size if block_size == 32 else 2
+        step = type_size if block_size > 1 else 2
+        at = fp16_offsets(type_name)[0] if block_size > 1 else 0
         for i, bits in enumerate(special.view(np.uint8).reshape(-1, 2)):
-            raw[i * step : i * step + 2] = bits
-    shape = (n_blocks * block_size // 32, 32)
+            raw[at + i * step : at + i * step + 2] = bits
     with np.errstate(all="ignore"):
-        expected = gguf_reference(raw.reshape(shape[0], -1), type_name)
+        expected = gguf_reference(raw.reshape(n_blocks, -1), type_name)
         clear, fast = HAND_DEQUANTIZERS[type_name]
         assert same_bits(clear(raw), expected)
         assert same_bits(fast(raw), expected)
@@ -114,30 +171,49 @@ def test_fast_spans_several_chunks_and_fills_out(type_name, monkeypatch):
     """The fast versions step through CHUNK_BLOCKS at a time; make chunks tiny to test the seams."""
     import bytesup.dequant as dq
 
-    monkeypatch.setattr(dq, "CHUNK_BLOCKS", 3)
-    rng = np.random.default_rng(1)
-    x = rng.standard_normal((10, 64)).astype(np.float32)
-    q = encode(x, type_name)
+    monkeypatch.setattr(dq, "CHUNK_BLOCKS", 3)  # 3 blocks of 32, or 1 super-block, per chunk
+    q = finite_blocks(type_name, 10, np.random.default_rng(1))
     expected = gguf_reference(q, type_name)
     _, fast = HAND_DEQUANTIZERS[type_name]
-    out = np.full(640, np.nan, np.float32)
-    result = fast(q.reshape(-1), out=out)
-    assert result is out and same_bits(out, expected)
+    for threads in (1, 3):
+        out = np.full(expected.size, np.nan, np.float32)
+        result = fast(q.reshape(-1), out=out, threads=threads)
+        assert result is out and bit_equal(out, expected.reshape(-1)), threads
 
 
 def test_registry_and_dispatch(caplog):
-    assert set(HAND_DEQUANTIZERS) == {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"}
-    assert dequantizer_used("Q4_1") == "hand" and dequantizer_used("Q6_K") == "fallback"
+    assert set(HAND_DEQUANTIZERS) == set(QUANTIZABLE) | set(SUPER_BLOCK_TYPES)
+    assert dequantizer_used("Q4_1") == "hand" and dequantizer_used("Q6_K") == "hand"
+    assert dequantizer_used("TQ2_0") == "fallback"
     assert expected_bytes("Q4_1", (576, 1536)) == 576 * 1536 // 32 * 20
+    assert expected_bytes("Q4_K", (640, 2048)) == 640 * 2048 // 256 * 144
     assert expected_bytes("F32", ()) == 4
     # a type we don't hand-write goes to gguf.quants, and says so
     rng = np.random.default_rng(2)
-    raw = rng.integers(0, 256, size=2 * 210, dtype=np.uint8)  # two Q6_K blocks of 256 weights
+    raw = rng.integers(0, 256, size=2 * 66, dtype=np.uint8)  # two TQ2_0 blocks of 256 weights
     with caplog.at_level(logging.INFO, logger="bytesup.dequant"), np.errstate(all="ignore"):
-        ours = dequantize(raw, "Q6_K", (2, 256))
-        theirs = gguf_reference(raw.reshape(2, -1), "Q6_K")
-    assert "no hand dequantizer for Q6_K" in caplog.text
+        ours = dequantize(raw, "TQ2_0", (2, 256))
+        theirs = gguf_reference(raw.reshape(2, -1), "TQ2_0")
+    assert "no hand dequantizer for TQ2_0" in caplog.text
     assert ours.shape == (2, 256) and same_bits(ours, theirs)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="bytesup.dequant"):
+        dequantize(finite_blocks("Q6_K", 2, rng).reshape(-1), "Q6_K", (2, 256))
+    assert "no hand dequantizer" not in caplog.text
+
+
+def test_default_threads(monkeypatch):
+    from bytesup.dequant import available_cpus, default_threads
+
+    for name in ("BYTESUP_THREADS", "OMP_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    assert default_threads() == available_cpus() >= 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert default_threads() == 3
+    monkeypatch.setenv("BYTESUP_THREADS", "5")
+    assert default_threads() == 5
+    monkeypatch.setenv("BYTESUP_THREADS", "zero")  # not a positive integer: the next one counts
+    assert default_threads() == 3
 
 
 def test_dispatch_errors():
@@ -145,6 +221,10 @@ def test_dispatch_errors():
         dequantize(np.zeros(33, np.uint8), "Q8_0", (32,))
     with pytest.raises(ValueError, match="not a multiple of the block size 32"):
         dequantize(np.zeros(34, np.uint8), "Q8_0", (1, 16))
+    with pytest.raises(ValueError, match="row length 128 is not a multiple of the block size 256"):
+        dequantize(np.zeros(144, np.uint8), "Q4_K", (2, 128))
+    with pytest.raises(ValueError, match="Q4_K: 145 bytes is not a whole number of 144-byte blocks"):
+        split_fields(np.zeros(145, np.uint8), "Q4_K")
     with pytest.raises(ValueError, match="expected uint8"):
         dequantize(np.zeros(8, np.float32), "F32", (8,))
     with pytest.raises(ValueError, match="unknown ggml type name 'Q9_9'"):
@@ -175,6 +255,88 @@ def test_known_values_by_hand():
         assert f(q41).tolist() == expected
 
 
+# -- the super-block fields, unpacked on their own ------------------------------------------
+
+
+def get_scale_min_k4(j: int, q: bytes) -> tuple[int, int]:
+    """llama.cpp's get_scale_min_k4 (ggml-quants.c), transcribed: scale and minimum of sub-block j."""
+    if j < 4:
+        return q[j] & 63, q[j + 4] & 63
+    return (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4)
+
+
+def q3_k_scales_ggml(q: bytes) -> list[int]:
+    """llama.cpp's dequantize_row_q3_K scale unpacking (kmask1, kmask2 on three uint32 words), transcribed."""
+    aux = list(np.frombuffer(q, "<u4").astype(int))
+    kmask1, kmask2, tmp = 0x03030303, 0x0F0F0F0F, aux[2]
+    aux.append(0)
+    aux[2] = ((aux[0] >> 4) & kmask2) | (((tmp >> 4) & kmask1) << 4)
+    aux[3] = ((aux[1] >> 4) & kmask2) | (((tmp >> 6) & kmask1) << 4)
+    aux[0] = (aux[0] & kmask2) | (((tmp >> 0) & kmask1) << 4)
+    aux[1] = (aux[1] & kmask2) | (((tmp >> 2) & kmask1) << 4)
+    return [s - 32 for s in np.array(aux, "<u4").view(np.int8).tolist()]  # int8 scales, stored + 32
+
+
+def test_packed_scales_match_ggml():
+    rng = np.random.default_rng(3)
+    packed = rng.integers(0, 256, size=(50, 12), dtype=np.uint8)
+    scale, minimum = unpack_scale_min_k4(packed)
+    q3 = unpack_q3_k_scales(packed)
+    for row, s, m, s3 in zip(packed, scale, minimum, q3):
+        assert [get_scale_min_k4(j, bytes(row)) for j in range(8)] == list(zip(s.tolist(), m.tolist()))
+        assert q3_k_scales_ggml(bytes(row)) == s3.tolist()
+    assert scale.dtype == np.uint8 and scale.max() <= 63 and q3.min() >= -32 and q3.max() <= 31
+    # IQ4_XS: ls = ((scales_l[j/2] >> 4*(j%2)) & 0xf) | (((scales_h >> 2*j) & 3) << 4), minus 32
+    h, low = rng.integers(0, 256, size=(50, 2), dtype=np.uint8), rng.integers(0, 256, size=(50, 4), dtype=np.uint8)
+    for hh, ll, got in zip(h, low, unpack_iq4_xs_scales(h, low)):
+        sh, ll = int(hh[0]) | int(hh[1]) << 8, ll.tolist()
+        assert got.tolist() == [((ll[j // 2] >> 4 * (j % 2)) & 0xF | ((sh >> 2 * j) & 3) << 4) - 32 for j in range(8)]
+
+
+def pack_scale_min_k4(scale: list[int], minimum: list[int]) -> np.ndarray:
+    """The inverse of get_scale_min_k4: eight 6-bit scales and minimums into 12 bytes."""
+    q = [0] * 12
+    for j in range(4):
+        q[j] = scale[j] | (scale[j + 4] >> 4) << 6
+        q[j + 4] = minimum[j] | (minimum[j + 4] >> 4) << 6
+        q[j + 8] = (scale[j + 4] & 0xF) | (minimum[j + 4] & 0xF) << 4
+    return np.array(q, np.uint8)
+
+
+def test_q4_k_super_block_by_hand():
+    """One Q4_K super-block built field by field and decoded on paper: w = d*scale[j]*q - dmin*min[j]."""
+    scale, minimum = [1, 2, 3, 5, 17, 33, 48, 63], [0, 7, 16, 31, 32, 47, 62, 63]
+    q = [(w * 7) % 16 for w in range(256)]
+    qs = np.zeros(128, np.uint8)
+    for w, v in enumerate(q):  # run r: low nibbles weights 64r..64r+31, high nibbles 64r+32..64r+63
+        r, i = divmod(w, 64)
+        qs[32 * r + i % 32] |= v << (4 * (i // 32))
+    d, dmin = np.float16(0.5), np.float16(0.125)
+    raw = np.concatenate([np.array([d, dmin], np.float16).view(np.uint8), pack_scale_min_k4(scale, minimum), qs])
+    fields = split_fields(raw, "Q4_K")
+    assert [(k, v.shape) for k, v in fields.items()] == [("d", (1, 2)), ("dmin", (1, 2)), ("scales", (1, 12)),
+                                                         ("qs", (1, 128))]
+    assert [a.tolist() for a in unpack_scale_min_k4(fields["scales"][0])] == [scale, minimum]
+    expected = [0.5 * scale[w // 32] * q[w] - 0.125 * minimum[w // 32] for w in range(256)]
+    for f in HAND_DEQUANTIZERS["Q4_K"]:
+        assert f(raw).tolist() == expected
+    assert reference_dequantize(raw, "Q4_K", (256,)).tolist() == expected
+
+
+def test_iq4_nl_block_by_hand():
+    d = np.float16(0.5)
+    qs = np.array([(15 - j) << 4 | j for j in range(16)], np.uint8)  # low nibble j, high nibble 15-j
+    raw = np.concatenate([np.array([d], np.float16).view(np.uint8), qs])
+    expected = [0.5 * int(KVALUES_IQ4[j]) for j in range(16)] + [0.5 * int(KVALUES_IQ4[15 - j]) for j in range(16)]
+    for f in HAND_DEQUANTIZERS["IQ4_NL"]:
+        assert f(raw).tolist() == expected
+
+
+def test_block_fields_add_up_to_ggml_sizes():
+    for type_name, fields in BLOCK_FIELDS.items():
+        assert sum(n for _, n in fields) == GGML_QUANT_SIZES[GGMLQuantizationType[type_name]][1], type_name
+
+
 # -- the real default model ---------------------------------------------------------------
 
 
@@ -191,3 +353,23 @@ def test_default_model_tensors_bit_exact(default_gguf):
             assert same_bits(fast(raw), expected), name
             assert same_bits(clear(raw), expected), name
             assert same_bits(f.load(name), expected) and f.load(name).shape == info.shape
+
+
+@pytest.mark.slow
+def test_gemma_every_tensor_bit_exact(gemma_gguf):
+    """Every tensor of Gemma 3 270M Q4_K_M (Q8_0, Q5_0, Q4_K, Q6_K, F32), clear and fast, bit for bit."""
+    seen = set()
+    with GGUFFile(gemma_gguf) as f:
+        for info in f.tensors:
+            raw = np.asarray(f.raw(info.name))
+            expected = reference_dequantize(raw, info.type_name, info.shape).reshape(-1)
+            clear, fast = HAND_DEQUANTIZERS[info.type_name]
+            assert bit_equal(fast(raw), expected), info.name
+            row_bytes = expected_bytes(info.type_name, info.shape[-1:])
+            rows = raw.reshape(-1, row_bytes)
+            step = max(1, (1 << 24) // max(1, expected.size // rows.shape[0]))  # the clear version in slices
+            for s in range(0, rows.shape[0], step):
+                part = clear(rows[s : s + step].reshape(-1))
+                assert bit_equal(part, expected[s * (expected.size // rows.shape[0]) :][: part.size]), info.name
+            seen.add(info.type_name)
+    assert seen == {"Q8_0", "Q5_0", "Q4_K", "Q6_K", "F32"}

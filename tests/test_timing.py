@@ -184,14 +184,32 @@ def test_dequant_bench_is_bit_exact_and_rates_follow_the_counts(ffn_gguf):
     rows = timing.dequant_bench(GGUFFile(ffn_gguf), ["Q8_0", "Q4_1", "Q6_K"], budget_bytes=1, repeats=3, warmup=1,
                                 noisy_spread=0.1)
     by_type = {r["type"]: r for r in rows}
-    for t in ("Q8_0", "Q4_1"):
+    for t, goal in (("Q8_0", 5.0), ("Q4_1", 3.0)):
         r = by_type[t]
         assert r["present"] and r["hand_written"] and r["bit_exact"] is True
         assert r["n_tensors"] == 1  # budget of 1 byte: the first tensor of that type
         assert r["ours_mbps"] == pytest.approx(r["quant_bytes"] / r["ours_median_s"] / 1e6)
         assert r["ratio"] == pytest.approx(r["gguf_median_s"] / r["ours_median_s"])
         assert r["ratio"] == pytest.approx(r["ours_mbps"] / r["gguf_mbps"])
-    assert by_type["Q6_K"] == {"type": "Q6_K", "present": False, "note": "no Q6_K tensors in this model"}
+        assert r["target"] == goal and r["met"] == (r["ratio"] >= goal) and r["threads"] == 1
+    assert by_type["Q6_K"] == {"type": "Q6_K", "present": False, "note": "no Q6_K tensors in this model",
+                               "target": 3.0}
+
+
+def test_dequant_bench_covers_every_type_of_the_model(ffn_gguf):
+    """types=None: one row per type the model holds, in file order, the tensor named; floats have no goal."""
+    model = GGUFFile(ffn_gguf)
+    held = list(dict.fromkeys(t.type_name for t in model.tensors))
+    rows = timing.dequant_bench(model, None, budget_bytes=1, repeats=3, warmup=0, noisy_spread=0.1, threads=2)
+    assert [r["type"] for r in rows] == held == timing.model_types(model)
+    assert "F32" in held and "Q4_1" in held
+    for r in rows:
+        first = next(t.name for t in model.tensors if t.type_name == r["type"])
+        assert r["tensors"] == first and r["bit_exact"] is True and r["threads"] == 2
+        assert r["target"] == timing.dequant_goal(r["type"])
+    assert timing.dequant_goal("F32") is None and timing.dequant_goal("Q6_K") == 3.0
+    assert [t["name"] for t in timing.dequant_targets(rows)] == [
+        f"dequant_{t}_speedup_over_gguf" for t in held if t not in ("F32", "F16", "BF16")]
 
 
 def test_dequant_bench_catches_a_wrong_dequantizer(ffn_gguf):
@@ -225,19 +243,22 @@ def _deq(type_name, ratio, exact=True, noisy=False):
 
 
 def test_dequant_targets_met_logic():
-    targets = {t["name"]: t for t in timing.dequant_targets([_deq("Q8_0", 5.0), _deq("Q4_1", 2.99, noisy=True)])}
+    rows = [_deq("Q8_0", 5.0), _deq("Q4_1", 2.99, noisy=True), _deq("Q6_K", 3.0), _deq("F32", 1.1)]
+    targets = {t["name"]: t for t in timing.dequant_targets(rows)}
     q8, q4 = targets["dequant_Q8_0_speedup_over_gguf"], targets["dequant_Q4_1_speedup_over_gguf"]
     assert (q8["target"], q8["measured"], q8["met"]) == (5.0, 5.0, True)  # >= is met
     assert (q4["target"], q4["measured"], q4["met"], q4["noisy"]) == (3.0, 2.99, False, True)  # a miss stays
+    assert targets["dequant_Q6_K_speedup_over_gguf"]["met"] is True  # any other quantized type: 3x
+    assert list(targets) == ["dequant_Q8_0_speedup_over_gguf", "dequant_Q4_1_speedup_over_gguf",
+                             "dequant_Q6_K_speedup_over_gguf"]  # F32 is a copy: measured, no goal
 
 
 def test_dequant_target_for_an_unmeasured_type_is_listed_not_dropped():
-    targets = timing.dequant_targets([_deq("Q8_0", 9.0)])
-    [q4] = [t for t in targets if "Q4_1" in t["name"]]
-    assert q4["measured"] is None and q4["met"] is None and "not measured" in q4["note"]
     absent = {"type": "Q4_1", "present": False, "note": "no Q4_1 tensors in this model"}
-    [q4] = [t for t in timing.dequant_targets([absent]) if "Q4_1" in t["name"]]
-    assert q4["met"] is None and "no Q4_1 tensors" in q4["note"]
+    [q8, q4] = timing.dequant_targets([_deq("Q8_0", 9.0), absent])
+    assert q8["met"] is True
+    assert q4["name"] == "dequant_Q4_1_speedup_over_gguf" and q4["target"] == 3.0
+    assert q4["measured"] is None and q4["met"] is None and "not measured: no Q4_1 tensors" in q4["note"]
 
 
 def test_fraction_target():
@@ -282,10 +303,13 @@ def test_run_cpu_summary_is_consistent_with_its_tables(tiny_run):
     assert "skipped" in s["dequant"]["Q6_K"]
     names = [t["name"] for t in s["targets"]]
     assert names == ["dequant_Q8_0_speedup_over_gguf", "dequant_Q4_1_speedup_over_gguf",
-                     "matvec_cold_fraction_of_stream_copy"]
+                     "dequant_Q6_K_speedup_over_gguf", "matvec_cold_fraction_of_stream_copy"]
     for t in s["targets"]:
         assert set(t) >= {"name", "target", "measured", "unit", "met"}
-        assert t["met"] == (t["measured"] >= t["target"])  # tiny model: every figure measured, bit-exact
+        if t["name"].startswith("dequant_Q6_K"):  # asked for, absent from the tiny model: listed, not met
+            assert t["measured"] is None and t["met"] is None
+        else:
+            assert t["met"] == (t["measured"] >= t["target"])  # every figure measured, bit-exact
     m = s["machine"]
     assert m["threads"] == 1 and m["llc_bytes"] > 0 and m["cpu_model"]
     assert all(lib["num_threads"] == 1 for lib in m["blas"])  # threadpoolctl limit was in force
@@ -305,6 +329,13 @@ def test_run_cpu_writes_json_and_csvs(tiny_run, tmp_path):
     assert [int(r["n"]) for r in rows] == [1, 2, 4, 256]  # one row per N (the lesson reads it)
     assert {"n", "median_s", "gflops", "gbps", "time_over_n1"} <= set(rows[0])
     assert math.isclose(float(rows[0]["gbps"]), tiny_run["summary"]["matvec_cold_gbps"])
+    with open(paths["dequant"], newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["type"] for r in rows] == ["Q8_0", "Q4_1", "Q6_K"]  # one row per type, the report prints it
+    q8 = rows[0]
+    assert q8["tensors"] == "token_embd.weight" and q8["target"] == "5.0" and q8["met"] in ("True", "False")
+    assert float(q8["ratio"]) == pytest.approx(float(q8["gguf_median_s"]) / float(q8["ours_median_s"]))
+    assert rows[2]["present"] == "False" and rows[2]["ratio"] == ""
 
 
 def _shape(value):

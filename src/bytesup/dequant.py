@@ -5,9 +5,10 @@ Each type has two versions, both bit-exact against gguf.quants.dequantize:
 * a clear one that reads like the block layout (one line per field), and
 * a fast one beside it: the same arithmetic as a few whole-chunk numpy passes over
   views of the bytes, written in place into one output array (why it is shaped the
-  way it is: see "fast 4- and 5-bit" below). Pass out= to reuse an output array.
+  way it is: see "fast 4- and 5-bit" below), the chunks spread over a pool of threads.
+  Pass out= to reuse an output array, threads= to choose how many (default_threads()).
 
-Every quantized type here stores weights in blocks of 32 along a row:
+The legacy types store weights in blocks of 32 along a row:
 
     Q8_0  34 bytes: d (fp16)                      + 32 x int8 q                  w = d * q
     Q4_0  18 bytes: d (fp16)                      + 16 bytes of 4-bit q          w = d * (q - 8)
@@ -19,6 +20,11 @@ In the 4-bit types, byte j of a block holds weight j in its low nibble and weigh
 in its high nibble. In the 5-bit types, bit j of the little-endian uint32 qh is bit 4
 of weight j.
 
+The K-quants (Q2_K..Q6_K) and IQ4_XS use super-blocks of 256 weights with packed
+per-sub-block scales; IQ4_NL is a block of 32 with a non-uniform 16-level grid. Their
+layouts are in BLOCK_FIELDS and under "K-quants" below; split_fields and the unpack_*
+helpers take one super-block apart field by field.
+
 Bit-exactness: fp16 -> fp32 is exact for every finite value; then one float32 multiply
 and (for _1 types) one float32 add, in that order, exactly as gguf-py does. No fused
 multiply-add, no float64 on the way.
@@ -27,6 +33,9 @@ multiply-add, no float64 on the way.
 from __future__ import annotations
 
 import logging
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from math import prod
 
 import numpy as np
@@ -59,7 +68,8 @@ def f32_clear(raw: np.ndarray) -> np.ndarray:
     return raw.view("<f4").astype(np.float32)
 
 
-def f32_fast(raw: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+def f32_fast(raw: np.ndarray, out: np.ndarray | None = None, threads: int | None = None) -> np.ndarray:
+    # one numpy pass, memory-bound: `threads` is accepted for a uniform signature and not used
     out = np.empty(raw.size // 4, np.float32) if out is None else out
     np.copyto(out, np.frombuffer(raw, "<f4"))
     return out
@@ -70,7 +80,7 @@ def f16_clear(raw: np.ndarray) -> np.ndarray:
     return raw.view("<f2").astype(np.float32)
 
 
-def f16_fast(raw: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+def f16_fast(raw: np.ndarray, out: np.ndarray | None = None, threads: int | None = None) -> np.ndarray:
     out = np.empty(raw.size // 2, np.float32) if out is None else out
     np.copyto(out, np.frombuffer(raw, "<f2"))  # numpy's SIMD conversion, no temporary
     return out
@@ -82,7 +92,7 @@ def bf16_clear(raw: np.ndarray) -> np.ndarray:
     return (top << 16).view(np.float32)
 
 
-def bf16_fast(raw: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+def bf16_fast(raw: np.ndarray, out: np.ndarray | None = None, threads: int | None = None) -> np.ndarray:
     out = np.empty(raw.size // 2, np.float32) if out is None else out
     bits = out.view(np.uint32)
     np.copyto(bits, np.frombuffer(raw, "<u2"))
@@ -101,19 +111,13 @@ def q8_0_clear(raw: np.ndarray) -> np.ndarray:
     return (d * q).reshape(-1)
 
 
-_Q8_0 = np.dtype([("d", "<u2"), ("q", "i1", (32,))])
+def _q8_0_step(r, o):
+    o[...] = r[:, 2:34].view(np.int8)  # int8 -> float32, exact
+    o *= np.repeat(F16_TO_F32[r[:, 0:2].view("<u2")[:, 0]], 32).reshape(-1, 32)
 
 
-def q8_0_fast(raw: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    blocks = np.frombuffer(raw, _Q8_0)
-    n = blocks.shape[0]
-    out = np.empty(n * 32, np.float32) if out is None else out
-    o32 = out.reshape(n, 32)
-    for s in range(0, n, CHUNK_BLOCKS):
-        b, o = blocks[s : s + CHUNK_BLOCKS], o32[s : s + CHUNK_BLOCKS]
-        o[...] = b["q"]  # int8 -> float32, exact
-        o *= F16_TO_F32[b["d"]][:, None]
-    return out
+def q8_0_fast(raw: np.ndarray, out: np.ndarray | None = None, threads: int | None = None) -> np.ndarray:
+    return _fast_blocks(raw, 34, out, _q8_0_step, 32, threads)
 
 
 # -- Q4_0 and Q4_1 ----------------------------------------------------------------------
@@ -184,31 +188,34 @@ def q5_1_clear(raw: np.ndarray) -> np.ndarray:
 # The arithmetic is unchanged: fp16 -> fp32, multiply, then add.
 
 
-class _Scratch:
-    """Reusable byte buffers for one call: nibble planes and the assembled quants."""
-
-    def __init__(self, n_blocks: int, type_size: int):
-        c = min(n_blocks, CHUNK_BLOCKS)
-        self.lo = np.empty((c, type_size), np.uint8)
-        self.hi = np.empty((c, type_size), np.uint8)
-        self.q = np.empty((c, 2, 16), np.uint8)
+def _columns(r: np.ndarray, start: int, stop: int) -> np.ndarray:
+    """Bytes start:stop of every block as a contiguous (k, stop - start) array (one item copy per block)."""
+    n = stop - start
+    out = np.empty((r.shape[0], n), np.uint8)
+    out.view(f"V{n}")[:, 0] = r[:, start:stop].view(f"V{n}")[:, 0]
+    return out
 
 
-def _quants_4bit(r: np.ndarray, start: int, sc: _Scratch) -> np.ndarray:
-    """(k, type_size) block bytes with 16 bytes of nibbles at `start` -> (k, 32) uint8 values 0..15."""
+def _nibble_runs(r: np.ndarray, start: int, runs: int, run: int) -> np.ndarray:
+    """(k, type_size) blocks with `runs` runs of `run` bytes of nibbles at `start` -> (k, 2 * runs * run)
+    uint8 0..15 in weight order: each run's low nibbles, then its high nibbles."""
     k = r.shape[0]
-    lo, hi, q = sc.lo[:k], sc.hi[:k], sc.q[:k]
-    np.bitwise_and(r, np.uint8(0x0F), out=lo)
-    np.right_shift(r, np.uint8(4), out=hi)
-    items = q.view("V16")  # (k, 2, 1): [low plane, high plane] of each block
-    items[:, 0, 0] = lo[:, start : start + 16].view("V16")[:, 0]
-    items[:, 1, 0] = hi[:, start : start + 16].view("V16")[:, 0]
-    return q.reshape(k, 32)
+    q = np.empty((k, runs, 2, run), np.uint8)
+    items = q.view(f"V{run}")  # (k, runs, 2, 1): [low plane, high plane] of each run
+    span = r[:, start : start + runs * run]
+    items[:, :, 0, 0] = (span & np.uint8(0x0F)).view(f"V{run}")
+    items[:, :, 1, 0] = (span >> np.uint8(4)).view(f"V{run}")
+    return q.reshape(k, -1)
 
 
-def _quants_5bit(r: np.ndarray, qh_at: int, sc: _Scratch) -> np.ndarray:
+def _quants_4bit(r: np.ndarray, start: int) -> np.ndarray:
+    """(k, type_size) block bytes with 16 bytes of nibbles at `start` -> (k, 32) uint8 values 0..15."""
+    return _nibble_runs(r, start, 1, 16)
+
+
+def _quants_5bit(r: np.ndarray, qh_at: int) -> np.ndarray:
     """As _quants_4bit, plus bit 4 of weight j from bit j of the uint32 at qh_at: values 0..31."""
-    q = _quants_4bit(r, qh_at + 4, sc)
+    q = _quants_4bit(r, qh_at + 4)
     high = np.unpackbits(r[:, qh_at : qh_at + 4], axis=1, bitorder="little")  # (k, 32): 0 or 1
     high <<= np.uint8(4)
     q |= high
@@ -225,58 +232,463 @@ def _per_weight(values: np.ndarray) -> np.ndarray:
     return np.repeat(values, 32).reshape(-1, 32)
 
 
-def _fast_blocks(raw: np.ndarray, type_size: int, out: np.ndarray | None, step) -> np.ndarray:
-    """Run step(block_bytes_chunk, out_chunk, scratch) over the tensor, CHUNK_BLOCKS at a time."""
-    rows = np.frombuffer(raw, np.uint8).reshape(-1, type_size)
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+THREADS_ENV = ("BYTESUP_THREADS", "OMP_NUM_THREADS")  # the first one set to a positive integer wins
+
+
+def default_threads() -> int:
+    """Threads for a fast dequantizer given threads=None: $BYTESUP_THREADS, else $OMP_NUM_THREADS (as a
+    job runner sets it for a job's `threads`), else every CPU this process may use."""
+    for name in THREADS_ENV:
+        value = os.environ.get(name, "").strip()
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return available_cpus()
+
+
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def _pool(workers: int) -> ThreadPoolExecutor:
+    with _POOLS_LOCK:
+        if workers not in _POOLS:
+            _POOLS[workers] = ThreadPoolExecutor(workers, thread_name_prefix="bytesup-dequant")
+        return _POOLS[workers]
+
+
+def _fast_blocks(raw: np.ndarray, type_size: int, out: np.ndarray | None, step, block_size: int = 32,
+                 threads: int | None = None) -> np.ndarray:
+    """Run step(block_bytes_chunk, out_chunk) over the tensor, about CHUNK_BLOCKS x 32 weights at a time.
+
+    With threads > 1 (None: default_threads()) the chunks go to a pool of that many
+    threads, each writing its own rows of the one output array; numpy releases the GIL inside
+    each whole-chunk pass, so the chunks run side by side.
+    """
+    rows = np.ascontiguousarray(raw, np.uint8).reshape(-1, type_size)
     n = rows.shape[0]
-    out = np.empty(n * 32, np.float32) if out is None else out
-    o2 = out.reshape(n, 32)
-    scratch = _Scratch(n, type_size)
-    for s in range(0, n, CHUNK_BLOCKS):
-        step(rows[s : s + CHUNK_BLOCKS], o2[s : s + CHUNK_BLOCKS], scratch)
+    out = np.empty(n * block_size, np.float32) if out is None else out
+    o2 = out.reshape(n, block_size)
+    per = max(1, CHUNK_BLOCKS * 32 // block_size)
+    starts = range(0, n, per)
+    workers = min(default_threads() if threads is None else max(1, int(threads)), len(starts))
+
+    def work(s: int) -> None:
+        step(rows[s : s + per], o2[s : s + per])
+
+    if workers <= 1:
+        for s in starts:
+            work(s)
+    else:
+        for _ in _pool(workers).map(work, starts):
+            pass
     return out
 
 
-def _q4_0_step(r, o, sc):
-    q = _quants_4bit(r, 2, sc)
+def _q4_0_step(r, o):
+    q = _quants_4bit(r, 2)
     q -= np.uint8(8)  # 0..15 -> -8..7 in two's complement, read through the int8 view
     o[...] = q.view(np.int8)  # int8 -> float32, exact
     o *= _per_weight(_f16_column(r, 0))
 
 
-def _q4_1_step(r, o, sc):
-    o[...] = _quants_4bit(r, 4, sc)
+def _q4_1_step(r, o):
+    o[...] = _quants_4bit(r, 4)
     o *= _per_weight(_f16_column(r, 0))  # multiply, then add: two roundings, like gguf-py
     o += _per_weight(_f16_column(r, 2))
 
 
-def _q5_0_step(r, o, sc):
-    q = _quants_5bit(r, 2, sc)
+def _q5_0_step(r, o):
+    q = _quants_5bit(r, 2)
     q -= np.uint8(16)  # 0..31 -> -16..15
     o[...] = q.view(np.int8)
     o *= _per_weight(_f16_column(r, 0))
 
 
-def _q5_1_step(r, o, sc):
-    o[...] = _quants_5bit(r, 4, sc)
+def _q5_1_step(r, o):
+    o[...] = _quants_5bit(r, 4)
     o *= _per_weight(_f16_column(r, 0))
     o += _per_weight(_f16_column(r, 2))
 
 
-def q4_0_fast(raw: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    return _fast_blocks(raw, 18, out, _q4_0_step)
+def q4_0_fast(raw: np.ndarray, out: np.ndarray | None = None, threads: int | None = None) -> np.ndarray:
+    return _fast_blocks(raw, 18, out, _q4_0_step, 32, threads)
 
 
-def q4_1_fast(raw: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    return _fast_blocks(raw, 20, out, _q4_1_step)
+def q4_1_fast(raw: np.ndarray, out: np.ndarray | None = None, threads: int | None = None) -> np.ndarray:
+    return _fast_blocks(raw, 20, out, _q4_1_step, 32, threads)
 
 
-def q5_0_fast(raw: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    return _fast_blocks(raw, 22, out, _q5_0_step)
+def q5_0_fast(raw: np.ndarray, out: np.ndarray | None = None, threads: int | None = None) -> np.ndarray:
+    return _fast_blocks(raw, 22, out, _q5_0_step, 32, threads)
 
 
-def q5_1_fast(raw: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    return _fast_blocks(raw, 24, out, _q5_1_step)
+def q5_1_fast(raw: np.ndarray, out: np.ndarray | None = None, threads: int | None = None) -> np.ndarray:
+    return _fast_blocks(raw, 24, out, _q5_1_step, 32, threads)
+
+
+# -- K-quants: super-blocks of 256 weights -------------------------------------------------
+#
+# The K-quants (and IQ4_XS) group 256 weights into one super-block with one or two fp16
+# numbers for the whole of it, and split it into sub-blocks of 16 or 32 weights that each
+# get a small integer scale (and minimum) of their own. Per sub-block j:
+#
+#     Q2_K   84 bytes  16 x 16 weights, 2-bit q  w = (d * scale[j]) * q - (dmin * min[j]),  4-bit scale, min
+#     Q3_K  110 bytes  16 x 16 weights, 3-bit q  w = (d * scale[j]) * q,                    6-bit signed scale
+#     Q4_K  144 bytes   8 x 32 weights, 4-bit q  w = (d * scale[j]) * q - (dmin * min[j]),  6-bit scale, min
+#     Q5_K  176 bytes   8 x 32 weights, 5-bit q  w = (d * scale[j]) * q - (dmin * min[j]),  6-bit scale, min
+#     Q6_K  210 bytes  16 x 16 weights, 6-bit q  w = (d * scale[j]) * q,                    8-bit signed scale
+#     IQ4_XS 136 bytes  8 x 32 weights, 4-bit index into a table of 16 levels, 6-bit signed scale
+#     IQ4_NL  18 bytes  one block of 32 weights (no super-block): w = d * KVALUES_IQ4[q]
+#
+# The bracketed products are rounded to float32 first (one per sub-block), then multiplied by q,
+# then the minimum subtracted: three roundings, in that order, as gguf-py and ggml do.
+
+QK_K = 256
+
+# Each block, field by field, in file order: (name, bytes). split_fields cuts bytes along these.
+BLOCK_FIELDS = {
+    "Q2_K": (("scales", 16), ("qs", 64), ("d", 2), ("dmin", 2)),
+    "Q3_K": (("hmask", 32), ("qs", 64), ("scales", 12), ("d", 2)),
+    "Q4_K": (("d", 2), ("dmin", 2), ("scales", 12), ("qs", 128)),
+    "Q5_K": (("d", 2), ("dmin", 2), ("scales", 12), ("qh", 32), ("qs", 128)),
+    "Q6_K": (("ql", 128), ("qh", 64), ("scales", 16), ("d", 2)),
+    "IQ4_NL": (("d", 2), ("qs", 16)),
+    "IQ4_XS": (("d", 2), ("scales_h", 2), ("scales_l", 4), ("qs", 128)),
+}
+
+# IQ4_NL and IQ4_XS: a 4-bit q is an index into these 16 non-uniform levels (ggml's kvalues_iq4nl)
+KVALUES_IQ4 = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.int8)
+
+
+def split_fields(raw: np.ndarray, type_name: str) -> dict[str, np.ndarray]:
+    """Bytes of whole blocks -> {field name: (n_blocks, field bytes) uint8}, in file order (BLOCK_FIELDS)."""
+    fields = BLOCK_FIELDS[type_name]
+    size = sum(n for _, n in fields)
+    raw = np.asarray(raw, np.uint8).reshape(-1)
+    if raw.size % size:
+        raise ValueError(f"{type_name}: {raw.size} bytes is not a whole number of {size}-byte blocks")
+    blocks = raw.reshape(-1, size)
+    out, at = {}, 0
+    for name, n in fields:
+        out[name] = blocks[:, at : at + n]
+        at += n
+    return out
+
+
+def unpack_scale_min_k4(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Q4_K and Q5_K: the 12 packed bytes -> eight 6-bit scales and eight 6-bit minimums (0..63 each).
+
+        bytes 0-3   scale[j]     in bits 0-5, bits 4-5 of scale[j+4] in bits 6-7   (j = 0..3)
+        bytes 4-7   min[j]       in bits 0-5, bits 4-5 of min[j+4]   in bits 6-7
+        bytes 8-11  bits 0-3 of scale[j+4] in the low nibble, bits 0-3 of min[j+4] in the high
+
+    (..., 12) uint8 -> two (..., 8) uint8 arrays: (scale, min).
+    """
+    scales = np.asarray(scales, np.uint8)
+    a, b, c = scales[..., 0:4], scales[..., 4:8], scales[..., 8:12]
+    scale = np.concatenate([a & 0x3F, (c & 0x0F) | (a >> 6) << 4], axis=-1)
+    minimum = np.concatenate([b & 0x3F, (c >> 4) | (b >> 6) << 4], axis=-1)
+    return scale, minimum
+
+
+def unpack_q3_k_scales(scales: np.ndarray) -> np.ndarray:
+    """Q3_K: the 12 packed bytes -> sixteen signed 6-bit scales (-32..31).
+
+        bytes 0-7   bits 0-3 of scale[j] in the low nibble of byte j, of scale[j+8] in the high nibble
+        bytes 8-11  bits 4-5 of scale[j], scale[j+4], scale[j+8], scale[j+12] in bits 0-1, 2-3, 4-5, 6-7 of byte 8+j
+        stored as scale + 32
+
+    (..., 12) uint8 -> (..., 16) int8.
+    """
+    scales = np.asarray(scales, np.uint8)
+    low, high = scales[..., 0:8], scales[..., 8:12]
+    low4 = np.concatenate([low & 0x0F, low >> 4], axis=-1)
+    high2 = np.concatenate([(high >> shift) & 0x03 for shift in (0, 2, 4, 6)], axis=-1)
+    return (low4 | high2 << 4).astype(np.int8) - np.int8(32)
+
+
+def unpack_iq4_xs_scales(scales_h: np.ndarray, scales_l: np.ndarray) -> np.ndarray:
+    """IQ4_XS: 2 + 4 packed bytes -> eight signed 6-bit scales (-32..31).
+
+        scales_l  bits 0-3 of scale[2i] in the low nibble of byte i, of scale[2i+1] in the high nibble
+        scales_h  a little-endian uint16: bits 4-5 of scale[j] in its bits 2j, 2j+1
+        stored as scale + 32
+
+    (..., 2) and (..., 4) uint8 -> (..., 8) int8.
+    """
+    scales_l = np.asarray(scales_l, np.uint8)
+    high = np.ascontiguousarray(scales_h, np.uint8).view("<u2")  # (..., 1)
+    low4 = np.stack([scales_l & 0x0F, scales_l >> 4], axis=-1).reshape(*scales_l.shape[:-1], 8)
+    high2 = ((high >> (2 * np.arange(8, dtype=np.uint16))) & 0x03).astype(np.uint8)
+    return (low4 | high2 << 4).astype(np.int8) - np.int8(32)
+
+
+def _crumbs(qs: np.ndarray) -> np.ndarray:
+    """Q2_K and Q3_K: (n, 64) bytes of 2-bit quants -> (n, 256) values 0..3.
+
+    Two halves of 32 bytes; in half h, bits 2s..2s+1 of byte i are weight 128h + 32s + i.
+    """
+    halves = qs.reshape(-1, 2, 1, 32)
+    return np.concatenate([(halves >> shift) & 0x03 for shift in (0, 2, 4, 6)], axis=2).reshape(-1, QK_K)
+
+
+def _nibbles_k(qs: np.ndarray) -> np.ndarray:
+    """Q4_K, Q5_K, IQ4_XS: (n, 128) bytes of 4-bit quants -> (n, 256) values 0..15.
+
+    Four runs of 32 bytes; in run r the low nibbles are weights 64r..64r+31, the high ones 64r+32..64r+63.
+    """
+    runs = qs.reshape(-1, 4, 1, 32)
+    return np.concatenate([runs & 0x0F, runs >> 4], axis=2).reshape(-1, QK_K)
+
+
+def _high_bits(qh: np.ndarray) -> np.ndarray:
+    """Q3_K's hmask, Q5_K's qh: (n, 32) bytes -> (n, 256) bits; bit b of byte i is weight 32b + i."""
+    return np.concatenate([(qh >> b) & 0x01 for b in range(8)], axis=1)
+
+
+def q2_k_clear(raw: np.ndarray) -> np.ndarray:
+    """Q2_K: 256 weights in 84 bytes = 16 bytes of scales + 64 bytes of 2-bit quants + d, dmin (fp16).
+    Byte j of scales holds sub-block j's scale (low nibble) and minimum (high nibble).
+    Weight = (d * scale[j]) * q - (dmin * min[j]) for sub-block j = weight // 16."""
+    f = split_fields(raw, "Q2_K")
+    d, dmin = _f16(f["d"]), _f16(f["dmin"])  # (n, 1) each
+    scale, minimum = f["scales"] & 0x0F, f["scales"] >> 4  # (n, 16) each, 0..15
+    q = _crumbs(f["qs"]).reshape(-1, 16, 16).astype(np.float32)  # (n, sub-block, weight)
+    step = (d * scale.astype(np.float32))[:, :, None]  # one float32 per sub-block
+    low = (dmin * minimum.astype(np.float32))[:, :, None]
+    return (step * q - low).reshape(-1)
+
+
+def q3_k_clear(raw: np.ndarray) -> np.ndarray:
+    """Q3_K: 256 weights in 110 bytes = 32 bytes hmask + 64 bytes of 2-bit quants + 12 bytes of packed
+    6-bit scales + d (fp16). A weight's 3-bit q is its 2 low bits minus 4 when its hmask bit is clear
+    (q in -4..3). Weight = (d * scale[j]) * q for sub-block j = weight // 16."""
+    f = split_fields(raw, "Q3_K")
+    d = _f16(f["d"])  # (n, 1)
+    scale = unpack_q3_k_scales(f["scales"])  # (n, 16), -32..31
+    low = _crumbs(f["qs"]).astype(np.int8)  # (n, 256), 0..3
+    high = _high_bits(f["hmask"]).astype(np.int8)  # (n, 256), 0 or 1
+    q = (low - 4 * (1 - high)).reshape(-1, 16, 16).astype(np.float32)  # a set bit means "no offset"
+    step = (d * scale.astype(np.float32))[:, :, None]
+    return (step * q).reshape(-1)
+
+
+def q4_k_clear(raw: np.ndarray) -> np.ndarray:
+    """Q4_K: 256 weights in 144 bytes = d, dmin (fp16) + 12 bytes of packed 6-bit scales and minimums
+    + 128 bytes of 4-bit quants. Weight = (d * scale[j]) * q - (dmin * min[j]) for sub-block j = weight // 32."""
+    f = split_fields(raw, "Q4_K")
+    d, dmin = _f16(f["d"]), _f16(f["dmin"])  # (n, 1) each
+    scale, minimum = unpack_scale_min_k4(f["scales"])  # (n, 8) each, 0..63
+    q = _nibbles_k(f["qs"]).reshape(-1, 8, 32).astype(np.float32)  # (n, sub-block, weight), 0..15
+    step = (d * scale.astype(np.float32))[:, :, None]
+    low = (dmin * minimum.astype(np.float32))[:, :, None]
+    return (step * q - low).reshape(-1)
+
+
+def q5_k_clear(raw: np.ndarray) -> np.ndarray:
+    """Q5_K: 256 weights in 176 bytes = d, dmin (fp16) + 12 bytes of packed 6-bit scales and minimums
+    + 32 bytes qh (bit 4 of each q) + 128 bytes of the low 4 bits. Weight = (d * scale[j]) * q - (dmin * min[j])
+    for sub-block j = weight // 32, q in 0..31."""
+    f = split_fields(raw, "Q5_K")
+    d, dmin = _f16(f["d"]), _f16(f["dmin"])
+    scale, minimum = unpack_scale_min_k4(f["scales"])
+    q = _nibbles_k(f["qs"]) | _high_bits(f["qh"]) << 4  # (n, 256), 0..31
+    q = q.reshape(-1, 8, 32).astype(np.float32)
+    step = (d * scale.astype(np.float32))[:, :, None]
+    low = (dmin * minimum.astype(np.float32))[:, :, None]
+    return (step * q - low).reshape(-1)
+
+
+def q6_k_clear(raw: np.ndarray) -> np.ndarray:
+    """Q6_K: 256 weights in 210 bytes = 128 bytes ql (low 4 bits of q) + 64 bytes qh (high 2 bits)
+    + 16 signed 8-bit scales + d (fp16). Weight = (d * scale[j]) * (q - 32) for sub-block j = weight // 16.
+
+    ql: two halves of 64 bytes; in half h the low nibble of byte i is weight 128h + i, the high 128h + 64 + i.
+    qh: two halves of 32 bytes; in half h bits 2s..2s+1 of byte i are the top bits of weight 128h + 32s + i.
+    """
+    f = split_fields(raw, "Q6_K")
+    d = _f16(f["d"])
+    scale = f["scales"].view(np.int8)  # (n, 16), -128..127
+    ql = f["ql"].reshape(-1, 2, 1, 64)
+    low = np.concatenate([ql & 0x0F, ql >> 4], axis=2).reshape(-1, QK_K)  # 0..15
+    high = _crumbs(f["qh"])  # 0..3, same layout as the 2-bit quants of Q2_K
+    q = ((low | high << 4).astype(np.int8) - 32).reshape(-1, 16, 16).astype(np.float32)  # -32..31
+    step = (d * scale.astype(np.float32))[:, :, None]
+    return (step * q).reshape(-1)
+
+
+def iq4_nl_clear(raw: np.ndarray) -> np.ndarray:
+    """IQ4_NL: a block of 32 weights = d (fp16) + 16 bytes of 4-bit indices (as Q4_0: low nibbles are weights
+    0..15, high 16..31); weight = d * KVALUES_IQ4[q], a non-uniform grid of 16 levels."""
+    f = split_fields(raw, "IQ4_NL")
+    d = _f16(f["d"])  # (n, 1)
+    q = _nibbles(f["qs"])  # (n, 32), 0..15
+    return (d * KVALUES_IQ4[q].astype(np.float32)).reshape(-1)
+
+
+def iq4_xs_clear(raw: np.ndarray) -> np.ndarray:
+    """IQ4_XS: 256 weights in 136 bytes = d (fp16) + 2 + 4 bytes of packed 6-bit scales + 128 bytes of 4-bit
+    indices. Weight = (d * scale[j]) * KVALUES_IQ4[q] for sub-block j = weight // 32.
+
+    qs: eight runs of 16 bytes; in run j the low nibbles are weights 32j..32j+15, the high ones 32j+16..32j+31.
+    """
+    f = split_fields(raw, "IQ4_XS")
+    d = _f16(f["d"])
+    scale = unpack_iq4_xs_scales(f["scales_h"], f["scales_l"])  # (n, 8), -32..31
+    q = _nibbles(f["qs"].reshape(-1, 16)).reshape(-1, 8, 32)  # each run of 16 bytes is laid out like Q4_0's
+    step = (d * scale.astype(np.float32))[:, :, None]
+    return (step * KVALUES_IQ4[q].astype(np.float32)).reshape(-1)
+
+
+# -- fast K-quants ---------------------------------------------------------------------
+#
+# The same arithmetic as the clear versions, shaped like the fast 4- and 5-bit ones above: every
+# step a long loop over a whole chunk (bit fields taken from the whole chunk's bytes at once and
+# moved into weight order as 16-64 byte items; per-sub-block numbers repeated to one per weight).
+# The packed 6-bit scales of Q4_K/Q5_K are unpacked four at a time as little-endian uint32 words,
+# as ggml does. Same roundings, same order: (d * scale) rounded, times q, minus (dmin * min) rounded.
+
+
+def _bit_planes(qh: np.ndarray, bits: int) -> np.ndarray:
+    """(k, m) contiguous bytes -> (k, m // 32, 8 // bits, 32) fields of `bits` bits: field s of byte
+    32h + i lands at [h, s, i] (Q2_K/Q3_K quants, Q3_K hmask, Q5_K qh, Q6_K qh)."""
+    k, m = qh.shape
+    per = 8 // bits
+    planes = np.empty((k, m // 32, per, 32), np.uint8)
+    items = planes.view("V32")  # (k, m // 32, per, 1)
+    mask = np.uint8((1 << bits) - 1)
+    for s in range(per):
+        items[:, :, s, 0] = ((qh >> np.uint8(s * bits)) & mask).view("V32")
+    return planes
+
+
+def _repeat(values: np.ndarray, times: int, k: int) -> np.ndarray:
+    """Per-sub-block float32 numbers (k * n_sub) -> (k, 256), each repeated over its sub-block's weights."""
+    return np.repeat(values.reshape(-1), times).reshape(k, -1)
+
+
+def _scale_min_k4_fast(r: np.ndarray, at: int, d: np.ndarray, dmin: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Q4_K/Q5_K: (d * scale[j], dmin * min[j]) as (k * 8,) float32 each, from the 12 bytes at `at`."""
+    k = r.shape[0]
+    w = r[:, at : at + 12].view("<u4")  # (k, 3): the 12 bytes as three little-endian words a, b, c
+    a, b, c = w[:, 0], w[:, 1], w[:, 2]
+    sm = np.empty((k, 4), "<u4")  # as bytes: scale 0-3, scale 4-7, min 0-3, min 4-7
+    sm[:, 0] = a & np.uint32(0x3F3F3F3F)
+    sm[:, 1] = (c & np.uint32(0x0F0F0F0F)) | ((a >> np.uint32(2)) & np.uint32(0x30303030))
+    sm[:, 2] = b & np.uint32(0x3F3F3F3F)
+    sm[:, 3] = ((c >> np.uint32(4)) & np.uint32(0x0F0F0F0F)) | ((b >> np.uint32(2)) & np.uint32(0x30303030))
+    both = sm.view(np.uint8).astype(np.float32)  # (k, 16): 8 scales, 8 minimums
+    both *= np.repeat(np.stack([d, dmin], axis=1), 8).reshape(k, 16)
+    return both[:, :8], both[:, 8:]
+
+
+def _q2_k_step(r, o):
+    k = r.shape[0]
+    o[...] = _bit_planes(_columns(r, 16, 80), 2).reshape(k, QK_K)
+    scales = _columns(r, 0, 16)
+    both = np.concatenate([scales & 0x0F, scales >> 4], axis=1).astype(np.float32)  # (k, 32): scales, minimums
+    both *= np.repeat(np.stack([_f16_column(r, 80), _f16_column(r, 82)], axis=1), 16).reshape(k, 32)
+    o *= _repeat(both[:, :16], 16, k)
+    o -= _repeat(both[:, 16:], 16, k)
+
+
+def _q3_k_step(r, o):
+    k = r.shape[0]
+    q = _bit_planes(_columns(r, 32, 96), 2).reshape(k, QK_K)  # low 2 bits, 0..3
+    offset = _bit_planes(_columns(r, 0, 32), 1).reshape(k, QK_K)  # hmask bits
+    offset ^= np.uint8(1)
+    offset <<= np.uint8(2)  # 4 where the hmask bit is clear
+    q -= offset  # -4..3 in two's complement, read through the int8 view
+    o[...] = q.view(np.int8)
+    step = unpack_q3_k_scales(_columns(r, 96, 108)).astype(np.float32)
+    step *= np.repeat(_f16_column(r, 108), 16).reshape(k, 16)
+    o *= _repeat(step, 16, k)
+
+
+def _q4_k_step(r, o):
+    k = r.shape[0]
+    o[...] = _nibble_runs(r, 16, 4, 32)
+    step, low = _scale_min_k4_fast(r, 4, _f16_column(r, 0), _f16_column(r, 2))
+    o *= _repeat(step, 32, k)
+    o -= _repeat(low, 32, k)
+
+
+def _q5_k_step(r, o):
+    k = r.shape[0]
+    q = _nibble_runs(r, 48, 4, 32)
+    high = _bit_planes(_columns(r, 16, 48), 1).reshape(k, QK_K)
+    high <<= np.uint8(4)
+    q |= high
+    o[...] = q
+    step, low = _scale_min_k4_fast(r, 4, _f16_column(r, 0), _f16_column(r, 2))
+    o *= _repeat(step, 32, k)
+    o -= _repeat(low, 32, k)
+
+
+def _q6_k_step(r, o):
+    k = r.shape[0]
+    q = _nibble_runs(r, 0, 2, 64)  # low 4 bits
+    high = _bit_planes(_columns(r, 128, 192), 2).reshape(k, QK_K)
+    high <<= np.uint8(4)
+    q |= high
+    q -= np.uint8(32)  # 0..63 -> -32..31
+    o[...] = q.view(np.int8)
+    step = _columns(r, 192, 208).view(np.int8).astype(np.float32)
+    step *= np.repeat(_f16_column(r, 208), 16).reshape(k, 16)
+    o *= _repeat(step, 16, k)
+
+
+_KVALUES_IQ4_F32 = KVALUES_IQ4.astype(np.float32)
+
+
+def _iq4_nl_step(r, o):
+    k = r.shape[0]
+    o[...] = _KVALUES_IQ4_F32[_nibble_runs(r, 2, 1, 16)]
+    o *= np.repeat(_f16_column(r, 0), 32).reshape(k, 32)
+
+
+def _iq4_xs_step(r, o):
+    k = r.shape[0]
+    o[...] = _KVALUES_IQ4_F32[_nibble_runs(r, 8, 8, 16)]
+    step = unpack_iq4_xs_scales(_columns(r, 2, 4), _columns(r, 4, 8)).astype(np.float32)
+    step *= np.repeat(_f16_column(r, 0), 8).reshape(k, 8)
+    o *= _repeat(step, 32, k)
+
+
+def q2_k_fast(raw: np.ndarray, out: np.ndarray | None = None, threads: int | None = None) -> np.ndarray:
+    return _fast_blocks(raw, 84, out, _q2_k_step, QK_K, threads)
+
+
+def q3_k_fast(raw: np.ndarray, out: np.ndarray | None = None, threads: int | None = None) -> np.ndarray:
+    return _fast_blocks(raw, 110, out, _q3_k_step, QK_K, threads)
+
+
+def q4_k_fast(raw: np.ndarray, out: np.ndarray | None = None, threads: int | None = None) -> np.ndarray:
+    return _fast_blocks(raw, 144, out, _q4_k_step, QK_K, threads)
+
+
+def q5_k_fast(raw: np.ndarray, out: np.ndarray | None = None, threads: int | None = None) -> np.ndarray:
+    return _fast_blocks(raw, 176, out, _q5_k_step, QK_K, threads)
+
+
+def q6_k_fast(raw: np.ndarray, out: np.ndarray | None = None, threads: int | None = None) -> np.ndarray:
+    return _fast_blocks(raw, 210, out, _q6_k_step, QK_K, threads)
+
+
+def iq4_nl_fast(raw: np.ndarray, out: np.ndarray | None = None, threads: int | None = None) -> np.ndarray:
+    return _fast_blocks(raw, 18, out, _iq4_nl_step, 32, threads)
+
+
+def iq4_xs_fast(raw: np.ndarray, out: np.ndarray | None = None, threads: int | None = None) -> np.ndarray:
+    return _fast_blocks(raw, 136, out, _iq4_xs_step, QK_K, threads)
 
 
 # -- dispatch ---------------------------------------------------------------------------
@@ -292,6 +704,13 @@ HAND_DEQUANTIZERS = {
     "Q4_1": (q4_1_clear, q4_1_fast),
     "Q5_0": (q5_0_clear, q5_0_fast),
     "Q5_1": (q5_1_clear, q5_1_fast),
+    "Q2_K": (q2_k_clear, q2_k_fast),
+    "Q3_K": (q3_k_clear, q3_k_fast),
+    "Q4_K": (q4_k_clear, q4_k_fast),
+    "Q5_K": (q5_k_clear, q5_k_fast),
+    "Q6_K": (q6_k_clear, q6_k_fast),
+    "IQ4_NL": (iq4_nl_clear, iq4_nl_fast),
+    "IQ4_XS": (iq4_xs_clear, iq4_xs_fast),
 }
 
 
@@ -351,11 +770,12 @@ def bit_equal(a, b) -> bool:
     return a.shape == b.shape and bool(np.array_equal(a.view(np.uint32), b.view(np.uint32)))
 
 
-def dequantize(raw: np.ndarray, type_name: str, shape) -> np.ndarray:
+def dequantize(raw: np.ndarray, type_name: str, shape, threads: int | None = None) -> np.ndarray:
     """Bytes of one tensor -> float32 array of numpy `shape`.
 
-    Uses the fast hand dequantizer where there is one; any other type goes to
-    gguf.quants.dequantize (logged). A type neither implements raises NotImplementedError.
+    Uses the fast hand dequantizer where there is one (on `threads` threads; None: default_threads());
+    any other type goes to gguf.quants.dequantize (logged). A type neither implements raises
+    NotImplementedError.
     """
     flat = _flat_bytes(raw, type_name, shape)
     if flat.size == 0:
@@ -363,7 +783,7 @@ def dequantize(raw: np.ndarray, type_name: str, shape) -> np.ndarray:
     with np.errstate(all="ignore"):  # inf/NaN scales are data, faithfully reproduced
         if type_name in HAND_DEQUANTIZERS:
             _, fast = HAND_DEQUANTIZERS[type_name]
-            return fast(flat).reshape(tuple(shape))
+            return fast(flat, threads=threads).reshape(tuple(shape))
         log.info("no hand dequantizer for %s: using gguf.quants.dequantize", type_name)
         try:
             return reference_dequantize(flat, type_name, shape)

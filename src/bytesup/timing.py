@@ -14,8 +14,10 @@ One run of `run_cpu()` measures, in one process and against this machine's own l
    (ffn_gate and ffn_up of consecutive blocks, each kind stacked into one float32
    matrix larger than the last-level cache); the timed calls rotate between the two
    matrices, so a single-token number is a cold read from memory, never a cache hit;
-3. dequantization throughput: the package's hand dequantizers against
-   gguf.quants.dequantize on the same tensors, interleaved, re-checked bit for bit.
+3. dequantization throughput: the package's hand dequantizers (on the job's threads)
+   against gguf.quants.dequantize on the same tensors, interleaved, re-checked bit for
+   bit; one row per type the model holds, with the speed-up asked (5x for Q8_0, 3x for
+   the other quantized types) and whether it was met.
 
 Every timed figure is the median of `repeats` samples after `warmup` discarded ones,
 with its spread (relative interquartile range) and a `noisy` flag when that spread is
@@ -25,6 +27,7 @@ wider than `noisy_spread`. Tests check the counting, never the speed.
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import logging
 import math
@@ -47,7 +50,9 @@ MiB = 1 << 20
 
 # What the issue asks of this machine's numbers. They are claims the report checks, not
 # settings: a miss is reported as a miss.
-DEQUANT_SPEEDUP_TARGETS = {"Q8_0": 5.0, "Q4_1": 3.0}
+DEQUANT_SPEEDUP_TARGETS = {"Q8_0": 5.0}  # a quantized type not listed here: DEQUANT_SPEEDUP_DEFAULT
+DEQUANT_SPEEDUP_DEFAULT = 3.0
+PLAIN_FLOAT_TYPES = ("F32", "F16", "BF16")  # a widening copy on both sides: measured, no speed-up asked
 MATVEC_FRACTION_OF_COPY_TARGET = 0.80
 
 DEFAULTS: dict[str, Any] = {
@@ -58,7 +63,7 @@ DEFAULTS: dict[str, Any] = {
     "stream_bytes": None,  # None: max(4 x last-level cache, 256 MiB) per array
     "min_sample_ms": 1.0,
     "noisy_spread": 0.10,
-    "dequant_types": ["Q8_0", "Q4_1"],
+    "dequant_types": None,  # None: every type the model holds, in file order
     "dequant_bytes": 16 * MiB,
     "decode_tokens": 32,  # whole-model decode steps timed (bytesup.timing_decode)
     "prefill_sizes": [1, 8, 32, 128, 256],  # prompt lengths N of the whole-model prefill
@@ -438,11 +443,11 @@ def warm_matvec(matrix: np.ndarray, llc: int, repeats: int, warmup: int, seed: i
 # --- 3. dequantization throughput -------------------------------------------------------
 
 
-def _package_dequantizer() -> tuple[Callable, set[str]]:
+def _package_dequantizer(threads: int) -> tuple[Callable, set[str]]:
     from bytesup import dequant
 
     hand = set(getattr(dequant, "HAND_DEQUANTIZERS", {}))
-    return dequant.dequantize, hand
+    return functools.partial(dequant.dequantize, threads=threads), hand
 
 
 def bit_exact(a: np.ndarray, b: np.ndarray) -> bool:
@@ -452,23 +457,41 @@ def bit_exact(a: np.ndarray, b: np.ndarray) -> bool:
     return bit_equal(a, b)
 
 
-def dequant_bench(model, types: Sequence[str], budget_bytes: int, repeats: int, warmup: int, noisy_spread: float,
-                  ours: Callable | None = None, hand_written: set[str] | None = None) -> list[dict]:
-    """Package dequantizer vs gguf.quants.dequantize on the same tensors, interleaved.
+def model_types(model) -> list[str]:
+    """The ggml types of the model's tensors, each once, in file order."""
+    return list(dict.fromkeys(t.type_name for t in model.tensors))
 
-    Per type: whole tensors of that type in file order until `budget_bytes` of quantized
-    data (at least one). Both sides get the same in-memory copy of the bytes; each
-    repeat times ours and gguf-py back to back, swapping who goes first. MB/s counts
-    quantized input bytes (1 MB = 1e6 bytes).
+
+def dequant_goal(type_name: str) -> float | None:
+    """The speed-up over gguf-py asked of a hand dequantizer: 5x for Q8_0, 3x for any other quantized
+    type; None for the plain float types (F32, F16, BF16), a widening copy on both sides."""
+    if type_name in PLAIN_FLOAT_TYPES:
+        return None
+    return DEQUANT_SPEEDUP_TARGETS.get(type_name, DEQUANT_SPEEDUP_DEFAULT)
+
+
+def dequant_bench(model, types: Sequence[str] | None, budget_bytes: int, repeats: int, warmup: int,
+                  noisy_spread: float, ours: Callable | None = None, hand_written: set[str] | None = None,
+                  threads: int = 1) -> list[dict]:
+    """Package dequantizer vs gguf.quants.dequantize on the same tensors, interleaved: one row per type.
+
+    types None: every type the model holds (model_types). Per type: whole tensors of that type in
+    file order until `budget_bytes` of quantized data (at least one). Both sides get the same
+    in-memory copy of the bytes and allocate their own output; ours runs on `threads` threads.
+    Each repeat times ours and gguf-py back to back, swapping who goes first. MB/s counts
+    quantized input bytes (1 MB = 1e6 bytes). Each row carries its goal (dequant_goal) and
+    whether it was met: at least that ratio of medians, and bit-exact.
     """
     if ours is None:
-        ours, hand_written = _package_dequantizer()
+        ours, hand_written = _package_dequantizer(threads)
     hand_written = set(hand_written or ())
     rows = []
-    for type_name in types:
+    for type_name in model_types(model) if types is None else types:
+        goal = dequant_goal(type_name)
         infos = [t for t in model.tensors if t.type_name == type_name]
         if not infos:
-            rows.append({"type": type_name, "present": False, "note": f"no {type_name} tensors in this model"})
+            rows.append({"type": type_name, "present": False, "note": f"no {type_name} tensors in this model",
+                         "target": goal})
             continue
         chosen, total = [], 0
         for info in infos:
@@ -488,7 +511,9 @@ def dequant_bench(model, types: Sequence[str], budget_bytes: int, repeats: int, 
             return [reference_dequantize(raw, type_name, shape) for raw, shape in inputs]
 
         t_ours, t_ref = [], []
+        got = want = None
         for i in range(warmup + repeats):
+            got = want = None  # the last repeat's results are kept for the check; free the others first
             order = (("ours", run_ours), ("ref", run_ref)) if i % 2 == 0 else (("ref", run_ref), ("ours", run_ours))
             for who, fn in order:
                 t0 = time.perf_counter()
@@ -501,21 +526,24 @@ def dequant_bench(model, types: Sequence[str], budget_bytes: int, repeats: int, 
                 else:
                     want = result
         exact = all(bit_exact(g, w) for g, w in zip(got, want))
+        got = want = None
         s_ours, s_ref = summarize(t_ours, noisy_spread), summarize(t_ref, noisy_spread)
         elements = sum(int(np.prod(shape)) for _, shape in inputs)
+        ratio = s_ref["median_s"] / s_ours["median_s"]
         row = {
             "type": type_name, "present": True, "hand_written": type_name in hand_written,
             "n_tensors": len(chosen), "tensors": " ".join(t.name for t in chosen),
-            "quant_bytes": total, "elements": elements,
+            "quant_bytes": total, "elements": elements, "threads": threads,
             "ours_median_s": s_ours["median_s"], "ours_rel_iqr": s_ours["rel_iqr"],
             "gguf_median_s": s_ref["median_s"], "gguf_rel_iqr": s_ref["rel_iqr"],
             "ours_mbps": total / s_ours["median_s"] / 1e6, "gguf_mbps": total / s_ref["median_s"] / 1e6,
-            "ratio": s_ref["median_s"] / s_ours["median_s"], "bit_exact": exact,
+            "ratio": ratio, "bit_exact": exact, "target": goal,
+            "met": None if goal is None else bool(ratio >= goal and exact),
             "noisy": s_ours["noisy"] or s_ref["noisy"], "repeats": repeats,
         }
         rows.append(row)
-        log.info("dequant %s: ours %.0f MB/s, gguf %.0f MB/s, %.2fx, bit-exact %s", type_name,
-                 row["ours_mbps"], row["gguf_mbps"], row["ratio"], exact)
+        log.info("dequant %s (%s): ours %.0f MB/s, gguf %.0f MB/s, %.2fx (goal %s), bit-exact %s", type_name,
+                 row["tensors"], row["ours_mbps"], row["gguf_mbps"], ratio, goal, exact)
     return rows
 
 
@@ -531,15 +559,18 @@ def target(name: str, goal: float, measured: float | None, unit: str, met: bool 
 
 
 def dequant_targets(dequant_rows: list[dict]) -> list[dict]:
-    """>= 5x gguf-py for Q8_0 and >= 3x for Q4_1, and bit-exact; a miss is reported, never dropped."""
+    """One target per benchmarked type that has a goal (dequant_goal: >= 5x gguf-py for Q8_0, >= 3x for
+    the other quantized types), met only when bit-exact too; a miss or an absent type is reported, never
+    dropped."""
     out = []
-    by_type = {r["type"]: r for r in dequant_rows}
-    for type_name, goal in DEQUANT_SPEEDUP_TARGETS.items():
-        r = by_type.get(type_name)
+    for r in dequant_rows:
+        type_name = r["type"]
+        goal = dequant_goal(type_name)
+        if goal is None:
+            continue
         name = f"dequant_{type_name}_speedup_over_gguf"
-        if r is None or not r.get("present"):
-            why = "not in timing.dequant_types" if r is None else r["note"]
-            out.append(target(name, goal, None, "x gguf-py", None, note=f"not measured: {why}"))
+        if not r.get("present"):
+            out.append(target(name, goal, None, "x gguf-py", None, note=f"not measured: {r['note']}"))
             continue
         met = bool(r["ratio"] >= goal and r["bit_exact"])
         note = None if r["bit_exact"] else "not bit-exact against gguf.quants"
@@ -584,7 +615,8 @@ def run_cpu(gguf_path: str | Path, cfg: dict | None = None, threads: int = 1) ->
                                   min_sample_s)
         warm_row = warm_matvec(weights.matrices[0], llc, reps, warm, int(cfg["seed"]), noisy, min_sample_s)
 
-        dequant_rows = dequant_bench(model, cfg["dequant_types"], int(cfg["dequant_bytes"]), reps, warm, noisy)
+        dequant_rows = dequant_bench(model, cfg["dequant_types"], int(cfg["dequant_bytes"]), reps, warm, noisy,
+                                     threads=threads)
     load_after = list(os.getloadavg())
 
     summary = build_summary(facts, cfg, stream_rows, sweep_rows, warm_row, dequant_rows, weights.describe(llc))
@@ -611,7 +643,8 @@ def build_summary(facts: dict, cfg: dict, stream_rows: list[dict], sweep_rows: l
     for r in dequant_rows:
         if r.get("present"):
             dequant[r["type"]] = {k: r[k] for k in ("ours_mbps", "gguf_mbps", "ratio", "bit_exact", "noisy",
-                                                      "hand_written", "n_tensors", "quant_bytes")}
+                                                      "hand_written", "n_tensors", "quant_bytes", "tensors",
+                                                      "ours_median_s", "gguf_median_s", "target", "met", "threads")}
         else:
             dequant[r["type"]] = {"skipped": r["note"]}
     summary = {
@@ -642,7 +675,9 @@ def build_summary(facts: dict, cfg: dict, stream_rows: list[dict], sweep_rows: l
                       "GB/s = bytes / median time, 1 GB = 1e9 bytes",
             "sweep": "bytes = (rows*cols + cols*N + rows*N) * 4 (each weight once, X read, Y written); "
                      "FLOPs = 2*rows*cols*N",
-            "dequant": "MB/s of quantized input bytes, 1 MB = 1e6 bytes; ratio = gguf-py median time / ours",
+            "dequant": "MB/s of quantized input bytes, 1 MB = 1e6 bytes; ratio = gguf-py median time / ours; "
+                       "both allocate their output; target: the ratio asked (none for plain float copies), "
+                       "met only when bit-exact too",
             "spread": "rel_iqr = (p75 - p25) / median of the per-call times; noisy when above noisy_spread",
         },
     }
@@ -684,6 +719,7 @@ TABLE_COLUMNS = {
               "gflops", "time_over_n1", "work_over_n1", "rel_iqr", "noisy"],
     "stream": ["kernel", "array_bytes", "bytes_counted", "threads", "median_s", "gbps", "best_gbps", "rel_iqr",
                "noisy"],
-    "dequant": ["type", "present", "hand_written", "n_tensors", "quant_bytes", "elements", "ours_mbps", "gguf_mbps",
-                "ratio", "bit_exact", "noisy"],
+    "dequant": ["type", "tensors", "elements", "ours_median_s", "gguf_median_s", "ratio", "target", "met",
+                "bit_exact", "noisy", "threads", "ours_mbps", "gguf_mbps", "present", "hand_written", "n_tensors",
+                "quant_bytes"],
 }
