@@ -12,7 +12,7 @@ import pytest
 
 from bytesup import claims
 from bytesup import quant_blocks as qb
-from bytesup.dequant import reference_dequantize
+from bytesup.dequant import reference_dequantize, unpack_scale_min_k4
 from bytesup.gguf_file import GGUFFile
 from bytesup.lessons import gguf_on_disk as lesson
 from bytesup.lessons.spec import parameter
@@ -118,16 +118,21 @@ def test_random_blocks_bit_exact_against_gguf_py(type_name):
             assert np.array_equal(w, reference)
 
 
+def unpack(packed: bytes) -> tuple[list[int], list[int]]:
+    sc, mn = unpack_scale_min_k4(np.frombuffer(packed, np.uint8))
+    return sc.tolist(), mn.tolist()
+
+
 def test_k_quant_scale_unpack_by_hand():
     # scales 1..8, mins 9..16 (6 bits each), packed the way Q4_K packs them
     sc, mn = list(range(1, 9)), list(range(9, 17))
     packed = [sc[j] | ((sc[j + 4] >> 4) << 6) for j in range(4)] + [mn[j] | ((mn[j + 4] >> 4) << 6) for j in range(4)]
     packed += [(sc[j + 4] & 0x0F) | ((mn[j + 4] & 0x0F) << 4) for j in range(4)]
-    assert qb.unpack_scale_min_k4(bytes(packed)) == (sc, mn)
+    assert unpack(bytes(packed)) == (sc, mn)
     top = bytes([255] * 12)  # every bit set: every scale and min is 63
-    assert qb.unpack_scale_min_k4(top) == ([63] * 8, [63] * 8)
-    with pytest.raises(ValueError, match="12 bytes"):
-        qb.unpack_scale_min_k4(b"\x00" * 11)
+    assert unpack(top) == ([63] * 8, [63] * 8)
+    with pytest.raises(ValueError, match="144 bytes"):
+        qb.decode_q4_k(b"\x00" * 143)
 
 
 def test_q4_k_block_field_by_field():
@@ -409,7 +414,7 @@ def test_notebook_runs_on_a_tiny_model(tmp_path):
     code = "\n".join("".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code")
     for step in ('struct.unpack_from("<IQQ", prefix, 4)', "w = np.float32(d) * q.astype(np.float32)",
                  "w = d * q.astype(np.float32) + m", "llama_tensor_shapes(spec)", "spec.tensor_shapes()",
-                 "unpack_scale_min_k4(packed)", "w = d * (q.astype(np.float32) - 16)"):  # fmt: skip
+                 "unpack_scale_min_k4(np.frombuffer(packed, np.uint8))", "w = d * (q.astype(np.float32) - 16)"):  # fmt: skip
         assert step in code, step
     assert "matplotlib.use" not in code and "gguf.quants" not in code
 
@@ -483,7 +488,7 @@ def test_gemma_file_every_type_and_every_tensor(gemma_gguf):
     pick, blk, checks, rows = tables["blocks"]["Q4_K"]
     assert len(pick.raw) == 144 and len(rows) == 256 and all(r["same_bits"] for r in rows)
     assert (blk.d.bits, blk.m.bits) == struct.unpack_from("<HH", pick.raw, 0)
-    assert (blk.sub_scales, blk.sub_mins) == qb.unpack_scale_min_k4(pick.raw[4:16])
+    assert (blk.sub_scales, blk.sub_mins) == unpack(pick.raw[4:16])
     assert all(0 <= v < 64 for v in blk.sub_scales + blk.sub_mins)
     fields = [r["field"] for r in tables["block_fields"] if r["type"] == "Q4_K"]
     assert fields[:4] == ["d", "dmin", "scales+mins (packed)", "qs"] and "dmin * min[7]" in fields

@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from bytesup.dequant import unpack_scale_min_k4
+
 
 @dataclass(frozen=True)
 class FP16:
@@ -232,21 +234,6 @@ def decode_q5_0(raw: bytes) -> Block:
                  [], sources, [("d", 0, 2, d.value), ("qh", 2, 4, f"0x{qh:08x}"), ("qs", 6, 16, packed)])  # fmt: skip
 
 
-def unpack_scale_min_k4(packed: bytes) -> tuple[list[int], list[int]]:
-    """Q4_K's (and Q5_K's) 12 bytes -> 8 six-bit scales and 8 six-bit mins.
-
-        bytes 0-3   scale j (j = 0..3) in bits 0-5; bits 6-7 are the top of scale j + 4
-        bytes 4-7   min j in bits 0-5; bits 6-7 are the top of min j + 4
-        bytes 8-11  scale j + 4 in bits 0-3 (low nibble), min j + 4 in bits 4-7
-    """
-    b = list(packed)
-    if len(b) != 12:
-        raise ValueError(f"the packed K-quant scales are 12 bytes, got {len(b)}")
-    scales = [b[j] & 63 for j in range(4)] + [(b[j + 8] & 0x0F) | ((b[j] >> 6) << 4) for j in range(4)]
-    mins = [b[j + 4] & 63 for j in range(4)] + [(b[j + 8] >> 4) | ((b[j + 4] >> 6) << 4) for j in range(4)]
-    return scales, mins
-
-
 def decode_q5_1(raw: bytes) -> Block:
     """Q5_1, 24 bytes: fp16 scale d, fp16 minimum m, uint32 qh, 16 bytes of low 4 bits.
     As Q5_0 without the zero point, plus a minimum: weight i = d * q[i] + m, q in 0..31."""
@@ -270,7 +257,7 @@ def decode_q4_k(raw: bytes) -> Block:
 
         bytes 0-1     d      fp16, the scale of the scales
         bytes 2-3     dmin   fp16, the scale of the mins
-        bytes 4-15    12 bytes packing 8 six-bit scales and 8 six-bit mins (unpack_scale_min_k4)
+        bytes 4-15    12 bytes packing 8 six-bit scales and 8 six-bit mins (bytesup.dequant.unpack_scale_min_k4)
         bytes 16-143  128 bytes of 4-bit quants, in 4 runs of 32 bytes: run c holds sub-block 2c
                       in its low nibbles and sub-block 2c + 1 in its high nibbles
 
@@ -280,7 +267,8 @@ def decode_q4_k(raw: bytes) -> Block:
     _check_size(raw, "Q4_K", 144)
     d_bits, dmin_bits = struct.unpack_from("<HH", raw, 0)
     d, dmin = fp16_by_hand(d_bits), fp16_by_hand(dmin_bits)
-    scales, mins = unpack_scale_min_k4(raw[4:16])
+    packed_sc, packed_mn = unpack_scale_min_k4(np.frombuffer(raw[4:16], np.uint8))
+    scales, mins = [int(x) for x in packed_sc], [int(x) for x in packed_mn]  # 0..63 each
     qs = list(raw[16:144])
     q, sources, sub = [], [], []
     for c in range(4):  # 4 runs of 32 bytes, 64 weights each
