@@ -20,8 +20,7 @@ GEMMA3_270M_FILE_PARAMETERS = 268_098_176  # the sum of every tensor's elements 
 
 
 def rows_of(f: GGUFFile) -> list[dict]:
-    return [{"name": t.name, "type": t.type_name, "shape": "x".join(map(str, t.shape)), "bytes": t.n_bytes,
-             "elements": t.n_elements} for t in f.tensors]  # fmt: skip
+    return pc.tensor_rows(f.tensors)
 
 
 def test_roles_of_gemma_and_qwen_tensors():
@@ -86,11 +85,27 @@ def test_tiny_llama_counts_every_tensor(tmp_path):
         assert dict(llama_tensor_shapes(a)) == {t.name: t.shape for t in f.tensors}
 
 
+def test_tensor_rows_total_and_by_type(tmp_path):
+    with GGUFFile(write_tiny_llama(tmp_path / "tiny.gguf")) as f:
+        rows = pc.tensor_rows(f.tensors)
+        assert [r["name"] for r in rows] == [t.name for t in f.tensors]
+        assert rows[0] == {"name": f.tensors[0].name, "type": f.tensors[0].type_name, "bytes": f.tensors[0].n_bytes,
+                           "shape": "x".join(map(str, f.tensors[0].shape)), "elements": f.tensors[0].n_elements}
+        t = pc.table_counts(rows)
+        assert t["total"] == sum(x.n_elements for x in f.tensors) == 22_816
+        assert sum(g["tensors"] for g in t["by_type"].values()) == len(f.tensors)
+        assert sum(g["bytes"] for g in t["by_type"].values()) == sum(x.n_bytes for x in f.tensors)
+        q41 = [x for x in f.tensors if x.type_name == "Q4_1"]
+        assert t["by_type"]["Q4_1"] == {"tensors": len(q41), "parameters": sum(x.n_elements for x in q41),
+                                        "bytes": sum(x.n_bytes for x in q41)}  # fmt: skip
+
+
 def test_an_unknown_tensor_is_counted_as_other():
     rows = [{"name": "token_embd.weight", "elements": 10, "bytes": 40},
             {"name": "blk.0.mystery.weight", "elements": 7, "bytes": 28}]  # fmt: skip
     t = pc.table_counts(rows)
-    assert t["params"] == {"token_embd": 10, "other": 7} and sum(t["params"].values()) == 17
+    assert t["params"] == {"token_embd": 10, "other": 7} and t["total"] == 17
+    assert t["by_type"] == {}  # rows without a type column: counted, but under no type
 
 
 def test_per_token_reads_cover_every_tensor_of_a_gemma_layout():

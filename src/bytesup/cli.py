@@ -14,11 +14,10 @@ import argparse
 import json
 import os
 import sys
-from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from bytesup import __version__
+from bytesup import __version__, param_counts
 from bytesup.extract import shape_text
 from bytesup.files import plain
 from bytesup.gguf_file import GGUF_MAGIC, GGUFFile, GGUFFormatError, printable
@@ -44,12 +43,7 @@ def _summary(value: Any) -> Any:
 
 def by_type(f: GGUFFile) -> dict[str, dict[str, float]]:
     """ggml type -> tensors, parameters, bytes, bits per weight."""
-    rows: dict[str, dict[str, float]] = defaultdict(lambda: {"tensors": 0, "parameters": 0, "bytes": 0})
-    for t in f.tensors:
-        row = rows[t.type_name]
-        row["tensors"] += 1
-        row["parameters"] += t.n_elements
-        row["bytes"] += t.n_bytes
+    rows: dict[str, dict[str, float]] = param_counts.table_counts(param_counts.tensor_rows(f.tensors))["by_type"]
     for row in rows.values():
         row["bits_per_weight"] = round(8 * row["bytes"] / row["parameters"], 4) if row["parameters"] else None
     return dict(rows)
@@ -69,7 +63,7 @@ def inspect_document(f: GGUFFile, tensors: bool = True) -> dict:
         },
         "metadata": {k: {"type": f.metadata_types[k], "value": _summary(v)} for k, v in f.metadata.items()},
         "by_type": by_type(f),
-        "parameters": sum(t.n_elements for t in f.tensors),
+        "parameters": param_counts.table_counts(param_counts.tensor_rows(f.tensors))["total"],
         "byte_accounting": f.byte_accounting(),
     }
     if tensors:

@@ -153,10 +153,20 @@ def role(name: str) -> str:
     return "other"  # e.g. rope_freqs: listed, counted in the total, never guessed into a part
 
 
+def tensor_rows(tensors: Iterable) -> list[dict]:
+    """A GGUF's tensor infos (bytesup.gguf_file.TensorInfo) as the rows counted here: the columns of
+    the extract stage's tensors.csv (name, type, shape, bytes, elements), in file order."""
+    return [{"name": t.name, "type": t.type_name, "shape": shape_text(t.shape), "bytes": t.n_bytes,
+             "elements": t.n_elements} for t in tensors]  # fmt: skip
+
+
 def table_counts(rows: Iterable[Mapping]) -> dict:
-    """Parameters and bytes per part, summed over a GGUF's tensor table; per block and in total."""
+    """Parameters and bytes per part, summed over a GGUF's tensor table, every tensor counted (the
+    ones no part fits under "other"); the number of blocks; the total; and tensors, parameters and
+    bytes per ggml type ("by_type", in order of first appearance; rows without a type are left out)."""
     params: dict[str, int] = {}
     nbytes: dict[str, int] = {}
+    types: dict[str, dict[str, int]] = {}
     blocks: set[int] = set()
     for r in rows:
         part = role(r["name"])
@@ -165,7 +175,13 @@ def table_counts(rows: Iterable[Mapping]) -> dict:
             blocks.add(int(m.group(1)))
         params[part] = params.get(part, 0) + int(r["elements"])
         nbytes[part] = nbytes.get(part, 0) + int(r["bytes"])
-    return {"params": params, "bytes": nbytes, "n_blocks": len(blocks)}
+        if r.get("type"):
+            g = types.setdefault(r["type"], {"tensors": 0, "parameters": 0, "bytes": 0})
+            g["tensors"] += 1
+            g["parameters"] += int(r["elements"])
+            g["bytes"] += int(r["bytes"])
+    return {"params": params, "bytes": nbytes, "n_blocks": len(blocks), "total": sum(params.values()),
+            "by_type": types}  # fmt: skip
 
 
 def architecture_from_gguf(d: Mapping, tensor_names: Iterable[str], vocab: int, name: str = "this model") -> Architecture:

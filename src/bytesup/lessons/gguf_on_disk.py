@@ -282,12 +282,8 @@ def accounting_rows(acc: Mapping) -> list[dict]:
 
 def by_type(f: GGUFFile) -> list[dict]:
     """Per ggml type: tensors, parameters (elements), bytes, bits per weight, shares; most bytes first."""
-    groups: dict[str, dict] = {}
-    for t in f.tensors:
-        g = groups.setdefault(t.type_name, {"type": t.type_name, "tensors": 0, "parameters": 0, "bytes": 0})
-        g["tensors"] += 1
-        g["parameters"] += t.n_elements
-        g["bytes"] += t.n_bytes
+    counted = pc.table_counts(pc.tensor_rows(f.tensors))["by_type"]  # every tensor, by its ggml type
+    groups = {t: {"type": t, **g} for t, g in counted.items()}
     params = sum(g["parameters"] for g in groups.values()) or 1
     data = sum(g["bytes"] for g in groups.values()) or 1
     rows = sorted(groups.values(), key=lambda g: (-g["bytes"], g["type"]))
@@ -524,7 +520,7 @@ def run(f: GGUFFile, token: str = " cat") -> tuple[dict, dict]:
     rec = first_metadata_record(buf)
     info0 = first_tensor_info(f, buf)
     counted = pc.table_counts(info_rows)  # every tensor, each in its part ("other" where none fits)
-    params = sum(counted["params"].values())
+    params = counted["total"]
     arch = f.metadata.get("general.architecture", "")
 
     m: dict = {
