@@ -17,6 +17,10 @@ A block is ggml's unit of storage along a row (gguf's GGML_QUANT_SIZES: weights 
                                   w = (d * scale[j]) * q - (dmin * min[j])
     Q6_K  256 weights, 210 bytes  128 bytes of low 4 bits, 64 bytes of high 2 bits, 16 int8 scales,
                                   d (fp16, last); 16 sub-blocks of 16        w = (d * scale[j]) * (q - 32)
+    Q5_K  256 weights, 176 bytes  Q4_K plus 32 bytes of fifth bits            as Q4_K, q in 0..31
+    Q2_K  256 weights,  84 bytes  16 bytes of 4-bit scale + 4-bit min, 2-bit q, d, dmin; 16 of 16
+    Q3_K  256 weights, 110 bytes  high-bit mask, 2-bit q, 12 bytes of 6-bit scales, d; 16 of 16
+    IQ4_NL / IQ4_XS               4-bit indices into 16 non-uniform levels (KVALUES_IQ4)
 
 Every decoder does its float32 arithmetic in gguf-py's order (each product rounded to float32
 before the next step), so its weights equal gguf.quants.dequantize's bit for bit.
@@ -31,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from bytesup.dequant import unpack_scale_min_k4
+from bytesup.dequant import KVALUES_IQ4, unpack_iq4_xs_scales, unpack_q3_k_scales, unpack_scale_min_k4
 
 
 @dataclass(frozen=True)
@@ -329,6 +333,143 @@ def decode_q6_k(raw: bytes) -> Block:
                  [], sources, fields, scales)  # fmt: skip
 
 
+def decode_q5_k(raw: bytes) -> Block:
+    """Q5_K, 256 weights in 176 bytes: Q4_K's layout plus a fifth bit per weight.
+
+        bytes 0-1, 2-3  d, dmin     fp16
+        bytes 4-15      8 six-bit scales and 8 six-bit mins, packed as in Q4_K
+        bytes 16-47     qh: bit b of byte i is the fifth bit (value 16) of weight 32b + i
+        bytes 48-175    qs: the low 4 bits, laid out as Q4_K's quants
+
+    Weight i of sub-block j = i // 32: w = (d * scale[j]) * q[i] - (dmin * min[j]), q in 0..31.
+    """
+    _check_size(raw, "Q5_K", 176)
+    d_bits, dmin_bits = struct.unpack_from("<HH", raw, 0)
+    d, dmin = fp16_by_hand(d_bits), fp16_by_hand(dmin_bits)
+    packed_sc, packed_mn = unpack_scale_min_k4(np.frombuffer(raw[4:16], np.uint8))
+    scales, mins = [int(x) for x in packed_sc], [int(x) for x in packed_mn]
+    qh, qs = list(raw[16:48]), list(raw[48:176])
+    q, sources = [], []
+    for c in range(4):  # 4 runs of 32 bytes: sub-block 2c in the low nibbles, 2c + 1 in the high ones
+        for nibble, shift in (("low", 0), ("high", 4)):
+            for j in range(32):
+                i = len(q)
+                hi = (qh[j] >> (i // 32)) & 1  # bit i // 32 of qh byte i % 32
+                q.append(((qs[32 * c + j] >> shift) & 0x0F) | (hi << 4))
+                sources.append(f"byte {48 + 32 * c + j} {nibble} nibble + bit {i // 32} of byte {16 + j}")
+    sub_scale = [float(np.float32(d.value) * np.float32(x)) for x in scales]
+    sub_min = [float(np.float32(dmin.value) * np.float32(x)) for x in mins]
+    scale = [sub_scale[i // 32] for i in range(256)]
+    values = np.array(scale, np.float32) * np.array(q, np.float32) - np.array([sub_min[i // 32] for i in range(256)],
+                                                                              np.float32)  # fmt: skip
+    fields = [("d", 0, 2, d.value), ("dmin", 2, 2, dmin.value), ("scales+mins (packed)", 4, 12, list(raw[4:16])),
+              ("qh", 16, 32, "32 bytes"), ("qs", 48, 128, "128 bytes")]  # fmt: skip
+    return Block("Q5_K", bytes(raw), d, dmin, q, values, "w = (d * scale[j]) * q - (dmin * min[j])", qs, q, scale,
+                 [-sub_min[i // 32] for i in range(256)], sources, fields, scales, mins)  # fmt: skip
+
+
+def _crumb_sources(first_byte: int) -> list[tuple[int, int]]:
+    """Q2_K/Q3_K's 2-bit quants: (byte, shift) of weight i. Two halves of 32 bytes; in half h, bits
+    2s..2s+1 of byte l are weight 128h + 32s + l."""
+    return [(first_byte + 32 * h + l, 2 * s) for h in range(2) for s in range(4) for l in range(32)]
+
+
+def decode_q2_k(raw: bytes) -> Block:
+    """Q2_K, 256 weights in 84 bytes: 16 sub-blocks of 16.
+
+        bytes 0-15   scales: byte j holds sub-block j's scale (low nibble) and min (high nibble)
+        bytes 16-79  qs: 2-bit quants (see _crumb_sources)
+        bytes 80-83  d, dmin (fp16)
+
+    w = (d * scale[j]) * q - (dmin * min[j]) for j = i // 16, q in 0..3.
+    """
+    _check_size(raw, "Q2_K", 84)
+    d_bits, dmin_bits = struct.unpack_from("<HH", raw, 80)
+    d, dmin = fp16_by_hand(d_bits), fp16_by_hand(dmin_bits)
+    scales, mins = [b & 0x0F for b in raw[0:16]], [b >> 4 for b in raw[0:16]]
+    where = _crumb_sources(16)
+    q = [(raw[at] >> shift) & 0x03 for at, shift in where]
+    sub_scale = [float(np.float32(d.value) * np.float32(x)) for x in scales]
+    sub_min = [float(np.float32(dmin.value) * np.float32(x)) for x in mins]
+    scale = [sub_scale[i // 16] for i in range(256)]
+    values = np.array(scale, np.float32) * np.array(q, np.float32) - np.array([sub_min[i // 16] for i in range(256)],
+                                                                              np.float32)  # fmt: skip
+    fields = [("scales+mins (nibbles)", 0, 16, list(raw[0:16])), ("qs", 16, 64, "64 bytes"), ("d", 80, 2, d.value),
+              ("dmin", 82, 2, dmin.value)]  # fmt: skip
+    return Block("Q2_K", bytes(raw), d, dmin, q, values, "w = (d * scale[j]) * q - (dmin * min[j])", list(raw[16:80]),
+                 q, scale, [-sub_min[i // 16] for i in range(256)],
+                 [f"byte {at} bits {s}-{s + 1}" for at, s in where], fields, scales, mins)  # fmt: skip
+
+
+def decode_q3_k(raw: bytes) -> Block:
+    """Q3_K, 256 weights in 110 bytes: 16 sub-blocks of 16 with signed 6-bit scales.
+
+        bytes 0-31    hmask: bit b of byte l is the high bit of weight 32b + l
+        bytes 32-95   qs: 2-bit low parts (see _crumb_sources)
+        bytes 96-107  16 six-bit scales, packed (bytesup.dequant.unpack_q3_k_scales), stored + 32
+        bytes 108-109 d (fp16)
+
+    The 3-bit q is its 2 low bits, minus 4 when its hmask bit is clear (q in -4..3):
+    w = (d * scale[j]) * q for j = i // 16.
+    """
+    _check_size(raw, "Q3_K", 110)
+    (d_bits,) = struct.unpack_from("<H", raw, 108)
+    d = fp16_by_hand(d_bits)
+    scales = [int(x) for x in unpack_q3_k_scales(np.frombuffer(raw[96:108], np.uint8))]
+    where = _crumb_sources(32)
+    low = [(raw[at] >> shift) & 0x03 for at, shift in where]
+    high = [(raw[i % 32] >> (i // 32)) & 1 for i in range(256)]
+    q = [lo | (hi << 2) for lo, hi in zip(low, high)]  # 0..7 as stored
+    level = [lo - (0 if hi else 4) for lo, hi in zip(low, high)]  # a clear hmask bit subtracts 4
+    sub_scale = [float(np.float32(d.value) * np.float32(x)) for x in scales]
+    scale = [sub_scale[i // 16] for i in range(256)]
+    values = np.array(scale, np.float32) * np.array(level, np.float32)
+    fields = [("hmask", 0, 32, "32 bytes"), ("qs", 32, 64, "64 bytes"), ("scales (packed)", 96, 12, list(raw[96:108])),
+              ("d", 108, 2, d.value)]  # fmt: skip
+    return Block("Q3_K", bytes(raw), d, None, q, values, "w = (d * scale[j]) * (q - 4 if its hmask bit is clear)",
+                 list(raw[32:96]), level, scale, [],
+                 [f"byte {at} bits {s}-{s + 1} + bit {i // 32} of byte {i % 32}" for i, (at, s) in enumerate(where)],
+                 fields, scales)  # fmt: skip
+
+
+def decode_iq4_nl(raw: bytes) -> Block:
+    """IQ4_NL, 18 bytes: fp16 d, then 16 bytes of 4-bit indices laid out as Q4_0's quants; an index
+    picks one of 16 non-uniform levels (bytesup.dequant.KVALUES_IQ4): w = d * KVALUES_IQ4[q]."""
+    _check_size(raw, "IQ4_NL", 18)
+    (d_bits,) = struct.unpack_from("<H", raw, 0)
+    d = fp16_by_hand(d_bits)
+    packed = list(raw[2:18])
+    q = [b & 0x0F for b in packed] + [b >> 4 for b in packed]
+    level = [int(KVALUES_IQ4[x]) for x in q]
+    values = np.float32(d.value) * np.array(level, np.float32)
+    return Block("IQ4_NL", bytes(raw), d, None, q, values, "w = d * KVALUES_IQ4[q]", packed, level, [d.value] * 32,
+                 [], _nibble_sources(2, packed), [("d", 0, 2, d.value), ("qs", 2, 16, packed)])  # fmt: skip
+
+
+def decode_iq4_xs(raw: bytes) -> Block:
+    """IQ4_XS, 256 weights in 136 bytes: d (fp16), 2 + 4 bytes packing 8 signed 6-bit scales
+    (bytesup.dequant.unpack_iq4_xs_scales), 128 bytes of 4-bit indices in 8 runs of 16 bytes (run j:
+    sub-block j, laid out as Q4_0). w = (d * scale[j]) * KVALUES_IQ4[q] for j = i // 32."""
+    _check_size(raw, "IQ4_XS", 136)
+    (d_bits,) = struct.unpack_from("<H", raw, 0)
+    d = fp16_by_hand(d_bits)
+    scales = [int(x) for x in unpack_iq4_xs_scales(np.frombuffer(raw[2:4], np.uint8), np.frombuffer(raw[4:8], np.uint8))]
+    qs = list(raw[8:136])
+    q, sources = [], []
+    for j in range(8):
+        run = qs[16 * j : 16 * j + 16]
+        q += [b & 0x0F for b in run] + [b >> 4 for b in run]
+        sources += _nibble_sources(8 + 16 * j, run)
+    level = [int(KVALUES_IQ4[x]) for x in q]
+    sub_scale = [float(np.float32(d.value) * np.float32(x)) for x in scales]
+    scale = [sub_scale[i // 32] for i in range(256)]
+    values = np.array(scale, np.float32) * np.array(level, np.float32)
+    fields = [("d", 0, 2, d.value), ("scales_h", 2, 2, list(raw[2:4])), ("scales_l", 4, 4, list(raw[4:8])),
+              ("qs", 8, 128, "128 bytes")]  # fmt: skip
+    return Block("IQ4_XS", bytes(raw), d, None, q, values, "w = (d * scale[j]) * KVALUES_IQ4[q]", qs, level, scale,
+                 [], sources, fields, scales)  # fmt: skip
+
+
 BLOCK_DECODERS = {
     "F32": decode_f32,
     "F16": decode_f16,
@@ -338,6 +479,11 @@ BLOCK_DECODERS = {
     "Q4_1": decode_q4_1,
     "Q5_0": decode_q5_0,
     "Q5_1": decode_q5_1,
+    "Q2_K": decode_q2_k,
+    "Q3_K": decode_q3_k,
     "Q4_K": decode_q4_k,
+    "Q5_K": decode_q5_k,
     "Q6_K": decode_q6_k,
+    "IQ4_NL": decode_iq4_nl,
+    "IQ4_XS": decode_iq4_xs,
 }
