@@ -439,8 +439,8 @@ def test_notebook_on_the_gemma_file(gemma_gguf, tmp_path):
     assert [r["type"] for r in types] == ["Q8_0", "Q5_0", "Q4_K", "Q6_K", "F32"]
     assert all(r["bit_exact_gguf_py"] == r["bit_exact_bytesup"] == "True" for r in types)
     fields = {r["field"]: r["value"] for r in read_csv(out / "x_block_fields.csv") if r["type"] == "Q4_K"}
-    assert [int(fields[f"scale[{j}]"]) for j in range(8)] == metrics["q4_k_block"]["sub_scales"]
-    assert [int(fields[f"min[{j}]"]) for j in range(8)] == metrics["q4_k_block"]["sub_mins"]
+    assert json.loads(fields["scale[0..7] (unpacked)"]) == metrics["q4_k_block"]["sub_scales"]
+    assert json.loads(fields["min[0..7] (unpacked)"]) == metrics["q4_k_block"]["sub_mins"]
     assert len(read_csv(out / "x_blocks.csv")) == 32 + 32 + 256 + 256 + 1
 
 
@@ -491,5 +491,9 @@ def test_gemma_file_every_type_and_every_tensor(gemma_gguf):
     assert (blk.d.bits, blk.m.bits) == struct.unpack_from("<HH", pick.raw, 0)
     assert (blk.sub_scales, blk.sub_mins) == unpack(pick.raw[4:16])
     assert all(0 <= v < 64 for v in blk.sub_scales + blk.sub_mins)
-    fields = [r["field"] for r in tables["block_fields"] if r["type"] == "Q4_K"]
-    assert fields[:4] == ["d", "dmin", "scales+mins (packed)", "qs"] and "dmin * min[7]" in fields
+    fields = {r["field"]: r["value"] for r in tables["block_fields"] if r["type"] == "Q4_K"}
+    assert list(fields) == ["d", "dmin", "scales+mins (packed)", "qs", "scale[0..7] (unpacked)", "d * scale[j] (float32)",
+                            "min[0..7] (unpacked)", "dmin * min[j] (float32)"]  # fmt: skip
+    assert fields["scale[0..7] (unpacked)"] == blk.sub_scales and fields["d"] == blk.d.value
+    assert [np.float32(x) for x in fields["dmin * min[j] (float32)"].split(", ")] == [
+        np.float32(blk.m.value) * np.float32(m) for m in blk.sub_mins]

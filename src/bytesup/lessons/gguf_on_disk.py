@@ -458,19 +458,20 @@ def block_rows(blk: Block, reference: np.ndarray, pick: BlockPick | None = None)
 
 
 def field_rows(blk: Block, pick: BlockPick | None = None) -> list[dict]:
-    """The block field by field, in byte order; a K-quant's sub-block scales (and mins) follow, both
-    as the stored 6- or 8-bit integers and as the float32 factors d * scale[j] (dmin * min[j])."""
+    """The block field by field, in byte order; a K-quant's packed sub-block scales (and mins) follow,
+    unpacked: the stored integers, and the float32 factors d * scale[j] (dmin * min[j]) they give."""
     base = {"type": blk.type_name, "tensor": pick.tensor if pick else None}
     rows = [{**base, "field": name, "first_byte": at, "bytes": n, "value": value} for name, at, n, value in blk.fields]
-    per_sub = blk.n_weights // len(blk.sub_scales) if blk.sub_scales else 0
-    for j, sc in enumerate(blk.sub_scales):
-        rows.append({**base, "field": f"scale[{j}]", "first_byte": None, "bytes": None, "value": sc})
-        rows.append({**base, "field": f"d * scale[{j}]", "first_byte": None, "bytes": None,
-                     "value": blk.scale[j * per_sub]})  # fmt: skip
-    for j, mn in enumerate(blk.sub_mins):
-        rows.append({**base, "field": f"min[{j}]", "first_byte": None, "bytes": None, "value": mn})
-        rows.append({**base, "field": f"dmin * min[{j}]", "first_byte": None, "bytes": None,
-                     "value": -blk.offset[j * per_sub]})  # fmt: skip
+    if blk.sub_scales:
+        per_sub = blk.n_weights // len(blk.sub_scales)
+        factors = [str(np.float32(blk.scale[j * per_sub])) for j in range(len(blk.sub_scales))]
+        rows.append({**base, "field": f"scale[0..{len(blk.sub_scales) - 1}] (unpacked)", "value": blk.sub_scales})
+        rows.append({**base, "field": "d * scale[j] (float32)", "value": ", ".join(factors)})
+    if blk.sub_mins:
+        per_sub = blk.n_weights // len(blk.sub_mins)
+        factors = [str(np.float32(-blk.offset[j * per_sub])) for j in range(len(blk.sub_mins))]
+        rows.append({**base, "field": f"min[0..{len(blk.sub_mins) - 1}] (unpacked)", "value": blk.sub_mins})
+        rows.append({**base, "field": "dmin * min[j] (float32)", "value": ", ".join(factors)})
     return rows
 
 
