@@ -112,7 +112,7 @@ def q8_0_clear(raw: np.ndarray) -> np.ndarray:
 
 
 def _q8_0_step(r, o):
-    o[...] = r[:, 2:34].view(np.int8)  # int8 -> float32, exact
+    o[...] = _columns(r, 2, 34).view(np.int8)  # the quants as one contiguous run, int8 -> float32, exact
     o *= np.repeat(F16_TO_F32[r[:, 0:2].view("<u2")[:, 0]], 32).reshape(-1, 32)
 
 
@@ -196,16 +196,44 @@ def _columns(r: np.ndarray, start: int, stop: int) -> np.ndarray:
     return out
 
 
+_U64 = np.uint64
+_LOW_NIBBLES = _U64(0x0F0F0F0F0F0F0F0F)
+
+
+def _bytes_mask(mask: int) -> np.uint64:
+    """The one-byte mask repeated over the eight bytes of a uint64 word."""
+    return _U64(int.from_bytes(bytes([mask]) * 8, "little"))
+
+
 def _nibble_runs(r: np.ndarray, start: int, runs: int, run: int) -> np.ndarray:
     """(k, type_size) blocks with `runs` runs of `run` bytes of nibbles at `start` -> (k, 2 * runs * run)
-    uint8 0..15 in weight order: each run's low nibbles, then its high nibbles."""
+    uint8 0..15 in weight order: each run's low nibbles, then its high nibbles.
+
+    The nibbles are split eight bytes at a time (uint64 words), then each run's two halves moved
+    into place as `run`-byte items.
+    """
     k = r.shape[0]
+    words = _columns(r, start, start + runs * run).view(_U64)
     q = np.empty((k, runs, 2, run), np.uint8)
     items = q.view(f"V{run}")  # (k, runs, 2, 1): [low plane, high plane] of each run
-    span = r[:, start : start + runs * run]
-    items[:, :, 0, 0] = (span & np.uint8(0x0F)).view(f"V{run}")
-    items[:, :, 1, 0] = (span >> np.uint8(4)).view(f"V{run}")
+    items[:, :, 0, 0] = (words & _LOW_NIBBLES).view(np.uint8).view(f"V{run}")
+    items[:, :, 1, 0] = ((words >> _U64(4)) & _LOW_NIBBLES).view(np.uint8).view(f"V{run}")
     return q.reshape(k, -1)
+
+
+def _shift_up(a: np.ndarray, n: int) -> np.ndarray:
+    """a <<= n in place, for uint8 values below 2**(8 - n), eight bytes at a time.
+
+    numpy shifts uint8 left one element at a time (x86 has no 8-bit shift), about ten times slower
+    than its other uint8 passes; as uint64 words no bit crosses into the next byte, so one wide
+    shift does the same thing.
+    """
+    flat = a.reshape(-1)
+    if flat.base is not None and flat.size % 8 == 0 and a.flags.c_contiguous:
+        flat.view(np.uint64)[...] <<= np.uint64(n)
+    else:
+        a <<= np.uint8(n)
+    return a
 
 
 def _quants_4bit(r: np.ndarray, start: int) -> np.ndarray:
@@ -217,8 +245,7 @@ def _quants_5bit(r: np.ndarray, qh_at: int) -> np.ndarray:
     """As _quants_4bit, plus bit 4 of weight j from bit j of the uint32 at qh_at: values 0..31."""
     q = _quants_4bit(r, qh_at + 4)
     high = np.unpackbits(r[:, qh_at : qh_at + 4], axis=1, bitorder="little")  # (k, 32): 0 or 1
-    high <<= np.uint8(4)
-    q |= high
+    q |= _shift_up(high, 4)
     return q
 
 
@@ -557,17 +584,21 @@ def iq4_xs_clear(raw: np.ndarray) -> np.ndarray:
 # as ggml does. Same roundings, same order: (d * scale) rounded, times q, minus (dmin * min) rounded.
 
 
-def _bit_planes(qh: np.ndarray, bits: int) -> np.ndarray:
-    """(k, m) contiguous bytes -> (k, m // 32, 8 // bits, 32) fields of `bits` bits: field s of byte
-    32h + i lands at [h, s, i] (Q2_K/Q3_K quants, Q3_K hmask, Q5_K qh, Q6_K qh)."""
+def _bit_planes(qh: np.ndarray, bits: int, to: int = 0) -> np.ndarray:
+    """(k, m) contiguous bytes -> (k, m) bytes of `bits`-bit fields, placed at bit `to`: field s of byte
+    32h + i (bits s*bits and up) lands in byte 32 * (8 // bits * h + s) + i (Q2_K/Q3_K quants, Q3_K hmask,
+    Q5_K qh, Q6_K qh). Eight bytes at a time as uint64 words; each plane moved as 32-byte items."""
     k, m = qh.shape
     per = 8 // bits
+    words = qh.view(_U64)
+    mask = _bytes_mask(((1 << bits) - 1) << to)
     planes = np.empty((k, m // 32, per, 32), np.uint8)
     items = planes.view("V32")  # (k, m // 32, per, 1)
-    mask = np.uint8((1 << bits) - 1)
     for s in range(per):
-        items[:, :, s, 0] = ((qh >> np.uint8(s * bits)) & mask).view("V32")
-    return planes
+        shift = to - s * bits  # move field s from bit s*bits to bit `to`
+        moved = words << _U64(shift) if shift > 0 else words >> _U64(-shift)
+        items[:, :, s, 0] = (moved & mask).view(np.uint8).view("V32")
+    return planes.reshape(k, m * per)
 
 
 def _repeat(values: np.ndarray, times: int, k: int) -> np.ndarray:
@@ -592,7 +623,7 @@ def _scale_min_k4_fast(r: np.ndarray, at: int, d: np.ndarray, dmin: np.ndarray) 
 
 def _q2_k_step(r, o):
     k = r.shape[0]
-    o[...] = _bit_planes(_columns(r, 16, 80), 2).reshape(k, QK_K)
+    o[...] = _bit_planes(_columns(r, 16, 80), 2)
     scales = _columns(r, 0, 16)
     both = np.concatenate([scales & 0x0F, scales >> 4], axis=1).astype(np.float32)  # (k, 32): scales, minimums
     both *= np.repeat(np.stack([_f16_column(r, 80), _f16_column(r, 82)], axis=1), 16).reshape(k, 32)
@@ -602,10 +633,9 @@ def _q2_k_step(r, o):
 
 def _q3_k_step(r, o):
     k = r.shape[0]
-    q = _bit_planes(_columns(r, 32, 96), 2).reshape(k, QK_K)  # low 2 bits, 0..3
-    offset = _bit_planes(_columns(r, 0, 32), 1).reshape(k, QK_K)  # hmask bits
-    offset ^= np.uint8(1)
-    offset <<= np.uint8(2)  # 4 where the hmask bit is clear
+    q = _bit_planes(_columns(r, 32, 96), 2)  # low 2 bits, 0..3
+    offset = _bit_planes(_columns(r, 0, 32), 1, to=2)  # the hmask bit, as 4
+    offset ^= np.uint8(4)  # 4 where the hmask bit is clear
     q -= offset  # -4..3 in two's complement, read through the int8 view
     o[...] = q.view(np.int8)
     step = unpack_q3_k_scales(_columns(r, 96, 108)).astype(np.float32)
@@ -624,9 +654,7 @@ def _q4_k_step(r, o):
 def _q5_k_step(r, o):
     k = r.shape[0]
     q = _nibble_runs(r, 48, 4, 32)
-    high = _bit_planes(_columns(r, 16, 48), 1).reshape(k, QK_K)
-    high <<= np.uint8(4)
-    q |= high
+    q |= _bit_planes(_columns(r, 16, 48), 1, to=4)  # bit 4
     o[...] = q
     step, low = _scale_min_k4_fast(r, 4, _f16_column(r, 0), _f16_column(r, 2))
     o *= _repeat(step, 32, k)
@@ -636,9 +664,7 @@ def _q5_k_step(r, o):
 def _q6_k_step(r, o):
     k = r.shape[0]
     q = _nibble_runs(r, 0, 2, 64)  # low 4 bits
-    high = _bit_planes(_columns(r, 128, 192), 2).reshape(k, QK_K)
-    high <<= np.uint8(4)
-    q |= high
+    q |= _bit_planes(_columns(r, 128, 192), 2, to=4)  # bits 4 and 5
     q -= np.uint8(32)  # 0..63 -> -32..31
     o[...] = q.view(np.int8)
     step = _columns(r, 192, 208).view(np.int8).astype(np.float32)
