@@ -203,6 +203,24 @@ def test_registry_and_dispatch(caplog):
     assert "no hand dequantizer" not in caplog.text
 
 
+def test_worker_threads_keep_the_callers_errstate(monkeypatch):
+    """Chunks run in pool threads; np.errstate set by the caller holds there too (quiet, or raising)."""
+    import warnings
+
+    import bytesup.dequant as dq
+
+    monkeypatch.setattr(dq, "CHUNK_BLOCKS", 3)
+    raw = np.zeros((40, 34), np.uint8)
+    raw[:, 0:2] = np.array([0x7C00], "<u2").view(np.uint8)  # d = +inf, every q = 0: inf * 0 is NaN
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with np.errstate(all="ignore"):
+            out = dq.q8_0_fast(raw.reshape(-1), threads=2)
+    assert out.shape == (1280,) and np.isnan(out).all()
+    with np.errstate(invalid="raise"), pytest.raises(FloatingPointError):
+        dq.q8_0_fast(raw.reshape(-1), threads=2)
+
+
 def test_default_threads(monkeypatch):
     from bytesup.dequant import available_cpus, default_threads
 

@@ -32,6 +32,7 @@ multiply-add, no float64 on the way.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 import threading
@@ -280,15 +281,17 @@ def default_threads() -> int:
     return available_cpus()
 
 
-_POOLS: dict[int, ThreadPoolExecutor] = {}
+_POOLS: dict[tuple[int, int], ThreadPoolExecutor] = {}
 _POOLS_LOCK = threading.Lock()
 
 
 def _pool(workers: int) -> ThreadPoolExecutor:
+    """One pool per size and process (a forked child does not inherit its parent's threads)."""
+    key = (os.getpid(), workers)
     with _POOLS_LOCK:
-        if workers not in _POOLS:
-            _POOLS[workers] = ThreadPoolExecutor(workers, thread_name_prefix="bytesup-dequant")
-        return _POOLS[workers]
+        if key not in _POOLS:
+            _POOLS[key] = ThreadPoolExecutor(workers, thread_name_prefix="bytesup-dequant")
+        return _POOLS[key]
 
 
 def _fast_blocks(raw: np.ndarray, type_size: int, out: np.ndarray | None, step, block_size: int = 32,
@@ -314,7 +317,9 @@ def _fast_blocks(raw: np.ndarray, type_size: int, out: np.ndarray | None, step, 
         for s in starts:
             work(s)
     else:
-        for _ in _pool(workers).map(work, starts):
+        # each chunk runs in a copy of the caller's context, so np.errstate set by the caller holds there too
+        contexts = [contextvars.copy_context() for _ in starts]
+        for _ in _pool(workers).map(lambda s, ctx: ctx.run(work, s), starts, contexts):
             pass
     return out
 
