@@ -20,6 +20,7 @@ from bytesup.dequant import (
     expected_bytes,
     reference_dequantize,
     split_fields,
+    unpack_fields,
     unpack_iq4_xs_scales,
     unpack_q3_k_scales,
     unpack_scale_min_k4,
@@ -202,6 +203,24 @@ def test_registry_and_dispatch(caplog):
     assert "no hand dequantizer" not in caplog.text
 
 
+def test_worker_threads_keep_the_callers_errstate(monkeypatch):
+    """Chunks run in pool threads; np.errstate set by the caller holds there too (quiet, or raising)."""
+    import warnings
+
+    import bytesup.dequant as dq
+
+    monkeypatch.setattr(dq, "CHUNK_BLOCKS", 3)
+    raw = np.zeros((40, 34), np.uint8)
+    raw[:, 0:2] = np.array([0x7C00], "<u2").view(np.uint8)  # d = +inf, every q = 0: inf * 0 is NaN
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with np.errstate(all="ignore"):
+            out = dq.q8_0_fast(raw.reshape(-1), threads=2)
+    assert out.shape == (1280,) and np.isnan(out).all()
+    with np.errstate(invalid="raise"), pytest.raises(FloatingPointError):
+        dq.q8_0_fast(raw.reshape(-1), threads=2)
+
+
 def test_default_threads(monkeypatch):
     from bytesup.dequant import available_cpus, default_threads
 
@@ -317,6 +336,9 @@ def test_q4_k_super_block_by_hand():
     assert [(k, v.shape) for k, v in fields.items()] == [("d", (1, 2)), ("dmin", (1, 2)), ("scales", (1, 12)),
                                                          ("qs", (1, 128))]
     assert [a.tolist() for a in unpack_scale_min_k4(fields["scales"][0])] == [scale, minimum]
+    u = unpack_fields(raw, "Q4_K")
+    assert (u["d"].tolist(), u["dmin"].tolist()) == ([0.5], [0.125])
+    assert (u["scale"].tolist(), u["min"].tolist(), u["q"].tolist()) == ([scale], [minimum], [q])
     expected = [0.5 * scale[w // 32] * q[w] - 0.125 * minimum[w // 32] for w in range(256)]
     for f in HAND_DEQUANTIZERS["Q4_K"]:
         assert f(raw).tolist() == expected
@@ -333,8 +355,29 @@ def test_iq4_nl_block_by_hand():
 
 
 def test_block_fields_add_up_to_ggml_sizes():
+    from bytesup.dequant import FORMULAS, SUB_BLOCK
+
     for type_name, fields in BLOCK_FIELDS.items():
         assert sum(n for _, n in fields) == GGML_QUANT_SIZES[GGMLQuantizationType[type_name]][1], type_name
+    assert set(FORMULAS) == set(SUB_BLOCK) == set(BLOCK_FIELDS) == set(SUPER_BLOCK_TYPES)
+
+
+@pytest.mark.parametrize("type_name", SUPER_BLOCK_TYPES)
+def test_unpack_fields_ranges(type_name):
+    """The unpacked integers span exactly the range their bits allow (random bytes hit every value)."""
+    from bytesup.dequant import SUB_BLOCK
+
+    raw = finite_blocks(type_name, 400, np.random.default_rng(4))
+    u = unpack_fields(raw, type_name)
+    block_size = GGML_QUANT_SIZES[GGMLQuantizationType[type_name]][0]
+    q_range = {"Q2_K": (0, 3), "Q3_K": (-4, 3), "Q4_K": (0, 15), "Q5_K": (0, 31), "Q6_K": (-32, 31)}
+    assert (u["q"].min(), u["q"].max()) == q_range.get(type_name, (0, 15))
+    assert u["q"].shape == (400, block_size) and u["d"].shape == (400,) and np.isfinite(u["d"]).all()
+    if "scale" in u:
+        assert u["scale"].shape == (400, block_size // SUB_BLOCK[type_name])
+        scale_range = {"Q2_K": (0, 15), "Q4_K": (0, 63), "Q5_K": (0, 63), "Q6_K": (-128, 127)}
+        assert (u["scale"].min(), u["scale"].max()) == scale_range.get(type_name, (-32, 31))
+    assert ("min" in u) == ("dmin" in u) == (type_name in ("Q2_K", "Q4_K", "Q5_K"))
 
 
 # -- the real default model ---------------------------------------------------------------

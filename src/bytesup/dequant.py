@@ -32,6 +32,7 @@ multiply-add, no float64 on the way.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 import threading
@@ -112,7 +113,7 @@ def q8_0_clear(raw: np.ndarray) -> np.ndarray:
 
 
 def _q8_0_step(r, o):
-    o[...] = r[:, 2:34].view(np.int8)  # int8 -> float32, exact
+    o[...] = _columns(r, 2, 34).view(np.int8)  # the quants as one contiguous run, int8 -> float32, exact
     o *= np.repeat(F16_TO_F32[r[:, 0:2].view("<u2")[:, 0]], 32).reshape(-1, 32)
 
 
@@ -196,16 +197,44 @@ def _columns(r: np.ndarray, start: int, stop: int) -> np.ndarray:
     return out
 
 
+_U64 = np.uint64
+_LOW_NIBBLES = _U64(0x0F0F0F0F0F0F0F0F)
+
+
+def _bytes_mask(mask: int) -> np.uint64:
+    """The one-byte mask repeated over the eight bytes of a uint64 word."""
+    return _U64(int.from_bytes(bytes([mask]) * 8, "little"))
+
+
 def _nibble_runs(r: np.ndarray, start: int, runs: int, run: int) -> np.ndarray:
     """(k, type_size) blocks with `runs` runs of `run` bytes of nibbles at `start` -> (k, 2 * runs * run)
-    uint8 0..15 in weight order: each run's low nibbles, then its high nibbles."""
+    uint8 0..15 in weight order: each run's low nibbles, then its high nibbles.
+
+    The nibbles are split eight bytes at a time (uint64 words), then each run's two halves moved
+    into place as `run`-byte items.
+    """
     k = r.shape[0]
+    words = _columns(r, start, start + runs * run).view(_U64)
     q = np.empty((k, runs, 2, run), np.uint8)
     items = q.view(f"V{run}")  # (k, runs, 2, 1): [low plane, high plane] of each run
-    span = r[:, start : start + runs * run]
-    items[:, :, 0, 0] = (span & np.uint8(0x0F)).view(f"V{run}")
-    items[:, :, 1, 0] = (span >> np.uint8(4)).view(f"V{run}")
+    items[:, :, 0, 0] = (words & _LOW_NIBBLES).view(np.uint8).view(f"V{run}")
+    items[:, :, 1, 0] = ((words >> _U64(4)) & _LOW_NIBBLES).view(np.uint8).view(f"V{run}")
     return q.reshape(k, -1)
+
+
+def _shift_up(a: np.ndarray, n: int) -> np.ndarray:
+    """a <<= n in place, for uint8 values below 2**(8 - n), eight bytes at a time.
+
+    numpy shifts uint8 left one element at a time (x86 has no 8-bit shift), about ten times slower
+    than its other uint8 passes; as uint64 words no bit crosses into the next byte, so one wide
+    shift does the same thing.
+    """
+    flat = a.reshape(-1)
+    if flat.base is not None and flat.size % 8 == 0 and a.flags.c_contiguous:
+        flat.view(np.uint64)[...] <<= np.uint64(n)
+    else:
+        a <<= np.uint8(n)
+    return a
 
 
 def _quants_4bit(r: np.ndarray, start: int) -> np.ndarray:
@@ -217,8 +246,7 @@ def _quants_5bit(r: np.ndarray, qh_at: int) -> np.ndarray:
     """As _quants_4bit, plus bit 4 of weight j from bit j of the uint32 at qh_at: values 0..31."""
     q = _quants_4bit(r, qh_at + 4)
     high = np.unpackbits(r[:, qh_at : qh_at + 4], axis=1, bitorder="little")  # (k, 32): 0 or 1
-    high <<= np.uint8(4)
-    q |= high
+    q |= _shift_up(high, 4)
     return q
 
 
@@ -253,15 +281,17 @@ def default_threads() -> int:
     return available_cpus()
 
 
-_POOLS: dict[int, ThreadPoolExecutor] = {}
+_POOLS: dict[tuple[int, int], ThreadPoolExecutor] = {}
 _POOLS_LOCK = threading.Lock()
 
 
 def _pool(workers: int) -> ThreadPoolExecutor:
+    """One pool per size and process (a forked child does not inherit its parent's threads)."""
+    key = (os.getpid(), workers)
     with _POOLS_LOCK:
-        if workers not in _POOLS:
-            _POOLS[workers] = ThreadPoolExecutor(workers, thread_name_prefix="bytesup-dequant")
-        return _POOLS[workers]
+        if key not in _POOLS:
+            _POOLS[key] = ThreadPoolExecutor(workers, thread_name_prefix="bytesup-dequant")
+        return _POOLS[key]
 
 
 def _fast_blocks(raw: np.ndarray, type_size: int, out: np.ndarray | None, step, block_size: int = 32,
@@ -287,7 +317,9 @@ def _fast_blocks(raw: np.ndarray, type_size: int, out: np.ndarray | None, step, 
         for s in starts:
             work(s)
     else:
-        for _ in _pool(workers).map(work, starts):
+        # each chunk runs in a copy of the caller's context, so np.errstate set by the caller holds there too
+        contexts = [contextvars.copy_context() for _ in starts]
+        for _ in _pool(workers).map(lambda s, ctx: ctx.run(work, s), starts, contexts):
             pass
     return out
 
@@ -454,98 +486,148 @@ def _high_bits(qh: np.ndarray) -> np.ndarray:
     return np.concatenate([(qh >> b) & 0x01 for b in range(8)], axis=1)
 
 
+# What the weights are, per type, in the names unpack_fields returns (j = the weight's sub-block).
+FORMULAS = {
+    "Q2_K": "w = (d * scale[j]) * q - (dmin * min[j])",
+    "Q3_K": "w = (d * scale[j]) * q",
+    "Q4_K": "w = (d * scale[j]) * q - (dmin * min[j])",
+    "Q5_K": "w = (d * scale[j]) * q - (dmin * min[j])",
+    "Q6_K": "w = (d * scale[j]) * q",
+    "IQ4_NL": "w = d * KVALUES_IQ4[q]",
+    "IQ4_XS": "w = (d * scale[j]) * KVALUES_IQ4[q]",
+}
+SUB_BLOCK = {"Q2_K": 16, "Q3_K": 16, "Q4_K": 32, "Q5_K": 32, "Q6_K": 16, "IQ4_NL": 32, "IQ4_XS": 32}
+
+
+def _unpack_q2_k(f: dict) -> dict:
+    """Q2_K, 84 bytes: scales (16: sub-block j's scale in the low nibble of byte j, its minimum in the
+    high nibble), qs (64: 2-bit quants, see _crumbs), d, dmin (fp16)."""
+    return {"scale": f["scales"] & 0x0F, "min": f["scales"] >> 4, "q": _crumbs(f["qs"])}
+
+
+def _unpack_q3_k(f: dict) -> dict:
+    """Q3_K, 110 bytes: hmask (32: the third bit of each q, see _high_bits), qs (64: the low 2 bits),
+    scales (12: sixteen packed 6-bit scales), d (fp16). q = low 2 bits, minus 4 when the hmask bit
+    is clear: -4..3."""
+    low = _crumbs(f["qs"]).astype(np.int8)  # 0..3
+    high = _high_bits(f["hmask"]).astype(np.int8)  # 0 or 1
+    return {"scale": unpack_q3_k_scales(f["scales"]), "q": low - 4 * (1 - high)}  # a set bit means "no offset"
+
+
+def _unpack_q4_k(f: dict) -> dict:
+    """Q4_K, 144 bytes: d, dmin (fp16), scales (12: eight 6-bit scales and eight 6-bit minimums),
+    qs (128: 4-bit quants, see _nibbles_k)."""
+    scale, minimum = unpack_scale_min_k4(f["scales"])
+    return {"scale": scale, "min": minimum, "q": _nibbles_k(f["qs"])}
+
+
+def _unpack_q5_k(f: dict) -> dict:
+    """Q5_K, 176 bytes: as Q4_K, plus qh (32: bit 4 of each q, see _high_bits) before qs. q: 0..31."""
+    scale, minimum = unpack_scale_min_k4(f["scales"])
+    return {"scale": scale, "min": minimum, "q": _nibbles_k(f["qs"]) | _high_bits(f["qh"]) << 4}
+
+
+def _unpack_q6_k(f: dict) -> dict:
+    """Q6_K, 210 bytes: ql (128: the low 4 bits of q), qh (64: the high 2 bits), scales (16 signed
+    bytes), d (fp16). q is stored plus 32: -32..31.
+
+    ql: two halves of 64 bytes; in half h the low nibble of byte i is weight 128h + i, the high 128h + 64 + i.
+    qh: two halves of 32 bytes; in half h bits 2s..2s+1 of byte i are the top bits of weight 128h + 32s + i
+        (the layout of Q2_K's 2-bit quants).
+    """
+    ql = f["ql"].reshape(-1, 2, 1, 64)
+    low = np.concatenate([ql & 0x0F, ql >> 4], axis=2).reshape(-1, QK_K)  # 0..15
+    high = _crumbs(f["qh"])  # 0..3
+    return {"scale": f["scales"].view(np.int8), "q": (low | high << 4).astype(np.int8) - 32}
+
+
+def _unpack_iq4_nl(f: dict) -> dict:
+    """IQ4_NL, 18 bytes: d (fp16), qs (16: 4-bit indices laid out as Q4_0's, low nibbles are weights
+    0..15, high 16..31)."""
+    return {"q": _nibbles(f["qs"])}
+
+
+def _unpack_iq4_xs(f: dict) -> dict:
+    """IQ4_XS, 136 bytes: d (fp16), scales_h (2) and scales_l (4): eight packed 6-bit scales, qs (128:
+    4-bit indices in eight runs of 16 bytes; in run j the low nibbles are weights 32j..32j+15, the high
+    ones 32j+16..32j+31)."""
+    q = _nibbles(f["qs"].reshape(-1, 16)).reshape(-1, QK_K)  # each run of 16 bytes is laid out like Q4_0's
+    return {"scale": unpack_iq4_xs_scales(f["scales_h"], f["scales_l"]), "q": q}
+
+
+_UNPACK = {"Q2_K": _unpack_q2_k, "Q3_K": _unpack_q3_k, "Q4_K": _unpack_q4_k, "Q5_K": _unpack_q5_k,
+           "Q6_K": _unpack_q6_k, "IQ4_NL": _unpack_iq4_nl, "IQ4_XS": _unpack_iq4_xs}
+
+
+def unpack_fields(raw: np.ndarray, type_name: str) -> dict[str, np.ndarray]:
+    """Whole blocks of a K-quant or IQ4 type -> their numbers, unpacked and named as in FORMULAS.
+
+    d, dmin: (n,) float32 (the fp16 fields); scale, min: (n, sub-blocks) integers as the formula uses
+    them (Q3_K and IQ4_XS already minus 32, Q6_K signed); q: (n, weights) integers in weight order
+    (Q3_K -4..3, Q6_K -32..31, IQ4 an index 0..15). A lesson shows one super-block with these.
+    """
+    f = split_fields(raw, type_name)
+    out = {"d": _f16(f["d"])[:, 0]}
+    if "dmin" in f:
+        out["dmin"] = _f16(f["dmin"])[:, 0]
+    out.update(_UNPACK[type_name](f))
+    return out
+
+
+def _sub_block_formula(raw: np.ndarray, type_name: str, levels: np.ndarray | None = None) -> np.ndarray:
+    """FORMULAS[type_name] on unpack_fields: (d * scale[j]) rounded to float32 once per sub-block, times
+    q (or KVALUES_IQ4[q]), minus (dmin * min[j]) where the type has minimums: gguf-py's order."""
+    u = unpack_fields(raw, type_name)
+    size = SUB_BLOCK[type_name]
+    q = (u["q"] if levels is None else levels[u["q"]]).astype(np.float32).reshape(u["d"].size, -1, size)
+    d = u["d"][:, None]  # (n, 1)
+    step = d if "scale" not in u else d * u["scale"].astype(np.float32)  # (n, sub-blocks), rounded once
+    w = step[:, :, None] * q
+    if "min" in u:
+        w = w - (u["dmin"][:, None] * u["min"].astype(np.float32))[:, :, None]
+    return w.reshape(-1)
+
+
 def q2_k_clear(raw: np.ndarray) -> np.ndarray:
-    """Q2_K: 256 weights in 84 bytes = 16 bytes of scales + 64 bytes of 2-bit quants + d, dmin (fp16).
-    Byte j of scales holds sub-block j's scale (low nibble) and minimum (high nibble).
-    Weight = (d * scale[j]) * q - (dmin * min[j]) for sub-block j = weight // 16."""
-    f = split_fields(raw, "Q2_K")
-    d, dmin = _f16(f["d"]), _f16(f["dmin"])  # (n, 1) each
-    scale, minimum = f["scales"] & 0x0F, f["scales"] >> 4  # (n, 16) each, 0..15
-    q = _crumbs(f["qs"]).reshape(-1, 16, 16).astype(np.float32)  # (n, sub-block, weight)
-    step = (d * scale.astype(np.float32))[:, :, None]  # one float32 per sub-block
-    low = (dmin * minimum.astype(np.float32))[:, :, None]
-    return (step * q - low).reshape(-1)
+    """Q2_K: 256 weights in 84 bytes, sixteen sub-blocks of 16; w = (d * scale[j]) * q - (dmin * min[j]),
+    q 2 bits, scale and min 4 bits each (_unpack_q2_k)."""
+    return _sub_block_formula(raw, "Q2_K")
 
 
 def q3_k_clear(raw: np.ndarray) -> np.ndarray:
-    """Q3_K: 256 weights in 110 bytes = 32 bytes hmask + 64 bytes of 2-bit quants + 12 bytes of packed
-    6-bit scales + d (fp16). A weight's 3-bit q is its 2 low bits minus 4 when its hmask bit is clear
-    (q in -4..3). Weight = (d * scale[j]) * q for sub-block j = weight // 16."""
-    f = split_fields(raw, "Q3_K")
-    d = _f16(f["d"])  # (n, 1)
-    scale = unpack_q3_k_scales(f["scales"])  # (n, 16), -32..31
-    low = _crumbs(f["qs"]).astype(np.int8)  # (n, 256), 0..3
-    high = _high_bits(f["hmask"]).astype(np.int8)  # (n, 256), 0 or 1
-    q = (low - 4 * (1 - high)).reshape(-1, 16, 16).astype(np.float32)  # a set bit means "no offset"
-    step = (d * scale.astype(np.float32))[:, :, None]
-    return (step * q).reshape(-1)
+    """Q3_K: 256 weights in 110 bytes, sixteen sub-blocks of 16; w = (d * scale[j]) * q, q in -4..3,
+    scale 6 bits signed (_unpack_q3_k)."""
+    return _sub_block_formula(raw, "Q3_K")
 
 
 def q4_k_clear(raw: np.ndarray) -> np.ndarray:
-    """Q4_K: 256 weights in 144 bytes = d, dmin (fp16) + 12 bytes of packed 6-bit scales and minimums
-    + 128 bytes of 4-bit quants. Weight = (d * scale[j]) * q - (dmin * min[j]) for sub-block j = weight // 32."""
-    f = split_fields(raw, "Q4_K")
-    d, dmin = _f16(f["d"]), _f16(f["dmin"])  # (n, 1) each
-    scale, minimum = unpack_scale_min_k4(f["scales"])  # (n, 8) each, 0..63
-    q = _nibbles_k(f["qs"]).reshape(-1, 8, 32).astype(np.float32)  # (n, sub-block, weight), 0..15
-    step = (d * scale.astype(np.float32))[:, :, None]
-    low = (dmin * minimum.astype(np.float32))[:, :, None]
-    return (step * q - low).reshape(-1)
+    """Q4_K: 256 weights in 144 bytes, eight sub-blocks of 32; w = (d * scale[j]) * q - (dmin * min[j]),
+    q 4 bits, scale and min 6 bits each (_unpack_q4_k)."""
+    return _sub_block_formula(raw, "Q4_K")
 
 
 def q5_k_clear(raw: np.ndarray) -> np.ndarray:
-    """Q5_K: 256 weights in 176 bytes = d, dmin (fp16) + 12 bytes of packed 6-bit scales and minimums
-    + 32 bytes qh (bit 4 of each q) + 128 bytes of the low 4 bits. Weight = (d * scale[j]) * q - (dmin * min[j])
-    for sub-block j = weight // 32, q in 0..31."""
-    f = split_fields(raw, "Q5_K")
-    d, dmin = _f16(f["d"]), _f16(f["dmin"])
-    scale, minimum = unpack_scale_min_k4(f["scales"])
-    q = _nibbles_k(f["qs"]) | _high_bits(f["qh"]) << 4  # (n, 256), 0..31
-    q = q.reshape(-1, 8, 32).astype(np.float32)
-    step = (d * scale.astype(np.float32))[:, :, None]
-    low = (dmin * minimum.astype(np.float32))[:, :, None]
-    return (step * q - low).reshape(-1)
+    """Q5_K: 256 weights in 176 bytes, eight sub-blocks of 32; w = (d * scale[j]) * q - (dmin * min[j]),
+    q 5 bits, scale and min 6 bits each (_unpack_q5_k)."""
+    return _sub_block_formula(raw, "Q5_K")
 
 
 def q6_k_clear(raw: np.ndarray) -> np.ndarray:
-    """Q6_K: 256 weights in 210 bytes = 128 bytes ql (low 4 bits of q) + 64 bytes qh (high 2 bits)
-    + 16 signed 8-bit scales + d (fp16). Weight = (d * scale[j]) * (q - 32) for sub-block j = weight // 16.
-
-    ql: two halves of 64 bytes; in half h the low nibble of byte i is weight 128h + i, the high 128h + 64 + i.
-    qh: two halves of 32 bytes; in half h bits 2s..2s+1 of byte i are the top bits of weight 128h + 32s + i.
-    """
-    f = split_fields(raw, "Q6_K")
-    d = _f16(f["d"])
-    scale = f["scales"].view(np.int8)  # (n, 16), -128..127
-    ql = f["ql"].reshape(-1, 2, 1, 64)
-    low = np.concatenate([ql & 0x0F, ql >> 4], axis=2).reshape(-1, QK_K)  # 0..15
-    high = _crumbs(f["qh"])  # 0..3, same layout as the 2-bit quants of Q2_K
-    q = ((low | high << 4).astype(np.int8) - 32).reshape(-1, 16, 16).astype(np.float32)  # -32..31
-    step = (d * scale.astype(np.float32))[:, :, None]
-    return (step * q).reshape(-1)
+    """Q6_K: 256 weights in 210 bytes, sixteen sub-blocks of 16; w = (d * scale[j]) * q, q in -32..31,
+    scale 8 bits signed (_unpack_q6_k)."""
+    return _sub_block_formula(raw, "Q6_K")
 
 
 def iq4_nl_clear(raw: np.ndarray) -> np.ndarray:
-    """IQ4_NL: a block of 32 weights = d (fp16) + 16 bytes of 4-bit indices (as Q4_0: low nibbles are weights
-    0..15, high 16..31); weight = d * KVALUES_IQ4[q], a non-uniform grid of 16 levels."""
-    f = split_fields(raw, "IQ4_NL")
-    d = _f16(f["d"])  # (n, 1)
-    q = _nibbles(f["qs"])  # (n, 32), 0..15
-    return (d * KVALUES_IQ4[q].astype(np.float32)).reshape(-1)
+    """IQ4_NL: a block of 32 weights in 18 bytes; w = d * KVALUES_IQ4[q], a non-uniform grid of 16 levels
+    (_unpack_iq4_nl)."""
+    return _sub_block_formula(raw, "IQ4_NL", KVALUES_IQ4)
 
 
 def iq4_xs_clear(raw: np.ndarray) -> np.ndarray:
-    """IQ4_XS: 256 weights in 136 bytes = d (fp16) + 2 + 4 bytes of packed 6-bit scales + 128 bytes of 4-bit
-    indices. Weight = (d * scale[j]) * KVALUES_IQ4[q] for sub-block j = weight // 32.
-
-    qs: eight runs of 16 bytes; in run j the low nibbles are weights 32j..32j+15, the high ones 32j+16..32j+31.
-    """
-    f = split_fields(raw, "IQ4_XS")
-    d = _f16(f["d"])
-    scale = unpack_iq4_xs_scales(f["scales_h"], f["scales_l"])  # (n, 8), -32..31
-    q = _nibbles(f["qs"].reshape(-1, 16)).reshape(-1, 8, 32)  # each run of 16 bytes is laid out like Q4_0's
-    step = (d * scale.astype(np.float32))[:, :, None]
-    return (step * KVALUES_IQ4[q].astype(np.float32)).reshape(-1)
+    """IQ4_XS: 256 weights in 136 bytes, eight sub-blocks of 32; w = (d * scale[j]) * KVALUES_IQ4[q],
+    scale 6 bits signed (_unpack_iq4_xs)."""
+    return _sub_block_formula(raw, "IQ4_XS", KVALUES_IQ4)
 
 
 # -- fast K-quants ---------------------------------------------------------------------
@@ -557,17 +639,21 @@ def iq4_xs_clear(raw: np.ndarray) -> np.ndarray:
 # as ggml does. Same roundings, same order: (d * scale) rounded, times q, minus (dmin * min) rounded.
 
 
-def _bit_planes(qh: np.ndarray, bits: int) -> np.ndarray:
-    """(k, m) contiguous bytes -> (k, m // 32, 8 // bits, 32) fields of `bits` bits: field s of byte
-    32h + i lands at [h, s, i] (Q2_K/Q3_K quants, Q3_K hmask, Q5_K qh, Q6_K qh)."""
+def _bit_planes(qh: np.ndarray, bits: int, to: int = 0) -> np.ndarray:
+    """(k, m) contiguous bytes -> (k, m) bytes of `bits`-bit fields, placed at bit `to`: field s of byte
+    32h + i (bits s*bits and up) lands in byte 32 * (8 // bits * h + s) + i (Q2_K/Q3_K quants, Q3_K hmask,
+    Q5_K qh, Q6_K qh). Eight bytes at a time as uint64 words; each plane moved as 32-byte items."""
     k, m = qh.shape
     per = 8 // bits
+    words = qh.view(_U64)
+    mask = _bytes_mask(((1 << bits) - 1) << to)
     planes = np.empty((k, m // 32, per, 32), np.uint8)
     items = planes.view("V32")  # (k, m // 32, per, 1)
-    mask = np.uint8((1 << bits) - 1)
     for s in range(per):
-        items[:, :, s, 0] = ((qh >> np.uint8(s * bits)) & mask).view("V32")
-    return planes
+        shift = to - s * bits  # move field s from bit s*bits to bit `to`
+        moved = words << _U64(shift) if shift > 0 else words >> _U64(-shift)
+        items[:, :, s, 0] = (moved & mask).view(np.uint8).view("V32")
+    return planes.reshape(k, m * per)
 
 
 def _repeat(values: np.ndarray, times: int, k: int) -> np.ndarray:
@@ -592,7 +678,7 @@ def _scale_min_k4_fast(r: np.ndarray, at: int, d: np.ndarray, dmin: np.ndarray) 
 
 def _q2_k_step(r, o):
     k = r.shape[0]
-    o[...] = _bit_planes(_columns(r, 16, 80), 2).reshape(k, QK_K)
+    o[...] = _bit_planes(_columns(r, 16, 80), 2)
     scales = _columns(r, 0, 16)
     both = np.concatenate([scales & 0x0F, scales >> 4], axis=1).astype(np.float32)  # (k, 32): scales, minimums
     both *= np.repeat(np.stack([_f16_column(r, 80), _f16_column(r, 82)], axis=1), 16).reshape(k, 32)
@@ -602,10 +688,9 @@ def _q2_k_step(r, o):
 
 def _q3_k_step(r, o):
     k = r.shape[0]
-    q = _bit_planes(_columns(r, 32, 96), 2).reshape(k, QK_K)  # low 2 bits, 0..3
-    offset = _bit_planes(_columns(r, 0, 32), 1).reshape(k, QK_K)  # hmask bits
-    offset ^= np.uint8(1)
-    offset <<= np.uint8(2)  # 4 where the hmask bit is clear
+    q = _bit_planes(_columns(r, 32, 96), 2)  # low 2 bits, 0..3
+    offset = _bit_planes(_columns(r, 0, 32), 1, to=2)  # the hmask bit, as 4
+    offset ^= np.uint8(4)  # 4 where the hmask bit is clear
     q -= offset  # -4..3 in two's complement, read through the int8 view
     o[...] = q.view(np.int8)
     step = unpack_q3_k_scales(_columns(r, 96, 108)).astype(np.float32)
@@ -624,9 +709,7 @@ def _q4_k_step(r, o):
 def _q5_k_step(r, o):
     k = r.shape[0]
     q = _nibble_runs(r, 48, 4, 32)
-    high = _bit_planes(_columns(r, 16, 48), 1).reshape(k, QK_K)
-    high <<= np.uint8(4)
-    q |= high
+    q |= _bit_planes(_columns(r, 16, 48), 1, to=4)  # bit 4
     o[...] = q
     step, low = _scale_min_k4_fast(r, 4, _f16_column(r, 0), _f16_column(r, 2))
     o *= _repeat(step, 32, k)
@@ -636,9 +719,7 @@ def _q5_k_step(r, o):
 def _q6_k_step(r, o):
     k = r.shape[0]
     q = _nibble_runs(r, 0, 2, 64)  # low 4 bits
-    high = _bit_planes(_columns(r, 128, 192), 2).reshape(k, QK_K)
-    high <<= np.uint8(4)
-    q |= high
+    q |= _bit_planes(_columns(r, 128, 192), 2, to=4)  # bits 4 and 5
     q -= np.uint8(32)  # 0..63 -> -32..31
     o[...] = q.view(np.int8)
     step = _columns(r, 192, 208).view(np.int8).astype(np.float32)

@@ -1,8 +1,9 @@
 """CPU timing for rule `timing_cpu`: summary.json plus sweep, stream and dequant CSVs.
 
 All logic lives in bytesup.timing; this wires the rule's input, outputs, params, threads
-and log to it. BLAS and the STREAM workers use the rule's `threads`. An expected failure
-(malformed GGUF, no FFN to time, bad setting) ends the job with one line, no traceback.
+and log to it. BLAS, the STREAM workers and the hand dequantizers use the rule's `threads`.
+An expected failure (malformed GGUF, no FFN to time, bad setting) ends the job with one line,
+no traceback.
 """
 
 import sys
