@@ -1,4 +1,4 @@
-"""The same llama forward pass in torch, on any device: the GPU twin of bytesup.model.forward.
+"""The same forward pass in torch, on any device: the GPU twin of bytesup.model.forward.
 
     with Model.from_gguf("smollm2-135m.gguf", mode="resident") as numpy_model:
         model = TorchModel.from_model(numpy_model, "cuda")    # weights copied to the device once
@@ -9,7 +9,9 @@
 `transformer()` here is forward.py's `transformer()` step for step, in the same order and under
 the same names: embed -> for each block: RMSNorm, Q K V (one fused matrix), rope on adjacent
 pairs, grouped-query attention with a causal mask, output projection, residual; RMSNorm, gate
-and up (one fused matrix), SiLU(gate) * up, down, residual -> final norm -> unembed.
+and up (one fused matrix), act(gate) * up, down, residual -> final norm -> unembed; the steps an
+architecture adds (biases, q/k norms, post norms, embedding scale, sliding windows) as forward.py
+reads them from the architecture table.
 
 The weights are the float32 arrays of forward.py's resident provider (the project's own
 dequantizers, fused QKV and gate|up), moved to the device once: there is no second dequantizer.
