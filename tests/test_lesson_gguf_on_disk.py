@@ -156,11 +156,14 @@ def test_q6_k_block_bit_placement():
     # only weight 200 non-zero: half 1, l = 8, k = 2 -> ql byte 64 + 8 high nibble, qh byte 128 + 32 + 8 bits 4-5
     ql, qh = bytearray(128), bytearray(64)
     ql[72] = 0x50  # low bits 5 in the high nibble
-    qh[40] = 0b10 << 4  # high bits 2 -> q = 5 + 32 = 37, level 5
+    qh[40] = 0b10 << 4  # high bits 2 -> stored 5 + 32 = 37
     scales = struct.pack("<16b", *range(-8, 8))
     raw = bytes(ql) + bytes(qh) + scales + struct.pack("<H", 0x3C00)  # d = 1
     blk = qb.decode_q6_k(raw)
-    assert blk.q[200] == 37 and blk.level[200] == 5 and blk.scale[200] == 200 // 16 - 8
+    # q as bytesup.dequant.unpack_fields names it: stored 37, minus 32
+    assert blk.q[200] == blk.level[200] == 5 and blk.scale[200] == 200 // 16 - 8
+    assert blk.stored_in[200] == "byte 72 high nibble + byte 168 bits 4-5"
+    assert [blk.q[i] for i in range(256) if i != 200] == [-32] * 255
     assert blk.values[200] == 5 * (200 // 16 - 8)
     assert lesson.same_bits(blk.values, lesson.gguf_py_block(raw, "Q6_K"))
 
@@ -492,7 +495,7 @@ def test_gemma_file_every_type_and_every_tensor(gemma_gguf):
     assert (blk.sub_scales, blk.sub_mins) == unpack(pick.raw[4:16])
     assert all(0 <= v < 64 for v in blk.sub_scales + blk.sub_mins)
     fields = {r["field"]: r["value"] for r in tables["block_fields"] if r["type"] == "Q4_K"}
-    assert list(fields) == ["d", "dmin", "scales+mins (packed)", "qs", "scale[0..7] (unpacked)", "d * scale[j] (float32)",
+    assert list(fields) == ["d", "dmin", "scales", "qs", "scale[0..7] (unpacked)", "d * scale[j] (float32)",
                             "min[0..7] (unpacked)", "dmin * min[j] (float32)"]  # fmt: skip
     assert fields["scale[0..7] (unpacked)"] == blk.sub_scales and fields["d"] == blk.d.value
     assert [np.float32(x) for x in fields["dmin * min[j] (float32)"].split(", ")] == [

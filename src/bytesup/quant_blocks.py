@@ -22,6 +22,10 @@ A block is ggml's unit of storage along a row (gguf's GGML_QUANT_SIZES: weights 
     Q3_K  256 weights, 110 bytes  high-bit mask, 2-bit q, 12 bytes of 6-bit scales, d; 16 of 16
     IQ4_NL / IQ4_XS               4-bit indices into 16 non-uniform levels (KVALUES_IQ4)
 
+For the K-quants and IQ4 types the bit fields come from bytesup.dequant.unpack_fields (their one
+home), and q is the integer its FORMULAS multiply: Q6_K's and Q3_K's already minus their zero points
+(32 and 4), an IQ4 index before its level lookup.
+
 Every decoder does its float32 arithmetic in gguf-py's order (each product rounded to float32
 before the next step), so its weights equal gguf.quants.dequantize's bit for bit.
 """
@@ -35,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from bytesup.dequant import KVALUES_IQ4, unpack_iq4_xs_scales, unpack_q3_k_scales, unpack_scale_min_k4
+from bytesup.dequant import BLOCK_FIELDS, FORMULAS, KVALUES_IQ4, QK_K, SUB_BLOCK, unpack_fields
 
 
 @dataclass(frozen=True)
@@ -255,6 +259,92 @@ def decode_q5_1(raw: bytes) -> Block:
                            ("qs", 8, 16, packed)])  # fmt: skip
 
 
+# --- the super-blocks: K-quants and IQ4 ------------------------------------------------------------
+#
+# bytesup.dequant is the one home of their bit fields: BLOCK_FIELDS (each field's bytes, in file
+# order), unpack_fields (d, dmin, the sub-block scale and min integers, q in weight order, named as
+# in FORMULAS) and SUB_BLOCK (weights per sub-block). Here a block is shown through those, with where
+# each weight's bits sit, and the formula done in the open: (d * scale[j]) rounded to float32 once per
+# sub-block, times q (IQ4: the level KVALUES_IQ4[q]), minus (dmin * min[j]) rounded the same way.
+
+
+def _field_bytes(type_name: str) -> dict[str, tuple[int, int]]:
+    """Field name -> (first byte, bytes) in one block of `type_name` (bytesup.dequant.BLOCK_FIELDS)."""
+    out, at = {}, 0
+    for name, n in BLOCK_FIELDS[type_name]:
+        out[name] = (at, n)
+        at += n
+    return out
+
+
+def _nibble_runs(first_byte: int, runs: int, run_bytes: int) -> list[str]:
+    """4-bit quants in runs of `run_bytes` bytes: run r holds run_bytes weights in its low nibbles,
+    then the next run_bytes in its high nibbles (Q4_K/Q5_K: 4 runs of 32; IQ4_XS: 8 of 16; IQ4_NL: 1 of 16)."""
+    return [f"byte {first_byte + run_bytes * r + j} {nibble} nibble" for r in range(runs)
+            for nibble in ("low", "high") for j in range(run_bytes)]  # fmt: skip
+
+
+def _crumbs(first_byte: int) -> list[str]:
+    """2-bit fields in two halves of 32 bytes: in half h, bits 2s..2s+1 of byte l are weight 128h + 32s + l."""
+    return [f"byte {first_byte + 32 * h + l} bits {2 * s}-{2 * s + 1}" for h in range(2) for s in range(4)
+            for l in range(32)]  # fmt: skip
+
+
+def _high_bit(first_byte: int) -> list[str]:
+    """One bit per weight in 32 bytes: bit b of byte l is weight 32b + l (Q3_K's hmask, Q5_K's qh)."""
+    return [f"bit {i // 32} of byte {first_byte + i % 32}" for i in range(QK_K)]
+
+
+def _q6_k_sources() -> list[str]:
+    """Q6_K: in half h, ql byte 64h + l holds weights 128h + l (low nibble) and 128h + l + 64 (high),
+    ql byte 64h + l + 32 weights 128h + l + 32 and 128h + l + 96; the top 2 bits as Q2_K's quants, at byte 128."""
+    low = [f"byte {64 * h + i % 64} {'low' if i < 64 else 'high'} nibble" for h in range(2) for i in range(128)]
+    return [f"{lo} + {hi}" for lo, hi in zip(low, _crumbs(128))]
+
+
+STORED_IN = {  # type -> where each weight's q comes from, in weight order
+    "Q2_K": lambda: _crumbs(16),
+    "Q3_K": lambda: [f"{lo} + {hi} (clear: minus 4)" for lo, hi in zip(_crumbs(32), _high_bit(0))],
+    "Q4_K": lambda: _nibble_runs(16, 4, 32),
+    "Q5_K": lambda: [f"{lo} + {hi}" for lo, hi in zip(_nibble_runs(48, 4, 32), _high_bit(16))],
+    "Q6_K": _q6_k_sources,
+    "IQ4_NL": lambda: _nibble_runs(2, 1, 16),
+    "IQ4_XS": lambda: _nibble_runs(8, 8, 16),
+}
+
+
+def decode_super_block(raw: bytes, type_name: str) -> Block:
+    """One block of a K-quant or IQ4 type, field by field (see the comment above)."""
+    where = _field_bytes(type_name)
+    _check_size(raw, type_name, sum(n for _, n in where.values()))
+    u = unpack_fields(np.frombuffer(raw, np.uint8), type_name)  # one block: row 0 of each
+    d = fp16_by_hand(struct.unpack_from("<H", raw, where["d"][0])[0])
+    dmin = fp16_by_hand(struct.unpack_from("<H", raw, where["dmin"][0])[0]) if "dmin" in where else None
+    q = [int(x) for x in u["q"][0]]
+    level = [int(KVALUES_IQ4[x]) for x in q] if type_name.startswith("IQ4") else q
+    n, size = len(q), SUB_BLOCK[type_name]
+    scales = [int(x) for x in u["scale"][0]] if "scale" in u else []
+    mins = [int(x) for x in u["min"][0]] if "min" in u else []
+    # d * scale[j]: one float32 per sub-block (IQ4_NL has no sub-block scale: d itself)
+    step = [float(np.float32(d.value) * np.float32(s)) for s in scales] if scales else [d.value] * (n // size)
+    scale = [step[i // size] for i in range(n)]
+    values = np.array(scale, np.float32) * np.array(level, np.float32)
+    offset = []
+    if mins:  # minus dmin * min[j], one float32 per sub-block; x - y is x + (-y) exactly
+        low = [float(np.float32(dmin.value) * np.float32(m)) for m in mins]
+        values = values - np.array([low[i // size] for i in range(n)], np.float32)
+        offset = [-low[i // size] for i in range(n)]
+    fields = []
+    for name, (at, nbytes) in where.items():
+        value = {"d": d.value, "dmin": None if dmin is None else dmin.value}.get(name)
+        if value is None:
+            value = list(raw[at : at + nbytes]) if nbytes <= 16 else f"{nbytes} bytes"
+        fields.append((name, at, nbytes, value))
+    qs_at, qs_n = where["qs"] if "qs" in where else where["ql"]
+    return Block(type_name, bytes(raw), d, dmin, q, values, FORMULAS[type_name], list(raw[qs_at : qs_at + qs_n]), level,
+                 scale, offset, STORED_IN[type_name](), fields, scales, mins)  # fmt: skip
+
+
 def decode_q4_k(raw: bytes) -> Block:
     """Q4_K, a super-block of 256 weights in 144 bytes: 8 sub-blocks of 32, each with its own
     6-bit scale and 6-bit min, themselves scaled by the super-block's two fp16 numbers.
@@ -265,32 +355,9 @@ def decode_q4_k(raw: bytes) -> Block:
         bytes 16-143  128 bytes of 4-bit quants, in 4 runs of 32 bytes: run c holds sub-block 2c
                       in its low nibbles and sub-block 2c + 1 in its high nibbles
 
-    Weight i of sub-block j: w = (d * scale[j]) * q[i] - (dmin * min[j]); each product is rounded
-    to float32 before it is used, as in gguf-py.
+    Weight i of sub-block j: w = (d * scale[j]) * q[i] - (dmin * min[j]).
     """
-    _check_size(raw, "Q4_K", 144)
-    d_bits, dmin_bits = struct.unpack_from("<HH", raw, 0)
-    d, dmin = fp16_by_hand(d_bits), fp16_by_hand(dmin_bits)
-    packed_sc, packed_mn = unpack_scale_min_k4(np.frombuffer(raw[4:16], np.uint8))
-    scales, mins = [int(x) for x in packed_sc], [int(x) for x in packed_mn]  # 0..63 each
-    qs = list(raw[16:144])
-    q, sources, sub = [], [], []
-    for c in range(4):  # 4 runs of 32 bytes, 64 weights each
-        run = qs[32 * c : 32 * c + 32]
-        for nibble, shift in (("low", 0), ("high", 4)):
-            for j, b in enumerate(run):
-                q.append((b >> shift) & 0x0F)
-                sources.append(f"byte {16 + 32 * c + j} ({b:08b}) {nibble} nibble")
-                sub.append(2 * c + shift // 4)
-    sub_scale = [float(np.float32(d.value) * np.float32(s)) for s in scales]  # d * scale[j], float32
-    sub_min = [float(np.float32(dmin.value) * np.float32(m)) for m in mins]  # dmin * min[j], float32
-    scale = [sub_scale[j] for j in sub]
-    offset = [-sub_min[j] for j in sub]  # x - y is x + (-y) exactly in IEEE arithmetic
-    values = np.array(scale, np.float32) * np.array(q, np.float32) - np.array([sub_min[j] for j in sub], np.float32)
-    fields = [("d", 0, 2, d.value), ("dmin", 2, 2, dmin.value), ("scales+mins (packed)", 4, 12, list(raw[4:16])),
-              ("qs", 16, 128, f"{len(qs)} bytes")]  # fmt: skip
-    return Block("Q4_K", bytes(raw), d, dmin, q, values, "w = (d * scale[j]) * q - (dmin * min[j])", qs, q, scale,
-                 offset, sources, fields, list(scales), list(mins))  # fmt: skip
+    return decode_super_block(raw, "Q4_K")
 
 
 def decode_q6_k(raw: bytes) -> Block:
@@ -301,173 +368,36 @@ def decode_q6_k(raw: bytes) -> Block:
         bytes 192-207  scales  16 signed bytes, one per sub-block of 16 weights
         bytes 208-209  d       fp16, the scale of the scales (stored last)
 
-    The 256 weights are two halves of 128. In half h, for l = 0..31, byte ql[64h + l] holds the low
-    bits of weights 128h + l (low nibble) and 128h + l + 64 (high nibble); ql[64h + l + 32] those of
-    128h + l + 32 and 128h + l + 96; byte qh[32h + l] holds the high bits of those four weights in
-    its bit pairs 0-1, 2-3, 4-5, 6-7. A quant runs 0..63 with zero point 32:
-    w = (d * scale[i // 16]) * (q - 32).
+    q is stored plus 32 (unpack_fields gives it back as -32..31): w = (d * scale[i // 16]) * q.
     """
-    _check_size(raw, "Q6_K", 210)
-    ql, qh = list(raw[0:128]), list(raw[128:192])
-    scales = list(struct.unpack_from("<16b", raw, 192))
-    (d_bits,) = struct.unpack_from("<H", raw, 208)
-    d = fp16_by_hand(d_bits)
-    q, sources = [0] * 256, [""] * 256
-    for h in range(2):
-        for l in range(32):
-            hb = qh[32 * h + l]
-            for k, (lo_at, lo_shift) in enumerate(((l, 0), (l + 32, 0), (l, 4), (l + 32, 4))):
-                i = 128 * h + l + 32 * k
-                lo = (ql[64 * h + lo_at] >> lo_shift) & 0x0F
-                hi = (hb >> (2 * k)) & 0x03
-                q[i] = lo | (hi << 4)
-                nib = "low" if lo_shift == 0 else "high"
-                sources[i] = f"byte {64 * h + lo_at} {nib} nibble + byte {128 + 32 * h + l} bits {2 * k}-{2 * k + 1}"
-    level = [x - 32 for x in q]
-    sub_scale = [float(np.float32(d.value) * np.float32(s)) for s in scales]  # d * scale[j], float32
-    scale = [sub_scale[i // 16] for i in range(256)]
-    values = np.array(scale, np.float32) * np.array(level, np.float32)
-    fields = [("ql", 0, 128, "128 bytes"), ("qh", 128, 64, "64 bytes"), ("scales", 192, 16, scales),
-              ("d", 208, 2, d.value)]  # fmt: skip
-    return Block("Q6_K", bytes(raw), d, None, q, values, "w = (d * scale[i // 16]) * (q - 32)", ql, level, scale,
-                 [], sources, fields, scales)  # fmt: skip
+    return decode_super_block(raw, "Q6_K")
 
 
 def decode_q5_k(raw: bytes) -> Block:
-    """Q5_K, 256 weights in 176 bytes: Q4_K's layout plus a fifth bit per weight.
-
-        bytes 0-1, 2-3  d, dmin     fp16
-        bytes 4-15      8 six-bit scales and 8 six-bit mins, packed as in Q4_K
-        bytes 16-47     qh: bit b of byte i is the fifth bit (value 16) of weight 32b + i
-        bytes 48-175    qs: the low 4 bits, laid out as Q4_K's quants
-
-    Weight i of sub-block j = i // 32: w = (d * scale[j]) * q[i] - (dmin * min[j]), q in 0..31.
-    """
-    _check_size(raw, "Q5_K", 176)
-    d_bits, dmin_bits = struct.unpack_from("<HH", raw, 0)
-    d, dmin = fp16_by_hand(d_bits), fp16_by_hand(dmin_bits)
-    packed_sc, packed_mn = unpack_scale_min_k4(np.frombuffer(raw[4:16], np.uint8))
-    scales, mins = [int(x) for x in packed_sc], [int(x) for x in packed_mn]
-    qh, qs = list(raw[16:48]), list(raw[48:176])
-    q, sources = [], []
-    for c in range(4):  # 4 runs of 32 bytes: sub-block 2c in the low nibbles, 2c + 1 in the high ones
-        for nibble, shift in (("low", 0), ("high", 4)):
-            for j in range(32):
-                i = len(q)
-                hi = (qh[j] >> (i // 32)) & 1  # bit i // 32 of qh byte i % 32
-                q.append(((qs[32 * c + j] >> shift) & 0x0F) | (hi << 4))
-                sources.append(f"byte {48 + 32 * c + j} {nibble} nibble + bit {i // 32} of byte {16 + j}")
-    sub_scale = [float(np.float32(d.value) * np.float32(x)) for x in scales]
-    sub_min = [float(np.float32(dmin.value) * np.float32(x)) for x in mins]
-    scale = [sub_scale[i // 32] for i in range(256)]
-    values = np.array(scale, np.float32) * np.array(q, np.float32) - np.array([sub_min[i // 32] for i in range(256)],
-                                                                              np.float32)  # fmt: skip
-    fields = [("d", 0, 2, d.value), ("dmin", 2, 2, dmin.value), ("scales+mins (packed)", 4, 12, list(raw[4:16])),
-              ("qh", 16, 32, "32 bytes"), ("qs", 48, 128, "128 bytes")]  # fmt: skip
-    return Block("Q5_K", bytes(raw), d, dmin, q, values, "w = (d * scale[j]) * q - (dmin * min[j])", qs, q, scale,
-                 [-sub_min[i // 32] for i in range(256)], sources, fields, scales, mins)  # fmt: skip
-
-
-def _crumb_sources(first_byte: int) -> list[tuple[int, int]]:
-    """Q2_K/Q3_K's 2-bit quants: (byte, shift) of weight i. Two halves of 32 bytes; in half h, bits
-    2s..2s+1 of byte l are weight 128h + 32s + l."""
-    return [(first_byte + 32 * h + l, 2 * s) for h in range(2) for s in range(4) for l in range(32)]
+    """Q5_K, 256 weights in 176 bytes: Q4_K's layout plus qh (bytes 16-47), the fifth bit of each q."""
+    return decode_super_block(raw, "Q5_K")
 
 
 def decode_q2_k(raw: bytes) -> Block:
-    """Q2_K, 256 weights in 84 bytes: 16 sub-blocks of 16.
-
-        bytes 0-15   scales: byte j holds sub-block j's scale (low nibble) and min (high nibble)
-        bytes 16-79  qs: 2-bit quants (see _crumb_sources)
-        bytes 80-83  d, dmin (fp16)
-
-    w = (d * scale[j]) * q - (dmin * min[j]) for j = i // 16, q in 0..3.
-    """
-    _check_size(raw, "Q2_K", 84)
-    d_bits, dmin_bits = struct.unpack_from("<HH", raw, 80)
-    d, dmin = fp16_by_hand(d_bits), fp16_by_hand(dmin_bits)
-    scales, mins = [b & 0x0F for b in raw[0:16]], [b >> 4 for b in raw[0:16]]
-    where = _crumb_sources(16)
-    q = [(raw[at] >> shift) & 0x03 for at, shift in where]
-    sub_scale = [float(np.float32(d.value) * np.float32(x)) for x in scales]
-    sub_min = [float(np.float32(dmin.value) * np.float32(x)) for x in mins]
-    scale = [sub_scale[i // 16] for i in range(256)]
-    values = np.array(scale, np.float32) * np.array(q, np.float32) - np.array([sub_min[i // 16] for i in range(256)],
-                                                                              np.float32)  # fmt: skip
-    fields = [("scales+mins (nibbles)", 0, 16, list(raw[0:16])), ("qs", 16, 64, "64 bytes"), ("d", 80, 2, d.value),
-              ("dmin", 82, 2, dmin.value)]  # fmt: skip
-    return Block("Q2_K", bytes(raw), d, dmin, q, values, "w = (d * scale[j]) * q - (dmin * min[j])", list(raw[16:80]),
-                 q, scale, [-sub_min[i // 16] for i in range(256)],
-                 [f"byte {at} bits {s}-{s + 1}" for at, s in where], fields, scales, mins)  # fmt: skip
+    """Q2_K, 256 weights in 84 bytes: 16 sub-blocks of 16 with a 4-bit scale and a 4-bit min each
+    (bytes 0-15), 2-bit quants (16-79), then d and dmin."""
+    return decode_super_block(raw, "Q2_K")
 
 
 def decode_q3_k(raw: bytes) -> Block:
-    """Q3_K, 256 weights in 110 bytes: 16 sub-blocks of 16 with signed 6-bit scales.
-
-        bytes 0-31    hmask: bit b of byte l is the high bit of weight 32b + l
-        bytes 32-95   qs: 2-bit low parts (see _crumb_sources)
-        bytes 96-107  16 six-bit scales, packed (bytesup.dequant.unpack_q3_k_scales), stored + 32
-        bytes 108-109 d (fp16)
-
-    The 3-bit q is its 2 low bits, minus 4 when its hmask bit is clear (q in -4..3):
-    w = (d * scale[j]) * q for j = i // 16.
-    """
-    _check_size(raw, "Q3_K", 110)
-    (d_bits,) = struct.unpack_from("<H", raw, 108)
-    d = fp16_by_hand(d_bits)
-    scales = [int(x) for x in unpack_q3_k_scales(np.frombuffer(raw[96:108], np.uint8))]
-    where = _crumb_sources(32)
-    low = [(raw[at] >> shift) & 0x03 for at, shift in where]
-    high = [(raw[i % 32] >> (i // 32)) & 1 for i in range(256)]
-    q = [lo | (hi << 2) for lo, hi in zip(low, high)]  # 0..7 as stored
-    level = [lo - (0 if hi else 4) for lo, hi in zip(low, high)]  # a clear hmask bit subtracts 4
-    sub_scale = [float(np.float32(d.value) * np.float32(x)) for x in scales]
-    scale = [sub_scale[i // 16] for i in range(256)]
-    values = np.array(scale, np.float32) * np.array(level, np.float32)
-    fields = [("hmask", 0, 32, "32 bytes"), ("qs", 32, 64, "64 bytes"), ("scales (packed)", 96, 12, list(raw[96:108])),
-              ("d", 108, 2, d.value)]  # fmt: skip
-    return Block("Q3_K", bytes(raw), d, None, q, values, "w = (d * scale[j]) * (q - 4 if its hmask bit is clear)",
-                 list(raw[32:96]), level, scale, [],
-                 [f"byte {at} bits {s}-{s + 1} + bit {i // 32} of byte {i % 32}" for i, (at, s) in enumerate(where)],
-                 fields, scales)  # fmt: skip
+    """Q3_K, 256 weights in 110 bytes: a high-bit mask, 2-bit quants, 16 packed 6-bit scales, d;
+    q = its 2 low bits, minus 4 when its mask bit is clear."""
+    return decode_super_block(raw, "Q3_K")
 
 
 def decode_iq4_nl(raw: bytes) -> Block:
-    """IQ4_NL, 18 bytes: fp16 d, then 16 bytes of 4-bit indices laid out as Q4_0's quants; an index
-    picks one of 16 non-uniform levels (bytesup.dequant.KVALUES_IQ4): w = d * KVALUES_IQ4[q]."""
-    _check_size(raw, "IQ4_NL", 18)
-    (d_bits,) = struct.unpack_from("<H", raw, 0)
-    d = fp16_by_hand(d_bits)
-    packed = list(raw[2:18])
-    q = [b & 0x0F for b in packed] + [b >> 4 for b in packed]
-    level = [int(KVALUES_IQ4[x]) for x in q]
-    values = np.float32(d.value) * np.array(level, np.float32)
-    return Block("IQ4_NL", bytes(raw), d, None, q, values, "w = d * KVALUES_IQ4[q]", packed, level, [d.value] * 32,
-                 [], _nibble_sources(2, packed), [("d", 0, 2, d.value), ("qs", 2, 16, packed)])  # fmt: skip
+    """IQ4_NL, 18 bytes: d, then 16 bytes of 4-bit indices into 16 non-uniform levels (KVALUES_IQ4)."""
+    return decode_super_block(raw, "IQ4_NL")
 
 
 def decode_iq4_xs(raw: bytes) -> Block:
-    """IQ4_XS, 256 weights in 136 bytes: d (fp16), 2 + 4 bytes packing 8 signed 6-bit scales
-    (bytesup.dequant.unpack_iq4_xs_scales), 128 bytes of 4-bit indices in 8 runs of 16 bytes (run j:
-    sub-block j, laid out as Q4_0). w = (d * scale[j]) * KVALUES_IQ4[q] for j = i // 32."""
-    _check_size(raw, "IQ4_XS", 136)
-    (d_bits,) = struct.unpack_from("<H", raw, 0)
-    d = fp16_by_hand(d_bits)
-    scales = [int(x) for x in unpack_iq4_xs_scales(np.frombuffer(raw[2:4], np.uint8), np.frombuffer(raw[4:8], np.uint8))]
-    qs = list(raw[8:136])
-    q, sources = [], []
-    for j in range(8):
-        run = qs[16 * j : 16 * j + 16]
-        q += [b & 0x0F for b in run] + [b >> 4 for b in run]
-        sources += _nibble_sources(8 + 16 * j, run)
-    level = [int(KVALUES_IQ4[x]) for x in q]
-    sub_scale = [float(np.float32(d.value) * np.float32(x)) for x in scales]
-    scale = [sub_scale[i // 32] for i in range(256)]
-    values = np.array(scale, np.float32) * np.array(level, np.float32)
-    fields = [("d", 0, 2, d.value), ("scales_h", 2, 2, list(raw[2:4])), ("scales_l", 4, 4, list(raw[4:8])),
-              ("qs", 8, 128, "128 bytes")]  # fmt: skip
-    return Block("IQ4_XS", bytes(raw), d, None, q, values, "w = (d * scale[j]) * KVALUES_IQ4[q]", qs, level, scale,
-                 [], sources, fields, scales)  # fmt: skip
+    """IQ4_XS, 256 weights in 136 bytes: d, 8 packed 6-bit scales, 4-bit indices into KVALUES_IQ4."""
+    return decode_super_block(raw, "IQ4_XS")
 
 
 BLOCK_DECODERS = {
