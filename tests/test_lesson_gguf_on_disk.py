@@ -326,6 +326,26 @@ def test_layout_check_lists_missing_extra_and_reshaped_tensors(tmp_path):
     assert m["parameters_by_part"]["other"] == 32
 
 
+def test_tiny_gemma3_and_qwen2_files_are_predicted_tensor_for_tensor(tmp_path):
+    from bytesup.synthetic import write_tiny_gemma3
+
+    with GGUFFile(write_tiny_gemma3(tmp_path / "g.gguf")) as f:
+        m, tables = lesson.run(f, " cat")
+        names = f.tensor_names
+    assert tables["layout"] == [] and m["layout_mismatches"] == 0 and m["tensors_per_block"] == 13
+    assert m["layout_parameters_predicted"] == m["parameters"] == sum(t.n_elements for t in f.tensors)
+    assert "blk.0.attn_q_norm.weight" in names and m["parameters_by_part"]["norms"] == 6 * (2 * 32 + 2 * 16 + 2 * 32)
+    assert m["blocks_all_bit_exact_gguf_py"]
+    with GGUFFile(write_tiny_llama(tmp_path / "q.gguf", arch="qwen2", qkv_bias=True)) as f:
+        m, tables = lesson.run(f, " cat")
+    assert tables["layout"] == [] and m["tensors_per_block"] == 12 and m["layout_parameters_predicted"] == m["parameters"]
+    # the same qwen2 file without its biases: the table's qwen2 row misses them, 3 per block
+    with GGUFFile(write_tiny_llama(tmp_path / "q2.gguf", arch="qwen2")) as f:
+        m, tables = lesson.run(f, " cat")
+    assert m["layout_mismatches"] == 6 and {r["problem"] for r in tables["layout"]} == {"predicted, missing from the file"}
+    assert {r["tensor"] for r in tables["layout"]} == {f"blk.{i}.attn_{x}.bias" for i in (0, 1) for x in "qkv"}
+
+
 def test_an_architecture_outside_the_table_is_said_so(tmp_path):
     path = write_tiny_llama(tmp_path / "mamba.gguf", arch="mamba")
     with GGUFFile(path) as f:
