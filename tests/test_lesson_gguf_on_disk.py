@@ -181,6 +181,20 @@ def test_same_bits_tells_zeros_apart():
     assert not lesson.same_bits(np.float32([1.0]), np.float32([1.0, 2.0]))
 
 
+@pytest.mark.parametrize("embd_type, first_block", [("Q8_0", True), ("Q4_1", True), ("F16", False), ("Q5_0", False)])
+def test_lesson_2_first_block_keeps_to_its_two_formulas(tmp_path, embd_type, first_block):
+    """quant_blocks now decodes many types; lesson 2 shows the first block of a Q8_0 or Q4_1 row only."""
+    from bytesup.lessons import tokens_and_embeddings as lesson2
+
+    path = write_tiny_llama(tmp_path / "t.gguf", types={"token_embd.weight": embd_type})
+    with GGUFFile(path) as f:
+        row = lesson2.row_by_hand(f, 5)
+        assert lesson.same_bits(row.values, f.load("token_embd.weight")[5])
+    assert (row.first_block is not None) == first_block
+    if first_block:
+        assert row.first_block.type_name == embd_type and lesson.same_bits(row.first_block.values, row.values[:32])
+
+
 # --- the whole file, accounted for ---------------------------------------------------------------
 
 

@@ -101,6 +101,11 @@ def token_facts(metadata: Mapping, token: str) -> dict:
 # --- 2. the row, by hand -------------------------------------------------------------------------
 
 
+# The block formulas the notebook shows for the row's first block: w = d * q, w = d * q + m (blocks of 32);
+# bytesup.quant_blocks decodes more types than these (K-quants, floats), which the notebook does not explain.
+FIRST_BLOCK_TYPES = ("Q8_0", "Q4_1")
+
+
 @dataclass(frozen=True)
 class Row:
     token_id: int
@@ -131,7 +136,7 @@ def row_by_hand(f: GGUFFile, token_id: int) -> Row:
     else:
         values, how = reference_dequantize(raw, info.type_name, (n,)), "gguf.quants (no hand dequantizer)"
     first = None
-    if info.type_name in BLOCK_DECODERS:
+    if info.type_name in FIRST_BLOCK_TYPES:
         block_bytes = expected_bytes(info.type_name, (32,))  # one block: 32 weights
         first = BLOCK_DECODERS[info.type_name](bytes(raw[:block_bytes]))
     return Row(token_id, info.type_name, info.offset + start, bytes(raw), values, first, how)
