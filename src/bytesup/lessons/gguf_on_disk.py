@@ -36,6 +36,7 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 from bytesup import claims as claims_mod
 from bytesup import param_counts as pc
 from bytesup.dequant import bit_equal, dequantize, reference_dequantize
+from bytesup.extract import shape_text
 from bytesup.gguf_file import HEADER_BYTES, VALUE_TYPES, GGUFFile, TensorInfo, printable
 from bytesup.quant_blocks import BLOCK_DECODERS, Block
 from bytesup.lessons.spec import SERIES, Headline, LessonSpec
@@ -315,10 +316,6 @@ def predicted_layout(f: GGUFFile) -> tuple[list[tuple[str, tuple[int, ...]]] | N
     return spec.tensor_shapes(), f"the {spec.arch} row of the architecture table and the metadata's sizes"
 
 
-def _shape_text(shape) -> str | None:
-    return None if shape is None else "x".join(map(str, shape))
-
-
 def layout_check(f: GGUFFile, predicted: list[tuple[str, tuple[int, ...]]] | None, reason: str = "") -> list[dict]:
     """One row per difference between the predicted layout and the file, in file order: a tensor
     predicted but missing from the file, one in the file the prediction lacks, or one of another
@@ -333,14 +330,14 @@ def layout_check(f: GGUFFile, predicted: list[tuple[str, tuple[int, ...]]] | Non
     for t in f.tensors:
         if t.name not in expected:
             rows.append({"tensor": t.name, "problem": "in the file, not predicted", "predicted_shape": None,
-                         "file_shape": _shape_text(t.shape)})  # fmt: skip
+                         "file_shape": shape_text(t.shape)})  # fmt: skip
         elif expected[t.name] != t.shape:
-            rows.append({"tensor": t.name, "problem": "shape differs", "predicted_shape": _shape_text(expected[t.name]),
-                         "file_shape": _shape_text(t.shape)})  # fmt: skip
+            rows.append({"tensor": t.name, "problem": "shape differs", "predicted_shape": shape_text(expected[t.name]),
+                         "file_shape": shape_text(t.shape)})  # fmt: skip
     for name, shape in predicted:
         if name not in actual:
             rows.append({"tensor": name, "problem": "predicted, missing from the file",
-                         "predicted_shape": _shape_text(shape), "file_shape": None})  # fmt: skip
+                         "predicted_shape": shape_text(shape), "file_shape": None})  # fmt: skip
     return rows
 
 
