@@ -151,18 +151,18 @@ def test_explicit_paths_and_determinism(tiny_gguf, tmp_path):
 
 
 def test_fallback_dequantizer_and_hostile_names(tmp_path):
-    """A Q6_K tensor (gguf.quants does it) with a path-like name; strings that are not text."""
+    """A TQ2_0 tensor (gguf.quants does it, bytesup does not) with a path-like name; strings that are not text."""
     rng = np.random.default_rng(0)
-    q6k = rng.integers(0, 256, size=210, dtype=np.uint8).tobytes()
+    tq2 = rng.integers(0, 256, size=66, dtype=np.uint8).tobytes()
     metadata = [("general.name", "STRING", "<script>alert(1)</script>\n\x1b[31m"), ("nan", "FLOAT32", math.nan),
                 ("infs", "ARRAY", ("FLOAT64", [math.inf, -math.inf, 1.5]))]  # fmt: skip
     path = tmp_path / "odd.gguf"
-    path.write_bytes(raw_gguf(metadata, [("../../escape", (256,), 14, 0)], q6k))
+    path.write_bytes(raw_gguf(metadata, [("../../escape", (256,), 35, 0)], tq2))  # ggml type 35: TQ2_0
     out = tmp_path / "out"
     with np.errstate(all="ignore"):
         index = extract(path, out, ["*"])
     entry = index["tensors"]["../../escape"]
-    assert entry["dequantizer"] == "fallback" and entry["type"] == "Q6_K"
+    assert entry["dequantizer"] == "fallback" and entry["type"] == "TQ2_0"
     npy = (out / entry["file"]).resolve()
     assert npy.parent == (out / "tensors").resolve() and npy.name == "%2E.%2F..%2Fescape.npy"
     doc = json.loads((out / "metadata.json").read_text(encoding="utf-8"))  # strict JSON: no bare NaN
