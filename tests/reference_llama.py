@@ -34,7 +34,10 @@ def reference_pass(path, ids) -> dict:
         return x / np.sqrt((x**2).mean(-1, keepdims=True) + eps) * g
 
     def rotate(m, pos):  # (heads, hd) at one position: pairs (2i, 2i+1) turned by pos * base^(-2i/hd)
-        first, second = (slice(0, hd // 2), slice(hd // 2, hd)) if arch == "qwen2" else (slice(0, hd, 2), slice(1, hd, 2))
+        if arch == "qwen2":  # NeoX layout: pairs (i, i + hd/2)
+            first, second = slice(0, hd // 2), slice(hd // 2, hd)
+        else:
+            first, second = slice(0, hd, 2), slice(1, hd, 2)
         z = (m[:, first] + 1j * m[:, second]) * np.exp(1j * pos * base ** (-np.arange(hd // 2) * 2.0 / hd))
         out = np.empty_like(m)
         out[:, first], out[:, second] = z.real, z.imag
@@ -112,7 +115,8 @@ def reference_gemma3(path, ids) -> dict:
                 s = np.array([q[t, head_i] @ k[u, kvh] for u in range(first, t + 1)]) / np.sqrt(hd)
                 e = np.exp(s - s.max())
                 att[t, head_i] = (e / e.sum()) @ v[first : t + 1, kvh]
-        x = x + norm(att.reshape(n, n_head * hd) @ w[p + "attn_output.weight"].T, w[p + "post_attention_norm.weight"])
+        out = att.reshape(n, n_head * hd) @ w[p + "attn_output.weight"].T
+        x = x + norm(out, w[p + "post_attention_norm.weight"])
         h = norm(x, w[p + "ffn_norm.weight"])
         g, u = h @ w[p + "ffn_gate.weight"].T, h @ w[p + "ffn_up.weight"].T
         x = x + norm((gelu(g) * u) @ w[p + "ffn_down.weight"].T, w[p + "post_ffw_norm.weight"])

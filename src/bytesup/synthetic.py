@@ -188,7 +188,7 @@ def write_tiny_llama(
             with_bias.append((name, shape))
             if name.endswith("attn_v.weight"):
                 block = name.removesuffix("attn_v.weight")
-                with_bias += [(f"{block}attn_q.bias", (q,)), (f"{block}attn_k.bias", (kv,)), (f"{block}attn_v.bias", (kv,))]
+                with_bias += [(f"{block}attn_{x}.bias", (rows,)) for x, rows in (("q", q), ("k", kv), ("v", kv))]
         shapes = with_bias
         all_types = {"blk.*.bias": "F32", **all_types}
     for name, shape in shapes:  # numpy order: rows x row length

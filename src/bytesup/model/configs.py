@@ -81,31 +81,23 @@ def type_bytes(type_name: str, elements: int) -> int:
 
 
 def llama_tensor_shapes(a: Architecture) -> list[tuple[str, tuple[int, ...]]]:
-    """(GGUF tensor name, numpy shape) of every tensor a llama-style model of this configuration holds:
-    the nine tensors of a llama block, plus the q/k norms, post-norms and q/k/v biases its flags add
-    (Gemma 3: thirteen per block; Qwen 2: twelve)."""
+    """(GGUF tensor name, numpy shape) of every tensor a llama-style model of this configuration holds,
+    from the architecture table (bytesup.model.arch.ArchSpec.tensor_shapes): the llama row, or the row
+    whose extra tensors the flags name (q/k norms and post-norms: gemma3; q/k/v biases: qwen2)."""
+    from bytesup.model.arch import ArchSpec
+
     if a.biases or a.n_positions or not a.gated_ffn:
         raise ValueError(f"{a.name}: only llama-style layouts (no biases after every matrix, rotary positions, "
                          "a gated FFN)")  # fmt: skip
-    q, kv = a.n_heads * a.head_dim, a.n_kv_heads * a.head_dim
-    per_block = {
-        "attn_norm.weight": (a.d_model,), "attn_q.weight": (q, a.d_model), "attn_k.weight": (kv, a.d_model),
-        "attn_v.weight": (kv, a.d_model), "attn_output.weight": (a.d_model, q), "ffn_norm.weight": (a.d_model,),
-        "ffn_gate.weight": (a.d_ff, a.d_model), "ffn_up.weight": (a.d_ff, a.d_model),
-        "ffn_down.weight": (a.d_model, a.d_ff),
-    }  # fmt: skip
-    if a.qkv_bias:
-        per_block.update({"attn_q.bias": (q,), "attn_k.bias": (kv,), "attn_v.bias": (kv,)})
-    if a.qk_norm:
-        per_block.update({"attn_q_norm.weight": (a.head_dim,), "attn_k_norm.weight": (a.head_dim,)})
-    if a.post_norms:
-        per_block.update({"post_attention_norm.weight": (a.d_model,), "post_ffw_norm.weight": (a.d_model,)})
-    shapes = [("token_embd.weight", (a.vocab, a.d_model))]
-    shapes += [(f"blk.{i}.{part}", shape) for i in range(a.n_layers) for part, shape in per_block.items()]
-    shapes.append(("output_norm.weight", (a.d_model,)))
-    if not a.tied:
-        shapes.append(("output.weight", (a.vocab, a.d_model)))
-    return shapes
+    rows = {(False, False, False): "llama", (True, True, False): "gemma3", (False, False, True): "qwen2"}
+    arch = rows.get((a.qk_norm, a.post_norms, a.qkv_bias))
+    if arch is None:
+        raise ValueError(f"{a.name}: no row of the architecture table has q/k norms={a.qk_norm}, "
+                         f"post-norms={a.post_norms}, q/k/v biases={a.qkv_bias}")  # fmt: skip
+    spec = ArchSpec(arch=arch, n_layers=a.n_layers, d_model=a.d_model, d_ff=a.d_ff, n_heads=a.n_heads,
+                    n_kv_heads=a.n_kv_heads, head_dim=a.head_dim, n_rot=a.head_dim, vocab=a.vocab,
+                    context_length=a.context_length, rope_base=10000.0, rms_eps=1e-5, tied=a.tied)  # shapes only
+    return spec.tensor_shapes()
 
 
 def kv_bytes_per_token(a: Architecture, cache_type: str = "F16") -> int:
