@@ -45,7 +45,7 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 log = logging.getLogger(__name__)
 
-CHUNK_BLOCKS = 8192  # blocks per step in the fast versions: 1 MiB of float32 out plus small scratch
+CHUNK_BLOCKS = 8192  # blocks of 32 per step in the fast versions (1 MiB of float32 out); see _chunk_blocks
 
 # fp16 bit pattern -> float32, for all 65536 patterns. Built by numpy's own conversion, so a
 # table lookup gives the same bits as .astype(np.float32), NaN payloads included.
@@ -328,9 +328,15 @@ def _pool(workers: int) -> ThreadPoolExecutor:
         return _POOLS[key]
 
 
+def _chunk_blocks(block_size: int) -> int:
+    """Blocks per step: CHUNK_BLOCKS blocks of 32, or CHUNK_BLOCKS // 4 super-blocks of 256 (twice the
+    weights: a K-quant step makes about twice as many numpy calls, each with its fixed cost)."""
+    return max(1, CHUNK_BLOCKS * 32 // block_size if block_size <= 32 else CHUNK_BLOCKS // 4)
+
+
 def _fast_blocks(raw: np.ndarray, type_size: int, out: np.ndarray | None, step, block_size: int = 32,
                  threads: int | None = None) -> np.ndarray:
-    """Run step(block_bytes_chunk, out_chunk) over the tensor, about CHUNK_BLOCKS x 32 weights at a time.
+    """Run step(block_bytes_chunk, out_chunk) over the tensor, _chunk_blocks(block_size) blocks at a time.
 
     With threads > 1 (None: default_threads()) the chunks go to a pool of that many
     threads, each writing its own rows of the one output array; numpy releases the GIL inside
@@ -340,9 +346,13 @@ def _fast_blocks(raw: np.ndarray, type_size: int, out: np.ndarray | None, step, 
     n = rows.shape[0]
     out = np.empty(n * block_size, np.float32) if out is None else out
     o2 = out.reshape(n, block_size)
-    per = max(1, CHUNK_BLOCKS * 32 // block_size)
+    workers = default_threads() if threads is None else max(1, int(threads))
+    chunks = -(-n // _chunk_blocks(block_size))
+    if workers > 1:
+        chunks = -(-chunks // workers) * workers  # a whole number of rounds: every thread gets as many
+    per = max(1, -(-n // max(1, chunks)))
     starts = range(0, n, per)
-    workers = min(default_threads() if threads is None else max(1, int(threads)), len(starts))
+    workers = min(workers, len(starts))
 
     def work(s: int) -> None:
         step(rows[s : s + per], o2[s : s + per])
