@@ -45,7 +45,7 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 log = logging.getLogger(__name__)
 
-CHUNK_BLOCKS = 8192  # blocks per step in the fast versions: 1 MiB of float32 out plus small scratch
+CHUNK_BLOCKS = 8192  # blocks of 32 per step in the fast versions (1 MiB of float32 out); see _chunk_blocks
 
 # fp16 bit pattern -> float32, for all 65536 patterns. Built by numpy's own conversion, so a
 # table lookup gives the same bits as .astype(np.float32), NaN payloads included.
@@ -114,7 +114,7 @@ def q8_0_clear(raw: np.ndarray) -> np.ndarray:
 
 def _q8_0_step(r, o):
     o[...] = _columns(r, 2, 34).view(np.int8)  # the quants as one contiguous run, int8 -> float32, exact
-    o *= np.repeat(F16_TO_F32[r[:, 0:2].view("<u2")[:, 0]], 32).reshape(-1, 32)
+    o *= _per_weight(F16_TO_F32[r[:, 0:2].view("<u2")[:, 0]])
 
 
 def q8_0_fast(raw: np.ndarray, out: np.ndarray | None = None, threads: int | None = None) -> np.ndarray:
@@ -181,18 +181,36 @@ def q5_1_clear(raw: np.ndarray) -> np.ndarray:
 # weights: anything shaped (blocks, 16) or broadcast per block runs one short loop per
 # block and the overhead is most of the time. So every step below is one long loop over
 # a whole chunk of blocks:
-#   * nibbles are taken from all bytes of the chunk at once (header bytes too, unused);
+#   * bit fields are split eight bytes at a time, as uint64 words (numpy shifts uint8 to the
+#     left one element at a time: x86 has no 8-bit shift);
 #   * the 16 bytes of low nibbles and the 16 of high nibbles of a block are moved as two
 #     16-byte items ('V16'), giving the quants as one contiguous (blocks, 32) array;
-#   * d and m are repeated 32 times (np.repeat), so multiply and add are plain
+#   * d and m are spread to one per weight (np.repeat), so multiply and add are plain
 #     element-wise passes rather than broadcasts.
+# And the byte-sized temporaries are not fresh memory: the kernel's page fault on the first
+# touch of each 4 KiB costs about as much as this arithmetic, so they live in per-thread
+# buffers kept between calls (_scratch).
 # The arithmetic is unchanged: fp16 -> fp32, multiply, then add.
 
+_LOCAL = threading.local()
 
-def _columns(r: np.ndarray, start: int, stop: int) -> np.ndarray:
+
+def _scratch(name: str, shape: tuple[int, ...], dtype) -> np.ndarray:
+    """This thread's buffer `name`, as an array of `shape` and `dtype` (contents undefined); kept from
+    call to call and grown when a bigger one is asked for."""
+    dtype = np.dtype(dtype)
+    n = prod(shape) * dtype.itemsize
+    bufs = _LOCAL.__dict__.setdefault("bufs", {})
+    buf = bufs.get(name)
+    if buf is None or buf.size < n:
+        buf = bufs[name] = np.empty(n, np.uint8)
+    return buf[:n].view(dtype).reshape(shape)
+
+
+def _columns(r: np.ndarray, start: int, stop: int, name: str = "columns") -> np.ndarray:
     """Bytes start:stop of every block as a contiguous (k, stop - start) array (one item copy per block)."""
     n = stop - start
-    out = np.empty((r.shape[0], n), np.uint8)
+    out = _scratch(name, (r.shape[0], n), np.uint8)
     out.view(f"V{n}")[:, 0] = r[:, start:stop].view(f"V{n}")[:, 0]
     return out
 
@@ -206,7 +224,7 @@ def _bytes_mask(mask: int) -> np.uint64:
     return _U64(int.from_bytes(bytes([mask]) * 8, "little"))
 
 
-def _nibble_runs(r: np.ndarray, start: int, runs: int, run: int) -> np.ndarray:
+def _nibble_runs(r: np.ndarray, start: int, runs: int, run: int, name: str = "q") -> np.ndarray:
     """(k, type_size) blocks with `runs` runs of `run` bytes of nibbles at `start` -> (k, 2 * runs * run)
     uint8 0..15 in weight order: each run's low nibbles, then its high nibbles.
 
@@ -214,27 +232,26 @@ def _nibble_runs(r: np.ndarray, start: int, runs: int, run: int) -> np.ndarray:
     into place as `run`-byte items.
     """
     k = r.shape[0]
-    words = _columns(r, start, start + runs * run).view(_U64)
-    q = np.empty((k, runs, 2, run), np.uint8)
+    words = _columns(r, start, start + runs * run, "nibble_bytes").view(_U64)
+    half = _scratch("nibble_half", words.shape, _U64)
+    q = _scratch(name, (k, runs, 2, run), np.uint8)
     items = q.view(f"V{run}")  # (k, runs, 2, 1): [low plane, high plane] of each run
-    items[:, :, 0, 0] = (words & _LOW_NIBBLES).view(np.uint8).view(f"V{run}")
-    items[:, :, 1, 0] = ((words >> _U64(4)) & _LOW_NIBBLES).view(np.uint8).view(f"V{run}")
+    np.bitwise_and(words, _LOW_NIBBLES, out=half)
+    items[:, :, 0, 0] = half.view(np.uint8).view(f"V{run}")
+    np.right_shift(words, _U64(4), out=half)
+    half &= _LOW_NIBBLES
+    items[:, :, 1, 0] = half.view(np.uint8).view(f"V{run}")
     return q.reshape(k, -1)
 
 
-def _shift_up(a: np.ndarray, n: int) -> np.ndarray:
-    """a <<= n in place, for uint8 values below 2**(8 - n), eight bytes at a time.
+def _spread(values: np.ndarray, times: int) -> np.ndarray:
+    """(k, n) float32 numbers -> (k, n * times), each repeated `times` times in a row.
 
-    numpy shifts uint8 left one element at a time (x86 has no 8-bit shift), about ten times slower
-    than its other uint8 passes; as uint64 words no bit crosses into the next byte, so one wide
-    shift does the same thing.
+    np.repeat, a new array: faster than a broadcast copy into a kept buffer (it copies whole
+    items rather than running one short loop per number), and its memory comes back from the
+    allocator's free list rather than fresh from the kernel.
     """
-    flat = a.reshape(-1)
-    if flat.base is not None and flat.size % 8 == 0 and a.flags.c_contiguous:
-        flat.view(np.uint64)[...] <<= np.uint64(n)
-    else:
-        a <<= np.uint8(n)
-    return a
+    return np.repeat(values.reshape(-1), times).reshape(values.shape[0], -1)
 
 
 def _quants_4bit(r: np.ndarray, start: int) -> np.ndarray:
@@ -242,11 +259,28 @@ def _quants_4bit(r: np.ndarray, start: int) -> np.ndarray:
     return _nibble_runs(r, start, 1, 16)
 
 
+_SPREAD_BYTE = _U64(0x0101010101010101)  # a byte times this: the byte in each of the eight lanes
+_LANE_BIT = _U64(0x8040201008040201)  # lane i keeps bit i
+_LOW_SEVEN = _U64(0x7F7F7F7F7F7F7F7F)
+_TOP_BITS = _U64(0x8080808080808080)
+
+
 def _quants_5bit(r: np.ndarray, qh_at: int) -> np.ndarray:
-    """As _quants_4bit, plus bit 4 of weight j from bit j of the uint32 at qh_at: values 0..31."""
+    """As _quants_4bit, plus bit 4 of weight j from bit j of the uint32 at qh_at: values 0..31.
+
+    Each byte of qh becomes eight bytes, one bit each, as one uint64 word: copied into all eight
+    lanes (times 0x0101...), lane i keeps bit i, adding 0x7F carries any set bit up to bit 7 of its
+    lane, and bit 7 moved to bit 4 is the 16 to add.
+    """
     q = _quants_4bit(r, qh_at + 4)
-    high = np.unpackbits(r[:, qh_at : qh_at + 4], axis=1, bitorder="little")  # (k, 32): 0 or 1
-    q |= _shift_up(high, 4)
+    k = r.shape[0]
+    high = _scratch("high", (k, 4), _U64)  # word b: the bits of byte b of qh, one per byte
+    np.multiply(_columns(r, qh_at, qh_at + 4, "qh"), _SPREAD_BYTE, out=high, dtype=_U64)
+    high &= _LANE_BIT
+    high += _LOW_SEVEN
+    high &= _TOP_BITS
+    high >>= _U64(3)
+    q.reshape(k, 4, 8).view(_U64)[..., 0] |= high
     return q
 
 
@@ -257,7 +291,7 @@ def _f16_column(r: np.ndarray, at: int) -> np.ndarray:
 
 def _per_weight(values: np.ndarray) -> np.ndarray:
     """(k,) per-block numbers -> (k, 32), each repeated over its block's 32 weights."""
-    return np.repeat(values, 32).reshape(-1, 32)
+    return _spread(values.reshape(-1, 1), 32)
 
 
 def available_cpus() -> int:
@@ -294,9 +328,15 @@ def _pool(workers: int) -> ThreadPoolExecutor:
         return _POOLS[key]
 
 
+def _chunk_blocks(block_size: int) -> int:
+    """Blocks per step: CHUNK_BLOCKS blocks of 32, or CHUNK_BLOCKS // 4 super-blocks of 256 (twice the
+    weights: a K-quant step makes about twice as many numpy calls, each with its fixed cost)."""
+    return max(1, CHUNK_BLOCKS * 32 // block_size if block_size <= 32 else CHUNK_BLOCKS // 4)
+
+
 def _fast_blocks(raw: np.ndarray, type_size: int, out: np.ndarray | None, step, block_size: int = 32,
                  threads: int | None = None) -> np.ndarray:
-    """Run step(block_bytes_chunk, out_chunk) over the tensor, about CHUNK_BLOCKS x 32 weights at a time.
+    """Run step(block_bytes_chunk, out_chunk) over the tensor, _chunk_blocks(block_size) blocks at a time.
 
     With threads > 1 (None: default_threads()) the chunks go to a pool of that many
     threads, each writing its own rows of the one output array; numpy releases the GIL inside
@@ -306,9 +346,13 @@ def _fast_blocks(raw: np.ndarray, type_size: int, out: np.ndarray | None, step, 
     n = rows.shape[0]
     out = np.empty(n * block_size, np.float32) if out is None else out
     o2 = out.reshape(n, block_size)
-    per = max(1, CHUNK_BLOCKS * 32 // block_size)
+    workers = default_threads() if threads is None else max(1, int(threads))
+    chunks = -(-n // _chunk_blocks(block_size))
+    if workers > 1:
+        chunks = -(-chunks // workers) * workers  # a whole number of rounds: every thread gets as many
+    per = max(1, -(-n // max(1, chunks)))
     starts = range(0, n, per)
-    workers = min(default_threads() if threads is None else max(1, int(threads)), len(starts))
+    workers = min(workers, len(starts))
 
     def work(s: int) -> None:
         step(rows[s : s + per], o2[s : s + per])
@@ -639,26 +683,26 @@ def iq4_xs_clear(raw: np.ndarray) -> np.ndarray:
 # as ggml does. Same roundings, same order: (d * scale) rounded, times q, minus (dmin * min) rounded.
 
 
-def _bit_planes(qh: np.ndarray, bits: int, to: int = 0) -> np.ndarray:
+def _bit_planes(qh: np.ndarray, bits: int, to: int = 0, name: str = "planes") -> np.ndarray:
     """(k, m) contiguous bytes -> (k, m) bytes of `bits`-bit fields, placed at bit `to`: field s of byte
     32h + i (bits s*bits and up) lands in byte 32 * (8 // bits * h + s) + i (Q2_K/Q3_K quants, Q3_K hmask,
     Q5_K qh, Q6_K qh). Eight bytes at a time as uint64 words; each plane moved as 32-byte items."""
     k, m = qh.shape
     per = 8 // bits
     words = qh.view(_U64)
+    moved = _scratch("planes_moved", words.shape, _U64)
     mask = _bytes_mask(((1 << bits) - 1) << to)
-    planes = np.empty((k, m // 32, per, 32), np.uint8)
+    planes = _scratch(name, (k, m // 32, per, 32), np.uint8)
     items = planes.view("V32")  # (k, m // 32, per, 1)
     for s in range(per):
         shift = to - s * bits  # move field s from bit s*bits to bit `to`
-        moved = words << _U64(shift) if shift > 0 else words >> _U64(-shift)
-        items[:, :, s, 0] = (moved & mask).view(np.uint8).view("V32")
+        if shift > 0:
+            np.left_shift(words, _U64(shift), out=moved)
+        else:
+            np.right_shift(words, _U64(-shift), out=moved)
+        moved &= mask
+        items[:, :, s, 0] = moved.view(np.uint8).view("V32")
     return planes.reshape(k, m * per)
-
-
-def _repeat(values: np.ndarray, times: int, k: int) -> np.ndarray:
-    """Per-sub-block float32 numbers (k * n_sub) -> (k, 256), each repeated over its sub-block's weights."""
-    return np.repeat(values.reshape(-1), times).reshape(k, -1)
 
 
 def _scale_min_k4_fast(r: np.ndarray, at: int, d: np.ndarray, dmin: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -679,41 +723,39 @@ def _scale_min_k4_fast(r: np.ndarray, at: int, d: np.ndarray, dmin: np.ndarray) 
 def _q2_k_step(r, o):
     k = r.shape[0]
     o[...] = _bit_planes(_columns(r, 16, 80), 2)
-    scales = _columns(r, 0, 16)
+    scales = r[:, 0:16]
     both = np.concatenate([scales & 0x0F, scales >> 4], axis=1).astype(np.float32)  # (k, 32): scales, minimums
     both *= np.repeat(np.stack([_f16_column(r, 80), _f16_column(r, 82)], axis=1), 16).reshape(k, 32)
-    o *= _repeat(both[:, :16], 16, k)
-    o -= _repeat(both[:, 16:], 16, k)
+    o *= _spread(both[:, :16], 16)
+    o -= _spread(both[:, 16:], 16)
 
 
 def _q3_k_step(r, o):
     k = r.shape[0]
-    q = _bit_planes(_columns(r, 32, 96), 2)  # low 2 bits, 0..3
+    q = _bit_planes(_columns(r, 32, 96), 2, name="q")  # low 2 bits, 0..3
     offset = _bit_planes(_columns(r, 0, 32), 1, to=2)  # the hmask bit, as 4
     offset ^= np.uint8(4)  # 4 where the hmask bit is clear
     q -= offset  # -4..3 in two's complement, read through the int8 view
     o[...] = q.view(np.int8)
-    step = unpack_q3_k_scales(_columns(r, 96, 108)).astype(np.float32)
+    step = unpack_q3_k_scales(r[:, 96:108]).astype(np.float32)
     step *= np.repeat(_f16_column(r, 108), 16).reshape(k, 16)
-    o *= _repeat(step, 16, k)
+    o *= _spread(step, 16)
 
 
 def _q4_k_step(r, o):
-    k = r.shape[0]
     o[...] = _nibble_runs(r, 16, 4, 32)
     step, low = _scale_min_k4_fast(r, 4, _f16_column(r, 0), _f16_column(r, 2))
-    o *= _repeat(step, 32, k)
-    o -= _repeat(low, 32, k)
+    o *= _spread(step, 32)
+    o -= _spread(low, 32)
 
 
 def _q5_k_step(r, o):
-    k = r.shape[0]
     q = _nibble_runs(r, 48, 4, 32)
     q |= _bit_planes(_columns(r, 16, 48), 1, to=4)  # bit 4
     o[...] = q
     step, low = _scale_min_k4_fast(r, 4, _f16_column(r, 0), _f16_column(r, 2))
-    o *= _repeat(step, 32, k)
-    o -= _repeat(low, 32, k)
+    o *= _spread(step, 32)
+    o -= _spread(low, 32)
 
 
 def _q6_k_step(r, o):
@@ -722,26 +764,25 @@ def _q6_k_step(r, o):
     q |= _bit_planes(_columns(r, 128, 192), 2, to=4)  # bits 4 and 5
     q -= np.uint8(32)  # 0..63 -> -32..31
     o[...] = q.view(np.int8)
-    step = _columns(r, 192, 208).view(np.int8).astype(np.float32)
+    step = r[:, 192:208].view(np.int8).astype(np.float32)
     step *= np.repeat(_f16_column(r, 208), 16).reshape(k, 16)
-    o *= _repeat(step, 16, k)
+    o *= _spread(step, 16)
 
 
 _KVALUES_IQ4_F32 = KVALUES_IQ4.astype(np.float32)
 
 
 def _iq4_nl_step(r, o):
-    k = r.shape[0]
     o[...] = _KVALUES_IQ4_F32[_nibble_runs(r, 2, 1, 16)]
-    o *= np.repeat(_f16_column(r, 0), 32).reshape(k, 32)
+    o *= _per_weight(_f16_column(r, 0))
 
 
 def _iq4_xs_step(r, o):
     k = r.shape[0]
     o[...] = _KVALUES_IQ4_F32[_nibble_runs(r, 8, 8, 16)]
-    step = unpack_iq4_xs_scales(_columns(r, 2, 4), _columns(r, 4, 8)).astype(np.float32)
+    step = unpack_iq4_xs_scales(r[:, 2:4], r[:, 4:8]).astype(np.float32)
     step *= np.repeat(_f16_column(r, 0), 8).reshape(k, 8)
-    o *= _repeat(step, 32, k)
+    o *= _spread(step, 32)
 
 
 def q2_k_fast(raw: np.ndarray, out: np.ndarray | None = None, threads: int | None = None) -> np.ndarray:
