@@ -236,6 +236,32 @@ def test_peak_memory_on_a_wide_block_is_within_the_formula(tmp_path):
     assert 0.1e9 < peak <= lesson.peak_bytes(1024, 8192, 4096)["run"], peak
 
 
+def test_gemma3_coefficients_use_its_activation_and_scale(tmp_path):
+    """On a tiny Gemma 3 file the slots' a_i are GELU-tanh(g) u of the sqrt(d)-scaled embedding (reference_gemma,
+    float64, gguf-py only); the batched keys the edit uses are the same; the lesson runs through."""
+    from bytesup.synthetic import write_tiny_gemma3
+    from reference_gemma import lesson3_reference
+
+    gguf = write_tiny_gemma3(tmp_path / "g.gguf")
+    extract(gguf, tmp_path / "gguf", list(lesson.SPEC.tensors) + ["output_norm.weight"])
+    doc = read_json(tmp_path / "gguf" / "metadata.json")
+    tensors = TensorFiles(tmp_path / "gguf" / "extract.json")
+    rows = pc.read_tensor_table(tmp_path / "gguf" / "tensors.csv")
+    run = lesson.run(doc, tensors, rows, " cat", " dog", n_keys=20, top_k=3, n_tokens=3)
+    want = lesson3_reference(gguf, " cat")
+    np.testing.assert_allclose(run.slots.a, want["h"], rtol=1e-4, atol=1e-6)
+    s = run.slots
+    assert s.walk.recipe.activation == "gelu_tanh" and s.walk.recipe.embed_scale == pytest.approx(32**0.5)
+    batched = lesson.coefficients(np.asarray(tensors["token_embd.weight"][[want["token_id"]]]), s.walk.w_gate, s.w_up,
+                                  s.ffn_norm, s.eps, "gelu_tanh", s.walk.recipe.embed_scale)[0]
+    np.testing.assert_allclose(batched, s.a, rtol=1e-5, atol=1e-6)
+    m = run.metrics
+    # the regrouping is of W_down h, before post_ffw_norm
+    assert m["regroup_rel_diff"] < 1e-5 and m["ffn_out_length"] == pytest.approx(want["down_length"], rel=1e-4)
+    assert m["rome_update_rank"] == 1 and m["rome_target_rel_err"] < 1e-12 and m["tied"] is True
+    assert {r.status for r in lesson.evaluate_claims(m, model="tiny", metadata=doc)} == {"reproduced"}
+
+
 def test_toy_bank_and_silu():
     t = lesson.toy_metrics()
     assert np.round(t["toy_slot_coefficients"], 2).tolist() == [1.72, -0.01, -0.01, 0.10, 0.02, -0.75]

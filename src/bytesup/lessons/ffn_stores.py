@@ -2,8 +2,10 @@
 
 What is computed, in the lesson's order:
   1. the regrouping, on this model's real block-``block`` weights: W_down h is a sum of columns,
-     FFN(x) = sum_i a_i v_i with a_i = SiLU(gate_i . xn) (up_i . xn) and v_i = column i of
-     W_down. The slot-by-slot sum is compared with the matvec;
+     W_down h = sum_i a_i v_i with a_i = act(gate_i . xn) (up_i . xn) and v_i = column i of
+     W_down, act the model's activation (SiLU on llama, GELU-tanh on Gemma; the walk follows the
+     model's recipe, bytesup.ffn_walk, so on Gemma x is the embedding row times sqrt(d_model) and
+     the sum is what post_ffw_norm then rescales). The slot-by-slot sum is compared with the matvec;
   2. the slots with the largest |a_i| for the lesson's token, and how many slots it takes to
      rebuild the FFN's output;
   3. each top slot's value vector read through the unembedding (output.weight, or the token
@@ -34,6 +36,8 @@ from bytesup import claims as claims_mod
 from bytesup import param_counts as pc
 from bytesup.model import configs
 from bytesup.layers import silu
+from bytesup.model.arch import ARCHITECTURES
+from bytesup.model.forward import activation
 from bytesup.lessons.spec import COMPANION, Headline, LessonSpec
 from bytesup.lessons import LessonInputError, figure
 from bytesup.ffn_walk import Walk, dims, walk
@@ -48,7 +52,7 @@ SPEC = LessonSpec(
         'Lesson 3\'s deep dive, from part 5 of the series "Transformers from the Weights Up": MLPs and what the FFN stores'
     ),
     reads=('metadata_json', 'tensors_index', 'tensors_csv'),
-    tensors=('token_embd.weight', 'blk.0.ffn_*', '?output.weight'),
+    tensors=('token_embd.weight', 'blk.0.ffn_*', '?blk.0.post_ffw_norm.weight', '?output.weight'),
     tables=('top_slots.csv', 'value_vectors.csv', 'parameters.csv', 'rome_drift.csv'),
     figures={
         'slot_coefficients.png': 'Block 0 coefficients aᵢ for the token, the top ones marked, and the error of rebuilding the FFN output from the largest terms',
@@ -73,7 +77,7 @@ SPEC = LessonSpec(
         Headline('rome_target_rank_after', "target token's rank after the edit", fmt=',d'),
     ),
     config_keys=('token', 'seed'),
-    architectures=('llama',),
+    architectures=tuple(ARCHITECTURES),  # the walk follows every row of the table (ffn_walk.recipe)
     mem_mb=2000,  # peak_bytes at the specimen's block (d 4,096, FFN 11,008): 1.75 GB; measured 1.2 GB
 )
 BLOCK = 0
@@ -197,15 +201,20 @@ def ffn_by_slots(a: np.ndarray, W_down: np.ndarray) -> np.ndarray:
     return out
 
 
-def coefficients(X: np.ndarray, w_gate, w_up, ffn_norm, eps) -> np.ndarray:
-    """a = SiLU(W_gate xn) * (W_up xn) for every row x of X at once (the keys of many tokens).
+def coefficients(X: np.ndarray, w_gate, w_up, ffn_norm, eps, act: str = "silu", scale: float = 1.0) -> np.ndarray:
+    """a = act(W_gate xn) * (W_up xn) for every embedding row x of X at once (the keys of many tokens).
 
-    The batched twin of layers.ffn's first steps: RMSNorm each row, two matmuls, the gate.
+    act: the model's activation by its table name; scale: the embedding scale (Gemma: sqrt(d_model)).
+
+    The batched twin of the walk's first steps (ffn_walk.ffn_step): scale, RMSNorm each row, two
+    matmuls, the gate.
     """
     X = np.asarray(X)
+    if scale != 1.0:
+        X = X * X.dtype.type(scale)  # Gemma: the embedding row times sqrt(d_model), as the walk does
     eps = X.dtype.type(eps)
     Xn = X / np.sqrt(np.mean(X * X, axis=1, keepdims=True) + eps) * ffn_norm
-    return silu(Xn @ w_gate.T) * (Xn @ w_up.T)
+    return activation(act)(Xn @ w_gate.T) * (Xn @ w_up.T)
 
 
 @dataclass
@@ -234,7 +243,7 @@ def slots(metadata: Mapping, tensors: Mapping, token: str = " cat", block: int =
 
 
 def regroup_metrics(s: Slots) -> dict:
-    out = s.walk.trace.out  # W_down @ h, the matvec
+    out = s.walk.down  # W_down @ h, the matvec
     a64 = s.a.astype(np.float64)  # float64 coefficients make every product below float64 (W_down stays float32)
     diff = np.abs(s.by_slots - out).max()
     ref = float(np.abs(out).max()) or 1.0
@@ -259,7 +268,7 @@ def rebuild_error(s: Slots, counts: Iterable[int]) -> dict[int, float]:
     from the previous block's last one, so they are the one long cumulative sum, in the same order,
     with only d x ROW_BLOCK float64 numbers alive.
     """
-    out = s.walk.trace.out.astype(np.float64)
+    out = s.walk.down.astype(np.float64)
     a = s.a.astype(np.float64)
     n = np.linalg.norm(out) or 1.0
     n_slots = a.shape[0]
@@ -311,7 +320,7 @@ def top_slot_table(s: Slots, top_k: int) -> list[dict]:
     rows = []
     for rank, i in enumerate(s.order[:top_k], 1):
         rows.append({
-            "rank": rank, "slot": int(i), "gate_score": float(t.g[i]), "silu_gate": float(silu(t.g[i])),
+            "rank": rank, "slot": int(i), "gate_score": float(t.g[i]), "act_gate": float(activation(s.walk.recipe.activation)(t.g[i])),
             "up_score": float(t.u[i]), "coefficient": float(s.a[i]), "value_length": float(vlen[i]),
             "written_length": float(abs(s.a[i]) * vlen[i]),
         })
@@ -391,7 +400,7 @@ def ffn_output_reading(s: Slots, tensors: Mapping, metadata: Mapping, n_tokens: 
     """The whole FFN output read the same way: which tokens the sum of all slots promotes."""
     vocab, tok_model = tokenizer_of(metadata)
     name, W_U = unembedding(tensors)
-    _, hi, _ = promoted(W_U, s.walk.trace.out, n_tokens)
+    _, hi, _ = promoted(W_U, s.walk.down, n_tokens)
     return {"unembedding": name, "tied": name == "token_embd.weight",
             "ffn_out_promotes": [display(vocab[j], tok_model) for j in hi]}
 
@@ -602,11 +611,13 @@ def rome(metadata: Mapping, tensors: Mapping, s: Slots, target: str, *, seed: in
     sampled, fit_ids = key_ids(len(vocab), [tid, *named], n_keys, seed)
     ids = np.array(named + sampled.tolist(), dtype=np.int64)
 
+    rc = s.walk.recipe
+
     def keys(rows):  # h of each token's embedding row: what W_down reads for that token, KEY_BATCH at a time
         K = np.empty((rows.size, k_star.size))
         for b in row_blocks(rows.size, KEY_BATCH):
             X = np.asarray(E[rows[b]], dtype=np.float32)
-            K[b] = coefficients(X, s.walk.w_gate, s.w_up, s.ffn_norm, s.eps)
+            K[b] = coefficients(X, s.walk.w_gate, s.w_up, s.ffn_norm, s.eps, rc.activation, rc.embed_scale)
         return K
 
     K = keys(ids)
@@ -804,7 +815,7 @@ def plot_slots(s: Slots, curve: Mapping[int, float], top_k: int = 10, title: str
     ax1.plot(top, a[top], "o", color="C3", ms=3, label=f"top {top_k} by |a|")
     ax1.axhline(0, color="k", lw=0.6)
     ax1.set_xlabel("slot i")
-    ax1.set_ylabel("a_i = SiLU(g_i) u_i")
+    ax1.set_ylabel(f"a_i = {s.walk.recipe.activation}(g_i) u_i")
     ax1.legend(fontsize=7)
     ax2.plot(list(curve), list(curve.values()), color="C0")
     ax2.set_xscale("log")
