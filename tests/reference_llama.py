@@ -24,28 +24,34 @@ def reference_pass(path, ids) -> dict:
     """ids at positions 0..N-1 -> {"logits": (N, vocab), "stream": the last position's residual after
     the embedding and after each block, "lens": each of those through the final norm and the head}."""
     meta, w = read_reference(path)
-    d, n_head = meta["llama.embedding_length"], meta["llama.attention.head_count"]
-    n_kv, eps = meta["llama.attention.head_count_kv"], meta["llama.attention.layer_norm_rms_epsilon"]
-    base, hd, n = meta.get("llama.rope.freq_base", 10000.0), d // n_head, len(ids)
+    arch = meta["general.architecture"]  # llama, or qwen2: biases on Q K V, rope on halves (i, i + hd/2)
+    a = arch + "."
+    d, n_head = meta[a + "embedding_length"], meta[a + "attention.head_count"]
+    n_kv, eps = meta[a + "attention.head_count_kv"], meta[a + "attention.layer_norm_rms_epsilon"]
+    base, hd, n = meta.get(a + "rope.freq_base", 10000.0), d // n_head, len(ids)
 
     def norm(x, g):
         return x / np.sqrt((x**2).mean(-1, keepdims=True) + eps) * g
 
     def rotate(m, pos):  # (heads, hd) at one position: pairs (2i, 2i+1) turned by pos * base^(-2i/hd)
-        z = (m[:, 0::2] + 1j * m[:, 1::2]) * np.exp(1j * pos * base ** (-np.arange(hd // 2) * 2.0 / hd))
+        first, second = (slice(0, hd // 2), slice(hd // 2, hd)) if arch == "qwen2" else (slice(0, hd, 2), slice(1, hd, 2))
+        z = (m[:, first] + 1j * m[:, second]) * np.exp(1j * pos * base ** (-np.arange(hd // 2) * 2.0 / hd))
         out = np.empty_like(m)
-        out[:, 0::2], out[:, 1::2] = z.real, z.imag
+        out[:, first], out[:, second] = z.real, z.imag
         return out
+
+    def proj(h, p, name):  # h @ W.T, plus the bias where the file has one
+        return h @ w[p + name + ".weight"].T + w.get(p + name + ".bias", 0.0)
 
     head = w.get("output.weight", w["token_embd.weight"])
     x = w["token_embd.weight"][ids]
     stream = [x[-1].copy()]
-    for b in range(meta["llama.block_count"]):
+    for b in range(meta[a + "block_count"]):
         p = f"blk.{b}."
         h = norm(x, w[p + "attn_norm.weight"])
-        q = np.stack([rotate(r, t) for t, r in enumerate((h @ w[p + "attn_q.weight"].T).reshape(n, n_head, hd))])
-        k = np.stack([rotate(r, t) for t, r in enumerate((h @ w[p + "attn_k.weight"].T).reshape(n, n_kv, hd))])
-        v = (h @ w[p + "attn_v.weight"].T).reshape(n, n_kv, hd)
+        q = np.stack([rotate(r, t) for t, r in enumerate(proj(h, p, "attn_q").reshape(n, n_head, hd))])
+        k = np.stack([rotate(r, t) for t, r in enumerate(proj(h, p, "attn_k").reshape(n, n_kv, hd))])
+        v = proj(h, p, "attn_v").reshape(n, n_kv, hd)
         att = np.zeros((n, n_head, hd))
         for head_i in range(n_head):
             kvh = head_i // (n_head // n_kv)

@@ -68,6 +68,20 @@ def test_logits_match_independent_float64_llama(tiny_case):
     assert rel < 1e-4, rel
 
 
+def test_tiny_qwen2_logits_match_independent_float64_qwen2(tmp_path):
+    """The qwen2 row: llama's block plus Q, K, V biases, rope on halves; against the float64 reference."""
+    path = write_tiny_llama(tmp_path / "qwen2.gguf", arch="qwen2", qkv_bias=True, n_layers=2, tied=True)
+    expected = reference_pass(path, IDS)["logits"]
+    with Model.from_gguf(path) as model:
+        assert model.spec.rope_layout == "neox" and model.weights.block(1).bqkv.shape == (32 + 2 * 16,)
+        got = model.forward(IDS)
+    rel = np.abs(got - expected).max() / np.abs(expected).max()
+    assert rel < 1e-4, rel
+    # a qwen2 file without its biases is refused in one line naming the first missing one
+    with pytest.raises(ArchMetadataError, match=r"tensor 'blk\.0\.attn_q\.bias' is missing"):
+        Model.from_gguf(write_tiny_llama(tmp_path / "nobias.gguf", arch="qwen2", n_layers=2, tied=True))
+
+
 def test_tied_model_unembeds_with_token_embd(tmp_path):
     path = write_tiny_llama(tmp_path / "t.gguf", tied=True)
     with Model.from_gguf(path) as model:

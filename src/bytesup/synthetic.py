@@ -121,6 +121,7 @@ def write_tiny_llama(
     tokens: list[str] | None = None,
     types: dict[str, str] | None = None,
     arch: str = "llama",
+    qkv_bias: bool = False,
 ) -> Path:
     """Write a tiny llama GGUF to `path` and return the path.
 
@@ -131,6 +132,8 @@ def write_tiny_llama(
     arch: general.architecture, and the prefix of the model's keys ("gemma3" gives gemma3.block_count
         ...): the same llama-shaped tensors under another architecture's name, to test that lessons
         which follow llama refuse it.
+    qkv_bias: add F32 biases attn_q.bias, attn_k.bias, attn_v.bias to every block (with arch="qwen2":
+        a tiny Qwen2, whose table row adds them after the Q, K, V matmuls).
     extra_metadata: key -> value (type inferred: str, bool, int -> INT32 / INT64 when large,
         float -> FLOAT32, list -> ARRAY), or key -> (value, "UINT64") to name the GGUF type.
         Empty strings are written too (GGUFWriter.add_string would skip them); empty arrays
@@ -178,6 +181,16 @@ def write_tiny_llama(
     layout = Architecture("tiny", d_model=n_embd, d_ff=n_ff, n_layers=n_layers, vocab=n_vocab, n_heads=n_head,
                           n_kv_heads=n_head_kv, head_dim=n_embd // n_head, tied=tied)
     shapes = llama_tensor_shapes(layout)
+    if qkv_bias:  # after each block's attn_v.weight: its attn_q, attn_k, attn_v biases
+        q, kv = n_embd, n_head_kv * (n_embd // n_head)
+        with_bias = []
+        for name, shape in shapes:
+            with_bias.append((name, shape))
+            if name.endswith("attn_v.weight"):
+                block = name.removesuffix("attn_v.weight")
+                with_bias += [(f"{block}attn_q.bias", (q,)), (f"{block}attn_k.bias", (kv,)), (f"{block}attn_v.bias", (kv,))]
+        shapes = with_bias
+        all_types = {"blk.*.bias": "F32", **all_types}
     for name, shape in shapes:  # numpy order: rows x row length
         if name == "token_embd.weight":
             data = _embeddings(rng, tokens, n_embd)

@@ -1,4 +1,4 @@
-"""The model, by hand: a llama forward pass in NumPy, one step per function, with a KV cache.
+"""The model, by hand: a forward pass in NumPy (llama, qwen2, gemma3), one step per function, with a KV cache.
 
     with Model.from_gguf("smollm2-135m.gguf") as model:
         cache = model.new_cache()
@@ -8,6 +8,10 @@
 `transformer()` is the whole network, step by step in the lesson's order (as llama2.c's
 transformer()): embed -> for each block: RMSNorm, Q K V, rope, grouped-query attention with a
 causal mask, output projection, residual; RMSNorm, gated FFN, residual -> final norm -> unembed.
+What differs between architectures comes from the one table in bytesup.model.arch, read through
+`spec`: the gate's activation (SiLU, GELU-tanh), the rope layout, Q K V biases (qwen2), and
+gemma3's embedding scale, per-head q/k norms, post-attention/post-FFN norms and sliding-window
+layers with their own rope base.
 
 Arithmetic is float32 throughout, like the model. Activations are (tokens, features): a batch of
 N new tokens multiplies x @ W.T once per matrix (prefill); one token is a matvec (decode), where
