@@ -786,7 +786,7 @@ def _q6_k_step(r, o):
     q |= _bit_planes(_columns(r, 128, 192), 2, to=4)  # bits 4 and 5
     q -= np.uint8(32)  # 0..63 -> -32..31
     o[...] = q.view(np.int8)
-    step = r[:, 192:208].view(np.int8).astype(np.float32)
+    step = _columns(r, 192, 208).view(np.int8).astype(np.float32)  # contiguous first: one long loop
     step *= np.repeat(_f16_column(r, 208), 16).reshape(k, 16)
     o *= _spread(step, 16)
 
