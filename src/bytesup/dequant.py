@@ -706,7 +706,7 @@ def _bit_planes(qh: np.ndarray, bits: int, to: int = 0, name: str = "planes") ->
 
 
 def _scale_min_k4_fast(r: np.ndarray, at: int, d: np.ndarray, dmin: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Q4_K/Q5_K: (d * scale[j], dmin * min[j]) as (k * 8,) float32 each, from the 12 bytes at `at`."""
+    """Q4_K/Q5_K: (d * scale[j], dmin * min[j]) as (k, 8) float32 each, from the 12 bytes at `at`."""
     k = r.shape[0]
     w = r[:, at : at + 12].view("<u4")  # (k, 3): the 12 bytes as three little-endian words a, b, c
     a, b, c = w[:, 0], w[:, 1], w[:, 2]
