@@ -706,7 +706,7 @@ def _bit_planes(qh: np.ndarray, bits: int, to: int = 0, name: str = "planes") ->
 
 
 def _scale_min_k4_fast(r: np.ndarray, at: int, d: np.ndarray, dmin: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Q4_K/Q5_K: (d * scale[j], dmin * min[j]) as (k * 8,) float32 each, from the 12 bytes at `at`."""
+    """Q4_K/Q5_K: (d * scale[j], dmin * min[j]) as (k, 8) float32 each, from the 12 bytes at `at`."""
     k = r.shape[0]
     w = r[:, at : at + 12].view("<u4")  # (k, 3): the 12 bytes as three little-endian words a, b, c
     a, b, c = w[:, 0], w[:, 1], w[:, 2]
@@ -723,11 +723,33 @@ def _scale_min_k4_fast(r: np.ndarray, at: int, d: np.ndarray, dmin: np.ndarray) 
 def _q2_k_step(r, o):
     k = r.shape[0]
     o[...] = _bit_planes(_columns(r, 16, 80), 2)
-    scales = r[:, 0:16]
-    both = np.concatenate([scales & 0x0F, scales >> 4], axis=1).astype(np.float32)  # (k, 32): scales, minimums
+    words = r[:, 0:16].view("<u4")  # (k, 4): the 16 scale bytes, four at a time
+    sm = np.empty((k, 8), "<u4")  # as bytes: 16 scales (low nibbles), then 16 minimums (high nibbles)
+    for i in range(4):
+        np.bitwise_and(words[:, i], np.uint32(0x0F0F0F0F), out=sm[:, i])
+        np.right_shift(words[:, i], np.uint32(4), out=sm[:, 4 + i])
+        sm[:, 4 + i] &= np.uint32(0x0F0F0F0F)
+    both = sm.view(np.uint8).astype(np.float32)  # (k, 32)
     both *= np.repeat(np.stack([_f16_column(r, 80), _f16_column(r, 82)], axis=1), 16).reshape(k, 32)
     o *= _spread(both[:, :16], 16)
     o -= _spread(both[:, 16:], 16)
+
+
+def _q3_k_scales_fast(r: np.ndarray, at: int) -> np.ndarray:
+    """Q3_K: the sixteen 6-bit scales of every block (k, 16) as float32 -32..31, unpacked four at a time
+    from three little-endian uint32 words as ggml does (kmask1 = 0x03030303, kmask2 = 0x0F0F0F0F)."""
+    k = r.shape[0]
+    w = r[:, at : at + 12].view("<u4")  # (k, 3)
+    a0, a1, tmp = w[:, 0], w[:, 1], w[:, 2]
+    m1, m2 = np.uint32(0x03030303), np.uint32(0x0F0F0F0F)
+    sm = np.empty((k, 4), "<u4")  # as bytes: scales 0-3, 4-7, 8-11, 12-15, each stored plus 32
+    sm[:, 0] = (a0 & m2) | ((tmp & m1) << np.uint32(4))
+    sm[:, 1] = (a1 & m2) | (((tmp >> np.uint32(2)) & m1) << np.uint32(4))
+    sm[:, 2] = ((a0 >> np.uint32(4)) & m2) | (((tmp >> np.uint32(4)) & m1) << np.uint32(4))
+    sm[:, 3] = ((a1 >> np.uint32(4)) & m2) | (((tmp >> np.uint32(6)) & m1) << np.uint32(4))
+    scale = sm.view(np.uint8).astype(np.float32)
+    scale -= np.float32(32)  # exact: small integers
+    return scale
 
 
 def _q3_k_step(r, o):
@@ -737,7 +759,7 @@ def _q3_k_step(r, o):
     offset ^= np.uint8(4)  # 4 where the hmask bit is clear
     q -= offset  # -4..3 in two's complement, read through the int8 view
     o[...] = q.view(np.int8)
-    step = unpack_q3_k_scales(r[:, 96:108]).astype(np.float32)
+    step = _q3_k_scales_fast(r, 96)
     step *= np.repeat(_f16_column(r, 108), 16).reshape(k, 16)
     o *= _spread(step, 16)
 
@@ -764,7 +786,7 @@ def _q6_k_step(r, o):
     q |= _bit_planes(_columns(r, 128, 192), 2, to=4)  # bits 4 and 5
     q -= np.uint8(32)  # 0..63 -> -32..31
     o[...] = q.view(np.int8)
-    step = r[:, 192:208].view(np.int8).astype(np.float32)
+    step = _columns(r, 192, 208).view(np.int8).astype(np.float32)  # contiguous first: one long loop
     step *= np.repeat(_f16_column(r, 208), 16).reshape(k, 16)
     o *= _spread(step, 16)
 
