@@ -17,6 +17,7 @@ from bytesup import claims
 from bytesup.lessons import LessonInputError, plain
 from bytesup.lessons import attention_kv as lesson
 from bytesup.lessons.spec import parameter
+from bytesup.model.arch import ARCHITECTURES
 from bytesup.model.forward import Model
 from bytesup.synthetic import write_tiny_llama
 
@@ -230,6 +231,40 @@ def test_bad_inputs_say_what_is_wrong(tiny):
         lesson.run(path, metadata, TINY_PROMPT, {"resident_budget_mb": 100}, block=7)
 
 
+# --- Gemma 3: the recipe from the architecture table (issue 13) ---------------------------------------
+
+
+@pytest.mark.parametrize("block", [0, 5])
+def test_gemma3_attention_by_hand_follows_its_recipe(tmp_path, block):
+    """A tiny Gemma 3 (q/k norms, head size 16 != 32 / 4, NeoX rope, window 4 on blocks 0-4 with base 10,000,
+    block 5 global with the file's base 1e6, post-attention norm, embedding x sqrt(d)): by hand against
+    attention_block, rope measured on halves, the window hiding old keys, and the cache against a recompute."""
+    from bytesup.synthetic import write_tiny_gemma3
+
+    path = write_tiny_gemma3(tmp_path / "g.gguf")
+    with Model.from_gguf(path) as model:
+        metadata = dict(model.gguf.metadata)
+    m, tables = lesson.run(path, metadata, TINY_PROMPT + " ran", {"resident_budget_mb": 100}, model_name="tiny-gemma",
+                           block=block, contexts=(4,), repeats=1, decode_steps=3)
+    n = m["n_prompt_tokens"]
+    assert m["architecture"] == "gemma3" and m["head_dim"] == 16 and m["rope_layout"] == "neox" and n > 4
+    assert m["hand_qk_norm"] and m["hand_post_attention_norm"] and m["attention_scale"] == pytest.approx(0.25)
+    assert (m["hand_window"], m["hand_rope_base"]) == ((4, 10000.0) if block == 0 else (None, 1e6))
+    assert m["hand_vs_block_max_abs_diff"] < 1e-5 and m["hand_k_vs_cache_max_abs_diff"] < 1e-5
+    assert m["hand_v_vs_cache_max_abs_diff"] < 1e-5 and m["hand_weights_vs_trace_max_abs_diff"] < 1e-6
+    assert m["rope_turn_max_abs_err"] < 1e-4 and m["rope_layouts_scores_max_abs_diff"] is None
+    assert m["rope_radians_per_token_last_pair"] == pytest.approx(m["hand_rope_base"] ** (-14 / 16))
+    hand = tables["hand"]
+    old = hand.weights[:, -1, : n - 4]  # keys 4 or more positions back from the last query
+    assert (old.max() == 0.0) == (block == 0) and m["hand_masked_weight_max"] == 0.0
+    # the hand's x is the traced stream: the embedding times sqrt(32) for block 0
+    if block == 0:
+        E = Model.from_gguf(path).weights.embed_rows(np.asarray(m["prompt_ids"]))
+        np.testing.assert_allclose(hand.x, np.asarray(E, np.float32) * np.float32(32**0.5), rtol=1e-6)
+    assert m["kv_cache_max_abs_diff"] < 1e-3 and m["kv_cache_same_next_token"]
+    assert lesson.SPEC.follows("gemma3") and lesson.SPEC.architectures == tuple(ARCHITECTURES)
+
+
 def test_figures_are_drawn(tiny, tmp_path):
     from bytesup.lessons import save_figure
 
@@ -253,7 +288,9 @@ def test_figures_are_drawn(tiny, tmp_path):
 def test_notebook_does_each_step_in_its_cells():
     code = "\n".join("".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code")
     for step in ("xn = rms_norm(x, w.attn_norm, spec.rms_eps)", "Q = xn @ w.wq.T", "K = xn @ w.wk.T", "V = xn @ w.wv.T",
-                 "q_rot, k_rot = rope(q, cos, sin), rope(k, cos, sin)", "scores[future] = -np.inf",
+                 "q_rot, k_rot = rope(q, cos, sin, spec.rope_layout), rope(k, cos, sin, spec.rope_layout)",
+                 "scores[future] = -np.inf", "q, k = rms_norm(q, w.q_norm, spec.rms_eps), rms_norm(k, w.k_norm, spec.rms_eps)",
+                 "out = rms_norm(out, w.post_attn_norm, spec.rms_eps)",
                  "weights = softmax(scores)", "softmax(s) @ v[:, kvh]", "@ w.wo.T", "y = x + out",
                  "2 * spec.n_layers * spec.n_kv_heads * spec.head_dim * f16"):
         assert step in code, step

@@ -256,8 +256,8 @@ def test_notebook_runs_standalone_from_its_folder(tmp_path):
     assert (out / "x_gate_histogram.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # the steps are done in the cells, on the real arrays
     code = "\n".join("".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code")
-    for step in ("x = np.array(W_embd[token_id]", "xn = rms_norm(x, w_ffn_norm, eps)", "g = W_gate @ xn", "u = W_up @ xn",
-                 "h = silu(g) * u", "out = W_down @ h", "y = x + out", "matplotlib.use"):
+    for step in ("row = np.array(W_embd[token_id]", "xn = rms_norm(x, w_ffn_norm, eps)", "g = W_gate @ xn", "u = W_up @ xn",
+                 "h = act(g) * u", "down = W_down @ h", "y = x + out", "matplotlib.use"):
         assert (step in code) == (step != "matplotlib.use"), step
 
 
@@ -277,6 +277,81 @@ def test_on_a_tiny_gguf_through_the_extract_stage(tmp_path):
         np.testing.assert_allclose(float(m[key]), want[key], rtol=1e-5, err_msg=key)
     results = lesson.evaluate_claims(m, model="tiny", metadata=meta)
     assert "not reproduced" not in {r.status for r in results}
+
+
+# --- Gemma 3: the walk follows the model's recipe (issue 13) -------------------------------------
+
+
+def gemma_extract(gguf_path, folder):
+    from bytesup.extract import extract
+
+    extract(gguf_path, folder, list(lesson.SPEC.tensors))
+    return read_metadata(folder / "metadata.json"), TensorFiles(folder / "extract.json")
+
+
+def check_against_reference(m, want):
+    """Lesson 3's float32 metrics against reference_gemma's float64 ones."""
+    assert m["token_id"] == want["token_id"] and m["activation"] == "gelu_tanh" and m["post_ffn_norm"] is True
+    assert m["embedding_scale"] == pytest.approx(want["embedding_scale"], rel=1e-12)
+    np.testing.assert_allclose(plain(m["x_first3"]), want["x_first3"], rtol=1e-6)
+    for key in ("x_rms", "x_length", "xn_rms", "gate_first", "down_length", "out_length", "y_length", "cosine_x_y"):
+        assert float(m[key]) == pytest.approx(want[key], rel=2e-4, abs=1e-6), key
+    assert float(m["angle_deg"]) == pytest.approx(want["angle_deg"], abs=0.02)
+    n = len(want["h"])
+    for key in ("gate_negative_fraction", "act_abs_below_0_1_fraction", "act_abs_below_0_01_fraction"):
+        assert float(m[key]) == pytest.approx(want[key], abs=2.5 / n), key  # float32 may flip a value at a threshold
+    assert not any(k.startswith("silu_abs") for k in m)  # no SiLU-named numbers for a GELU model
+
+
+def test_gemma3_walk_follows_its_recipe_on_a_tiny_file(tmp_path):
+    """A tiny Gemma 3 file (bytesup.synthetic): scaled embedding, GELU-tanh gate, post_ffw_norm, residual,
+    against the float64 recomputation in tests/reference_gemma.py (gguf-py only)."""
+    from bytesup.synthetic import write_tiny_gemma3
+    from reference_gemma import lesson3_reference
+
+    gguf = write_tiny_gemma3(tmp_path / "g.gguf")
+    meta, tensors = gemma_extract(gguf, tmp_path / "gguf")
+    m = lesson.compute(meta, tensors, " cat")
+    check_against_reference(m, lesson3_reference(gguf, " cat"))
+    assert m["embedding_scale"] == pytest.approx(32**0.5) and m["recipe"].startswith("gemma3: embedding x sqrt")
+    # the FLOPs table has Gemma's extra steps, its activation, and the course's llama numbers only where the steps match
+    rows = lesson.flops_table(lesson.dims(meta), lesson.recipe(meta), qk_norm=True)
+    steps = [r["step"] for r in rows]
+    assert "GELU-tanh" in steps and "SiLU" not in steps and "post_ffw_norm (RMSNorm)" in steps
+    assert next(r for r in rows if r["step"] == "GELU-tanh")["flops"] == 8 * 64
+    assert next(r for r in rows if r["step"] == "GELU-tanh")["course_flops"] == 4 * 11008  # the specimen's SiLU
+    assert next(r for r in rows if r["step"] == "post_ffw_norm (RMSNorm)")["course_flops"] is None
+    assert m["flops_total_per_token_block"] == sum(r["flops"] for r in rows)
+    # the llama keys are unchanged for a llama model, and both families agree there
+    lm = lesson.compute(*synthetic())
+    assert lm["silu_abs_below_0_1_fraction"] == lm["act_abs_below_0_1_fraction"] and lm["activation"] == "silu"
+    assert lm["embedding_scale"] == 1.0 and lm["post_ffn_norm"] is False and lm["down_length"] == lm["out_length"]
+    # without its post_ffw_norm the walk cannot follow Gemma, and says which tensor is missing
+    partial = {k: tensors[k] for k in tensors if "post_ffw_norm" not in k}
+    with pytest.raises(LessonInputError, match="'blk.0.post_ffw_norm.weight' missing"):
+        lesson.compute(meta, partial)
+
+
+def test_spec_follows_the_architecture_table_and_refuses_the_rest():
+    from bytesup.model.arch import ARCHITECTURES
+
+    assert lesson.SPEC.architectures == tuple(ARCHITECTURES) and "gemma3" in lesson.SPEC.architectures
+    meta, tensors = synthetic(arch="mamba")
+    with pytest.raises(LessonInputError, match=r"^metadata.json: architecture 'mamba' is not in the architecture table"):
+        lesson.compute(meta, tensors)
+
+
+@pytest.mark.slow  # extracts Gemma 3 270M's 262,144-row embedding table (671 MB as float32)
+def test_gemma3_270m_walk_matches_the_independent_float64_recipe(tmp_path, gemma_gguf):
+    from reference_gemma import lesson3_reference
+
+    meta, tensors = gemma_extract(gemma_gguf, tmp_path / "gguf")
+    m = lesson.compute(meta, tensors, " cat")
+    want = lesson3_reference(gemma_gguf, " cat")
+    check_against_reference(m, want)
+    # the real Gemma block, not the llama recipe on Gemma's weights (which turned " cat" by 111 degrees)
+    assert m["token_id"] == 5866 and round(float(m["angle_deg"]), 1) == 73.2
+    assert round(100 * float(m["act_abs_below_0_01_fraction"])) == 41
 
 
 def test_paths_resolve_against_the_project_root(tmp_path, monkeypatch):

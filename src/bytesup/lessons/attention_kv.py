@@ -4,13 +4,17 @@ and what remembering keys and values costs.
 What is computed, in the lesson's order, on the real weights of the run's model:
 
   1. one block's attention by hand for the prompt: x (the block's input; block 0's is the
-     embedding) -> RMSNorm -> Q, K, V -> rope on Q and K -> scores q.k / sqrt(head_dim) -> causal
-     mask -> softmax -> weighted sum of V -> output projection -> residual; query head h reads
-     K/V head h // (n_heads / n_kv_heads) (grouped-query attention). Each step is checked
-     against the package's attention_block (bytesup.model.forward) for that block;
+     embedding, times sqrt(d_model) on Gemma) -> RMSNorm -> Q, K, V (+ biases on qwen2) ->
+     (Gemma: RMSNorm of each head's q and k) -> rope on Q and K with the block's own base ->
+     scores q.k / sqrt(head_dim) -> causal mask (and the block's sliding window) -> softmax ->
+     weighted sum of V -> output projection (-> post_attention_norm on Gemma) -> residual; query
+     head h reads K/V head h // (n_heads / n_kv_heads) (grouped-query attention). Every switch is
+     the architecture table's (bytesup.model.arch). Each step is checked against the package's
+     attention_block (bytesup.model.forward) for that block;
   2. rope: the angle pair i of a head turns through at position p is p * base^(-2i/n_rot); on
-     the real queries the measured turn is compared with that, and the GGUF row layout (adjacent
-     pairs) with Hugging Face's (halves) gives the same scores;
+     the real queries the measured turn is compared with that (pairs as the table's rope layout
+     has them: adjacent on llama GGUFs, halves on NeoX-style ones), and on a llama GGUF the row
+     layout (adjacent pairs) with Hugging Face's (halves) gives the same scores;
   3. attention patterns: the weights every head of every block gives to each earlier token,
      from one traced forward pass over the prompt;
   4. the KV cache's size: 2 x blocks x KV heads x head_dim x bytes per element per token of
@@ -35,7 +39,7 @@ import numpy as np
 from bytesup import claims as claims_mod
 from bytesup.lessons import LessonInputError, figure
 from bytesup.lessons.spec import SERIES, Headline, LessonSpec
-from bytesup.model.arch import ArchSpec
+from bytesup.model.arch import ARCHITECTURES, ArchSpec
 from bytesup.model.configs import (
     DEEPSEEK_CODER_6_7B,
     LLAMA3_8B,
@@ -106,7 +110,7 @@ SPEC = LessonSpec(
                  ".1e"),
     ),
     config_keys=("prompt", "forward"),
-    architectures=("llama",),
+    architectures=tuple(ARCHITECTURES),  # attention_by_hand follows every row of the table
     runs_model=True,
     runtime=60,  # the specimen streams 7 GB per pass: a handful of passes
 )
@@ -138,11 +142,23 @@ class AttnWeights:
     wk: np.ndarray  # (n_kv_heads * head_dim, d_model)
     wv: np.ndarray  # (n_kv_heads * head_dim, d_model)
     wo: np.ndarray  # (d_model, n_heads * head_dim)
+    # the table's optional roles, None where the architecture has none
+    bq: np.ndarray | None = None  # qwen2: biases of Q, K, V
+    bk: np.ndarray | None = None
+    bv: np.ndarray | None = None
+    q_norm: np.ndarray | None = None  # gemma3: RMSNorm gain of each head's q and k, (head_dim,)
+    k_norm: np.ndarray | None = None
+    post_attn_norm: np.ndarray | None = None  # gemma3: RMSNorm of the output before the residual add
 
     @classmethod
     def of(cls, model: Model, block: int) -> AttnWeights:
         w = model.weights.block(block)
-        return cls(*(np.array(a, dtype=np.float32) for a in (w.attn_norm, w.wq, w.wk, w.wv, w.wo)))
+
+        def copy(a):
+            return None if a is None else np.array(a, dtype=np.float32)
+
+        return cls(*(copy(a) for a in (w.attn_norm, w.wq, w.wk, w.wv, w.wo, w.bq, w.bk, w.bv, w.q_norm, w.k_norm,
+                                       w.post_attn_norm)))
 
 
 def kv_head(h: int, spec: ArchSpec) -> int:
@@ -150,9 +166,15 @@ def kv_head(h: int, spec: ArchSpec) -> int:
     return h // spec.group
 
 
-def causal_mask(n: int) -> np.ndarray:
-    """(n, n) True where the key lies in the query's future (column > row): those scores become -inf."""
-    return np.arange(n)[None, :] > np.arange(n)[:, None]
+def causal_mask(n: int, window: int | None = None) -> np.ndarray:
+    """(n, n) True where the key lies in the query's future (column > row): those scores become -inf.
+
+    window: a sliding layer's query also does not see keys `window` or more positions back."""
+    j, i = np.arange(n)[None, :], np.arange(n)[:, None]
+    hidden = j > i
+    if window is not None:
+        hidden |= j <= i - window
+    return hidden
 
 
 @dataclass
@@ -161,50 +183,61 @@ class HandAttention:
 
     x: np.ndarray  # (N, d_model) the block's input
     xn: np.ndarray  # (N, d_model) after attn_norm
-    q: np.ndarray  # (N, n_heads, head_dim) before rope
+    q: np.ndarray  # (N, n_heads, head_dim) before rope (after Gemma's per-head norm)
     k: np.ndarray  # (N, n_kv_heads, head_dim) before rope
     v: np.ndarray  # (N, n_kv_heads, head_dim) never rotated
     cos: np.ndarray  # (N, n_rot / 2)
     sin: np.ndarray
     q_rot: np.ndarray  # after rope
     k_rot: np.ndarray
-    scores: np.ndarray  # (n_heads, N, N) q.k / sqrt(head_dim), future masked to -inf
+    scores: np.ndarray  # (n_heads, N, N) q.k / sqrt(head_dim), future (and beyond the window) masked to -inf
     weights: np.ndarray  # (n_heads, N, N) softmax of each row
     heads: np.ndarray  # (N, n_heads, head_dim) each head's weighted sum of values
-    out: np.ndarray  # (N, d_model) the output projection
+    out: np.ndarray  # (N, d_model) the output projection (RMS-normalized by post_attention_norm on Gemma)
     y: np.ndarray  # (N, d_model) x + out
+    rope_base: float = 10000.0  # the block's rope base (Gemma: 10,000 on sliding layers)
+    window: int | None = None  # the block's sliding window, None when it sees every earlier position
 
 
-def attention_by_hand(x: np.ndarray, w: AttnWeights, spec: ArchSpec) -> HandAttention:
-    """The attention half of a block, one step per line and one head at a time (no cache)."""
+def attention_by_hand(x: np.ndarray, w: AttnWeights, spec: ArchSpec, block: int = BLOCK) -> HandAttention:
+    """The attention half of block ``block``, one step per line and one head at a time (no cache),
+    as the architecture table has it for this model."""
     n, hd = x.shape[0], spec.head_dim
     # attention RMSNorm
     xn = rms_norm(x, w.attn_norm, spec.rms_eps)
-    # queries, keys, values: three matmuls, cut into heads
-    q = (xn @ w.wq.T).reshape(n, spec.n_heads, hd)
-    k = (xn @ w.wk.T).reshape(n, spec.n_kv_heads, hd)
-    v = (xn @ w.wv.T).reshape(n, spec.n_kv_heads, hd)
-    # rope: turn each pair of Q and K by an angle that grows with the position
-    cos, sin = rope_angles(np.arange(n), spec.n_rot, spec.rope_base)
-    q_rot, k_rot = rope(q, cos, sin), rope(k, cos, sin)
+    # queries, keys, values: three matmuls (plus a bias each on qwen2), cut into heads
+    Q, K, V = xn @ w.wq.T, xn @ w.wk.T, xn @ w.wv.T
+    if w.bq is not None:
+        Q, K, V = Q + w.bq, K + w.bk, V + w.bv
+    q = Q.reshape(n, spec.n_heads, hd)
+    k = K.reshape(n, spec.n_kv_heads, hd)
+    v = V.reshape(n, spec.n_kv_heads, hd)
+    if w.q_norm is not None:  # Gemma: RMSNorm of each head's q and k, over its head_dim numbers
+        q, k = rms_norm(q, w.q_norm, spec.rms_eps), rms_norm(k, w.k_norm, spec.rms_eps)
+    # rope: turn each pair of Q and K by an angle that grows with the position (this block's base)
+    base, window = spec.layer_rope_base(block), spec.layer_window(block)
+    cos, sin = rope_angles(np.arange(n), spec.n_rot, base)
+    q_rot, k_rot = rope(q, cos, sin, spec.rope_layout), rope(k, cos, sin, spec.rope_layout)
     scores = np.empty((spec.n_heads, n, n), np.float32)
     weights = np.empty_like(scores)
     heads = np.empty((n, spec.n_heads, hd), np.float32)
-    future = causal_mask(n)
+    hidden = causal_mask(n, window)
     for h in range(spec.n_heads):
         g = kv_head(h, spec)  # grouped-query attention: the K/V head this query head shares
         # scores: every query against every key, scaled by 1/sqrt(head_dim)
-        s = (q_rot[:, h] @ k_rot[:, g].T) * np.float32(1.0 / math.sqrt(hd))
-        # causal mask: no token sees the ones after it
-        s[future] = -np.inf
+        s = (q_rot[:, h] @ k_rot[:, g].T) * np.float32(spec.attn_scale)
+        # causal mask: no token sees the ones after it (nor, on a sliding layer, those out of the window)
+        s[hidden] = -np.inf
         scores[h] = s
         # softmax along each row: weights >= 0 that sum to 1
         weights[h] = softmax(s)
         # weighted sum of the values
         heads[:, h] = weights[h] @ v[:, g]
-    # output projection back to the model's width, then the residual connection
+    # output projection back to the model's width (Gemma normalizes it), then the residual connection
     out = heads.reshape(n, spec.q_dim) @ w.wo.T
-    return HandAttention(x, xn, q, k, v, cos, sin, q_rot, k_rot, scores, weights, heads, out, x + out)
+    if w.post_attn_norm is not None:
+        out = rms_norm(out, w.post_attn_norm, spec.rms_eps)
+    return HandAttention(x, xn, q, k, v, cos, sin, q_rot, k_rot, scores, weights, heads, out, x + out, base, window)
 
 
 def package_block(model: Model, x: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -212,7 +245,7 @@ def package_block(model: Model, x: np.ndarray, block: int) -> tuple[np.ndarray, 
     K and V as (N, n_kv_heads, head_dim) like HandAttention's."""
     spec, n = model.spec, x.shape[0]
     cache = KVCache(spec, max_tokens=n)
-    cos, sin = rope_angles(np.arange(n), spec.n_rot, spec.rope_base)
+    cos, sin = rope_angles(np.arange(n), spec.n_rot, spec.layer_rope_base(block))
     y = attention_block(x, model.weights.block(block), block, 0, cos, sin, spec, cache)
     return y, cache.k[block][:, :n].transpose(1, 0, 2), cache.v[block][:, :n].transpose(1, 0, 2)
 
@@ -220,14 +253,19 @@ def package_block(model: Model, x: np.ndarray, block: int) -> tuple[np.ndarray, 
 # --- 2. rope: the turn, and the two row layouts -------------------------------------------------
 
 
-def rope_theta(spec: ArchSpec) -> np.ndarray:
-    """Radians per position of each pair i: base^(-2i/n_rot) (the same as forward.rope_angles)."""
-    return spec.rope_base ** (-np.arange(0, spec.n_rot, 2, dtype=np.float64) / spec.n_rot)
+def rope_theta(spec: ArchSpec, block: int = BLOCK) -> np.ndarray:
+    """Radians per position of each pair i: base^(-2i/n_rot) with the block's base (as forward.rope_angles)."""
+    return spec.layer_rope_base(block) ** (-np.arange(0, spec.n_rot, 2, dtype=np.float64) / spec.n_rot)
 
 
-def pair_angles(v: np.ndarray) -> np.ndarray:
-    """Angle of each adjacent pair (v0, v1), (v2, v3), ... of the last axis, in radians."""
-    pairs = v.reshape(*v.shape[:-1], -1, 2).astype(np.float64)
+def pair_angles(v: np.ndarray, layout: str = "adjacent") -> np.ndarray:
+    """Angle of each rope pair of the last axis, in radians: (v0, v1), (v2, v3), ... ("adjacent"),
+    or (v0, v_{n/2}), (v1, v_{n/2+1}), ... ("neox")."""
+    v = v.astype(np.float64)
+    if layout == "neox":
+        half = v.shape[-1] // 2
+        return np.arctan2(v[..., half:], v[..., :half])
+    pairs = v.reshape(*v.shape[:-1], -1, 2)
     return np.arctan2(pairs[..., 1], pairs[..., 0])
 
 
@@ -236,13 +274,16 @@ def wrap(a: np.ndarray) -> np.ndarray:
     return np.angle(np.exp(1j * np.asarray(a, dtype=np.float64)))
 
 
-def rope_table(spec: ArchSpec, n_positions: int = ROPE_POSITIONS, pairs: Sequence[int] = ROPE_PAIRS) -> list[dict]:
-    """For a few pairs i: radians per token, tokens per full turn, and the angle at positions 0..n-1."""
-    theta = rope_theta(spec)
+def rope_table(spec: ArchSpec, n_positions: int = ROPE_POSITIONS, pairs: Sequence[int] = ROPE_PAIRS,
+               block: int = BLOCK) -> list[dict]:
+    """For a few pairs i: radians per token, tokens per full turn, and the angle at positions 0..n-1
+    (with block ``block``'s rope base)."""
+    theta = rope_theta(spec, block)
     chosen = sorted({i for i in pairs if i < len(theta)} | {len(theta) - 1})
     rows = []
     for i in chosen:
-        row = {"pair": i, "dims": f"{2 * i},{2 * i + 1}", "radians_per_token": theta[i],
+        dims = f"{i},{i + spec.n_rot // 2}" if spec.rope_layout == "neox" else f"{2 * i},{2 * i + 1}"
+        row = {"pair": i, "dims": dims, "radians_per_token": theta[i],
                "tokens_per_turn": 2 * math.pi / theta[i]}
         row.update({f"pos_{p}": p * theta[i] for p in range(n_positions)})
         rows.append(row)
@@ -361,10 +402,12 @@ def recompute_last_logits(model: Model, ids) -> np.ndarray:
     spec, weights = model.spec, model.weights
     ids = np.asarray(ids, dtype=np.int64)
     scratch = KVCache(spec, max_tokens=len(ids))
-    cos, sin = rope_angles(np.arange(len(ids)), spec.n_rot, spec.rope_base)
     x = embed(weights, ids)
+    if spec.embed_scale != 1.0:  # Gemma: the row times sqrt(d_model)
+        x = x * np.float32(spec.embed_scale)
     for layer in range(spec.n_layers):
         w = weights.block(layer)
+        cos, sin = rope_angles(np.arange(len(ids)), spec.n_rot, spec.layer_rope_base(layer))  # the layer's own base
         x = attention_block(x, w, layer, 0, cos, sin, spec, scratch)
         x = ffn_block(x, w, spec)
     return unembed(rms_norm(x[-1:], weights.output_norm, spec.rms_eps), weights, spec)[0]
@@ -471,7 +514,7 @@ def run(model_gguf: str | os.PathLike, metadata: Mapping, prompt: str, forward: 
         check, trace, _ = cache_check(model, ids, decode_steps)
         x = np.array(trace.residual[block])  # the block's input: after the embedding for block 0
         w = AttnWeights.of(model, block)
-        hand = attention_by_hand(x, w, spec)
+        hand = attention_by_hand(x, w, spec, block)
         y_pkg, k_pkg, v_pkg = package_block(model, x, block)
         timing = time_decode(model, ids, contexts, repeats) if model.mode == "resident" else []
         mode = model.mode
@@ -495,7 +538,10 @@ def run(model_gguf: str | os.PathLike, metadata: Mapping, prompt: str, forward: 
         "hand_scores_last_head0": [None if not np.isfinite(s) else s for s in hand.scores[0, last]],
         "hand_weights_last_head0": hand.weights[0, last],
         "hand_weights_row_sums_max_abs_err": np.abs(hand.weights.sum(-1) - 1).max(),
-        "hand_masked_weight_max": hand.weights[:, causal_mask(len(ids))].max(initial=0.0),
+        "hand_masked_weight_max": hand.weights[:, causal_mask(len(ids), hand.window)].max(initial=0.0),
+        "hand_rope_base": hand.rope_base, "hand_window": hand.window, "rope_layout": spec.rope_layout,
+        "hand_qk_norm": w.q_norm is not None, "hand_post_attention_norm": w.post_attn_norm is not None,
+        "attention_scale": spec.attn_scale,
         "hand_out_last_first3": hand.out[last, :3],
         "hand_vs_block_max_abs_diff": np.abs(hand.y - y_pkg).max(),
         "hand_k_vs_cache_max_abs_diff": np.abs(hand.k_rot - k_pkg).max(),
@@ -504,8 +550,9 @@ def run(model_gguf: str | os.PathLike, metadata: Mapping, prompt: str, forward: 
         "block_attention_y_last_first3": y_pkg[last, :3],
     })
     # 2. rope on the real queries: the turn of each pair of query head 0 at each position
-    theta = rope_theta(spec)
-    turned = wrap(pair_angles(hand.q_rot[:, 0, : spec.n_rot]) - pair_angles(hand.q[:, 0, : spec.n_rot]))
+    theta = rope_theta(spec, block)
+    layout = spec.rope_layout
+    turned = wrap(pair_angles(hand.q_rot[:, 0, : spec.n_rot], layout) - pair_angles(hand.q[:, 0, : spec.n_rot], layout))
     expected = wrap(np.outer(np.arange(len(ids)), theta))
     m.update({
         "rope_radians_per_token_first_pair": theta[0], "rope_radians_per_token_last_pair": theta[-1],
@@ -514,9 +561,12 @@ def run(model_gguf: str | os.PathLike, metadata: Mapping, prompt: str, forward: 
         "rope_turn_max_abs_err": np.abs(wrap(turned - expected)).max(),
         "rope_norm_change_max_rel": np.abs(np.linalg.norm(hand.q_rot, axis=-1) / np.linalg.norm(hand.q, axis=-1) - 1).max(),
     })
-    hf = hf_layout_scores(hand, w, spec)
-    visible = ~causal_mask(len(ids))
-    m["rope_layouts_scores_max_abs_diff"] = np.abs(hf[:, visible] - hand.scores[:, visible]).max()
+    # a llama GGUF permutes Q/K rows for adjacent pairs; a NeoX-style file keeps Hugging Face's rows (nothing to undo)
+    m["rope_layouts_scores_max_abs_diff"] = None
+    if layout == "adjacent" and w.q_norm is None and w.bq is None:
+        hf = hf_layout_scores(hand, w, spec)
+        visible = ~causal_mask(len(ids), hand.window)
+        m["rope_layouts_scores_max_abs_diff"] = np.abs(hf[:, visible] - hand.scores[:, visible]).max()
     # 3. what the heads look at
     top = attention_top(attention, tokens, spec)
     m["attention_first_position_share"] = float(np.mean([r["top_position"] == 0 for r in top]))
@@ -553,7 +603,7 @@ def run(model_gguf: str | os.PathLike, metadata: Mapping, prompt: str, forward: 
     m.update(timing_metrics(timing, mode))
     tables = {"spec": spec, "ids": ids, "tokens": tokens, "weights": w, "hand": hand,
               "package": (y_pkg, k_pkg, v_pkg), "attention": attention, "attention_top": top,
-              "rope": rope_table(spec), "kv_size": size, "timing": timing, "mode": mode, "trace": trace}
+              "rope": rope_table(spec, block=block), "kv_size": size, "timing": timing, "mode": mode, "trace": trace}
     return m, tables
 
 

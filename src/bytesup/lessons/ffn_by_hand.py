@@ -3,8 +3,11 @@
 What is computed, in the lesson's order:
   1. the model's dimensions, read from metadata (never assumed);
   2. the toy arithmetic: dot, length, cosine of [3, 4] and [4, 3]; a 2 x 3 matvec; RMS of [4, -2, 0, 4];
-  3. the real walk: the token's embedding row x -> RMSNorm -> gate and up matvecs -> SiLU gate
-     -> down matvec -> residual, with the statistics the course reports at each step;
+  3. the real walk, following the model's recipe from the architecture table (bytesup.ffn_walk):
+     the token's embedding row x (times sqrt(d_model) on Gemma) -> RMSNorm -> gate and up matvecs
+     -> the gate's activation (SiLU on llama, GELU-tanh on Gemma) -> down matvec (-> post_ffw_norm
+     on Gemma) -> residual, with the statistics the course reports at each step. Metrics named
+     after SiLU (silu_abs_below_*) are written for SiLU models only; the act_* keys for every model;
   4. the cost: FLOPs per token for one whole block, from the metadata;
   5. the matvec-versus-matmul timing, read from the timing stage's files.
 
@@ -23,8 +26,10 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 from bytesup import claims as claims_mod
-from bytesup.ffn_walk import BLOCK, Walk, dims, walk  # noqa: F401  (Walk, BLOCK: the notebook)
+from bytesup.ffn_walk import BLOCK, Recipe, Walk, dims, recipe, walk  # noqa: F401  (Walk, BLOCK: the notebook)
 from bytesup.layers import matvec, matvec_naive, rms, silu
+from bytesup.model.arch import ARCHITECTURES, recipe_summary
+from bytesup.model.forward import activation
 from bytesup.lessons import figure
 from bytesup.lessons.spec import SERIES, Headline, LessonSpec
 from bytesup.model.configs import DEEPSEEK_CODER_6_7B
@@ -40,10 +45,10 @@ SPEC = LessonSpec(
         'Lesson 3 of the LLM Basics series, "A layer is matrix multiplication"'
     ),
     reads=('metadata_json', 'tensors_index', 'timing_summary', 'timing_sweep'),
-    tensors=('token_embd.weight', 'blk.0.ffn_*'),
+    tensors=('token_embd.weight', 'blk.0.ffn_*', '?blk.0.post_ffw_norm.weight'),
     tables=('flops_per_token.csv', 'matvec_vs_matmul.csv'),
     figures={
-        'gate_histogram.png': "Block 0's gate values g for the followed token, and the SiLU valve each one sets",
+        'gate_histogram.png': "Block 0's gate values g for the followed token, and the valve the model's activation (SiLU or GELU-tanh) sets for each",
         'flops_per_token.png': 'FLOPs per token for one whole block, by step: the matvecs dominate',
     },
     headlines=(
@@ -53,14 +58,14 @@ SPEC = LessonSpec(
         Headline('gate_first', 'first gate output, numpy', fmt='.6f'),
         Headline('gate_first_naive', 'first gate output, plain Python loop', fmt='.6f'),
         Headline('gate_negative_fraction', 'gate values that are negative', fmt='%'),
-        Headline('silu_abs_below_0_1_fraction', 'valves with |SiLU(g)| < 0.1', fmt='%'),
-        Headline('silu_abs_below_0_01_fraction', 'valves with |SiLU(g)| < 0.01', fmt='%'),
+        Headline('act_abs_below_0_1_fraction', "valves with |act(g)| < 0.1 (the model's activation)", fmt='%'),
+        Headline('act_abs_below_0_01_fraction', "valves with |act(g)| < 0.01 (the model's activation)", fmt='%'),
         Headline('out_length', 'length of the FFN output |out|', fmt='.3g'),
         Headline('cosine_x_y', 'cosine(x, y) across the block', fmt='.3f'),
         Headline('angle_deg', 'angle between x and y', unit='degrees', fmt='.1f'),
     ),
     config_keys=('token',),
-    architectures=('llama',),
+    architectures=tuple(ARCHITECTURES),  # the walk follows every row of the table (ffn_walk.recipe)
 )
 
 # The course's specimen as the text states it; used only to recheck the text's own arithmetic
@@ -81,9 +86,10 @@ COURSE_PRINTED = {
 }
 
 
-def tensor_names(block: int = BLOCK) -> list[str]:
-    """The tensors this lesson reads (the extract stage must select them)."""
-    return ["token_embd.weight"] + [f"blk.{block}.ffn_{p}.weight" for p in ("norm", "gate", "up", "down")]
+def tensor_names(block: int = BLOCK, post_ffn_norm: bool = False) -> list[str]:
+    """The tensors this lesson reads (the extract stage must select them); post_ffw_norm on Gemma."""
+    names = ["token_embd.weight"] + [f"blk.{block}.ffn_{p}.weight" for p in ("norm", "gate", "up", "down")]
+    return names + [f"blk.{block}.post_ffw_norm.weight"] * post_ffn_norm
 
 
 # --- 1. dimensions ---------------------------------------------------------------------------
@@ -145,18 +151,32 @@ def course_arithmetic() -> dict:
 
 
 def walk_metrics(wk: Walk) -> dict:
-    """The statistics the lesson reports along the walk."""
-    x, t = wk.x, wk.trace
+    """The statistics the lesson reports along the walk.
+
+    x is the block's input (the embedding row times the recipe's scale); act is the model's gate
+    activation. The silu_* keys are written only when act is SiLU; act_* always.
+    """
+    x, t, rc = wk.x, wk.trace, wk.recipe
     n = x.shape[0]
-    s = silu(t.g)
+    s = activation(rc.activation)(t.g)
     g2 = matvec(wk.w_gate, 2 * t.xn)  # linearity: W(2x) against 2(Wx)
     gsum = matvec(wk.w_gate, t.xn + x)  # additivity: W(a + b) against Wa + Wb
     ref = float(np.abs(t.g).max()) or 1.0
     naive = matvec_naive(wk.w_gate[:1], t.xn)[0]  # the course's loop, for output 0 only
-    return {
+    valves = {
+        "act_abs_below_0_1_fraction": np.mean(np.abs(s) < 0.1),
+        "act_abs_below_0_01_fraction": np.mean(np.abs(s) < 0.01),
+        "act_gate_min": s.min(),
+    }
+    m = {
         "token": wk.token,
         "token_id": wk.token_id,
         "token_vocab_form": wk.vocab_form,
+        # the recipe
+        "activation": rc.activation,
+        "embedding_scale": rc.embed_scale,
+        "post_ffn_norm": rc.post_ffn_norm,
+        "embedding_rms": rms(wk.embedding),
         # step 1, RMSNorm
         "x_first3": x[:3],
         "x_first3_squared": x[:3] * x[:3],
@@ -175,33 +195,45 @@ def walk_metrics(wk: Walk) -> dict:
         # step 3, the valves
         "gate_negative_fraction": np.mean(t.g < 0),
         "gate_positive_fraction": np.mean(t.g > 0),
-        "silu_abs_below_0_1_fraction": np.mean(np.abs(s) < 0.1),
-        "silu_abs_below_0_01_fraction": np.mean(np.abs(s) < 0.01),
+        **valves,
         "gate_min": t.g.min(),
         "gate_max": t.g.max(),
-        "silu_gate_min": s.min(),
-        # steps 4 and 5, down and residual
+        # steps 4 and 5, down (and Gemma's post_ffw_norm) and residual
+        "down_length": length(wk.down),
         "out_length": length(t.out),
         "out_over_x_length": length(t.out) / length(x),
         "y_length": length(t.y),
         "cosine_x_y": cosine(x, t.y),
         "angle_deg": angle_deg(x, t.y),
     }
+    if rc.activation == "silu":  # today's names, kept for SiLU models
+        m.update(silu_abs_below_0_1_fraction=valves["act_abs_below_0_1_fraction"],
+                 silu_abs_below_0_01_fraction=valves["act_abs_below_0_01_fraction"],
+                 silu_gate_min=valves["act_gate_min"])
+    return m
 
 
 # --- 4. what a block costs per token ------------------------------------------------------------
 
 
-def flops_per_token(d: Mapping) -> list[dict]:
-    """FLOPs for one token through one whole block, step by step.
+ACT_LABELS = {"silu": "SiLU", "gelu_tanh": "GELU-tanh"}
+ACT_FLOPS = {"silu": 4, "gelu_tanh": 8}  # per element; see flops_per_token
+
+
+def flops_per_token(d: Mapping, rc: Recipe | None = None, qk_norm: bool = False) -> list[dict]:
+    """FLOPs for one token through one whole block, step by step, following the recipe (llama's when None).
 
     Counted: each matvec at 2 FLOPs per weight (one multiply, one add); RMSNorm at 4 per element
-    (square, add, divide, gain); SiLU at 4 per element (exp, add, divide, multiply); the gate
-    product and each residual add at 1. Not counted: attention's scores, softmax and weighted sum
-    (they grow with the token's position; lesson 6), RoPE, and the final norm and output head,
-    which run once per token rather than once per block.
+    (square, add, divide, gain); SiLU at 4 per element (exp, add, divide, multiply); GELU-tanh at 8
+    (cube, multiply, add, scale, tanh, add 1, halve, multiply); the gate product and each residual
+    add at 1; Gemma's extra norms (per-head RMSNorm of q and k, the norm on each half's output)
+    at 4 per element. Not counted: attention's scores, softmax and weighted sum (they grow with the
+    token's position; lesson 6), RoPE, and the final norm and output head, which run once per token
+    rather than once per block. Each row's "key" names the step whatever the activation is called.
     """
     e, f = d["embedding_length"], d["feed_forward_length"]
+    act = rc.activation if rc else "silu"
+    post = bool(rc and rc.post_ffn_norm)
     head_dim = d.get("head_dim", e // d["head_count"])
     value_dim = d.get("value_dim", head_dim)
     q = d["head_count"] * head_dim  # queries: one head_dim slice per head
@@ -210,39 +242,49 @@ def flops_per_token(d: Mapping) -> list[dict]:
 
     def mv(step, half, rows, cols):
         return {"step": step, "half": half, "kind": "matvec", "rows": rows, "cols": cols,
-                "weights": rows * cols, "flops": 2 * rows * cols}
+                "weights": rows * cols, "flops": 2 * rows * cols, "key": step + half}
 
-    def ew(step, half, n, per):
+    def ew(step, half, n, per, key=None):
         return {"step": step, "half": half, "kind": "elementwise", "rows": n, "cols": None,
-                "weights": 0, "flops": per * n}
+                "weights": 0, "flops": per * n, "key": (key or step) + half}
 
-    return [
+    rows = [
         ew("attn_norm (RMSNorm)", "attention", e, 4),
         mv("attn_q", "attention", q, e),
         mv("attn_k", "attention", k, e),
         mv("attn_v", "attention", v, e),
-        mv("attn_output", "attention", e, d["head_count"] * value_dim),
+    ]
+    if qk_norm:
+        rows.append(ew("attn_q_norm, attn_k_norm (RMSNorm per head)", "attention", q + k, 4))
+    rows.append(mv("attn_output", "attention", e, d["head_count"] * value_dim))
+    if post:
+        rows.append(ew("post_attention_norm (RMSNorm)", "attention", e, 4))
+    rows += [
         ew("residual add", "attention", e, 1),
         ew("ffn_norm (RMSNorm)", "ffn", e, 4),
         mv("ffn_gate", "ffn", f, e),
         mv("ffn_up", "ffn", f, e),
-        ew("SiLU", "ffn", f, 4),
-        ew("SiLU(g) * u", "ffn", f, 1),
+        ew(ACT_LABELS[act], "ffn", f, ACT_FLOPS[act], key="activation"),
+        ew(f"{ACT_LABELS[act]}(g) * u", "ffn", f, 1, key="gate product"),
         mv("ffn_down", "ffn", e, f),
-        ew("residual add", "ffn", e, 1),
     ]
+    if post:
+        rows.append(ew("post_ffw_norm (RMSNorm)", "ffn", e, 4))
+    rows.append(ew("residual add", "ffn", e, 1))
+    return rows
 
 
-def flops_table(d: Mapping) -> list[dict]:
-    """flops_per_token for this model, with the course specimen's published config beside it."""
-    course = {r["step"] + r["half"]: r["flops"] for r in flops_per_token(COURSE_DIMS)}
-    rows = flops_per_token(d)
+def flops_table(d: Mapping, rc: Recipe | None = None, qk_norm: bool = False) -> list[dict]:
+    """flops_per_token for this model, with the course specimen's published config beside it
+    (course_flops empty for the steps the specimen's llama block does not have)."""
+    course = {r["key"]: r["flops"] for r in flops_per_token(COURSE_DIMS)}
+    rows = flops_per_token(d, rc, qk_norm)
     total = sum(r["flops"] for r in rows)
-    return [{**r, "share": r["flops"] / total, "course_flops": course[r["step"] + r["half"]]} for r in rows]
+    return [{**r, "share": r["flops"] / total, "course_flops": course.get(r["key"])} for r in rows]
 
 
 def flops_metrics(rows: Iterable[dict], d: Mapping, prefix: str = "flops", flops_key: str = "flops") -> dict:
-    rows = list(rows)
+    rows = [r for r in rows if r[flops_key] is not None]
     mv = sum(r[flops_key] for r in rows if r["kind"] == "matvec")
     ew = sum(r[flops_key] for r in rows if r["kind"] == "elementwise")
     ffn_mv = sum(r[flops_key] for r in rows if r["kind"] == "matvec" and r["half"] == "ffn")
@@ -354,7 +396,8 @@ def run(
     metrics.update(course_arithmetic())
     wk = walk(metadata, tensors, token)
     metrics.update(walk_metrics(wk))
-    table = flops_table(d)
+    metrics["recipe"] = recipe_summary(wk.recipe.architecture)
+    table = flops_table(d, wk.recipe, qk_norm=ARCHITECTURES[wk.recipe.architecture].tensors.keys() >= {"q_norm", "k_norm"})
     metrics.update(flops_metrics(table, d))
     metrics.update(flops_metrics(table, COURSE_DIMS, prefix="course_flops", flops_key="course_flops"))
     timing_rows, timing = matvec_vs_matmul(timing_summary or {}, list(timing_sweep or []), timing_notes)
@@ -377,27 +420,28 @@ def evaluate_claims(metrics: Mapping, *, model: str, sha256: str = "", metadata:
 # --- figures ------------------------------------------------------------------------------------
 
 
-def plot_gate_histogram(g: np.ndarray, title: str = ""):
-    """Histogram of the gate values g, with SiLU drawn over it and the valve bands shaded."""
+def plot_gate_histogram(g: np.ndarray, title: str = "", act: str = "silu"):
+    """Histogram of the gate values g, with the activation (SiLU, GELU-tanh) drawn over it and the valve bands shaded."""
     g = np.asarray(g, dtype=np.float64)
     fig, ax = figure()
     lo, hi = min(float(g.min()), -6.0), max(float(g.max()), 3.0)
     z = np.linspace(lo, hi, 2001)
-    sz = silu(z)
+    sz = activation(act)(z)
+    name = ACT_LABELS[act]
     band = ax.get_xaxis_transform()  # x in data units, y from 0 to 1 of the axes: full-height bands
     ax.fill_between(z, 0, 1, where=np.abs(sz) < 0.1, transform=band, color="C1", alpha=0.15, lw=0,
-                    label="|SiLU(g)| < 0.1: passes under a tenth")
+                    label=f"|{name}(g)| < 0.1: passes under a tenth")
     ax.fill_between(z, 0, 1, where=np.abs(sz) < 0.01, transform=band, color="C3", alpha=0.3, lw=0,
-                    label="|SiLU(g)| < 0.01: shut")
+                    label=f"|{name}(g)| < 0.01: shut")
     ax.hist(g, bins=np.linspace(lo, hi, 121), color="0.45", label=f"gate values g ({g.size:,})")
     ax.axvline(0.0, color="k", lw=0.8)
     ax.set_xlim(lo, hi)
     ax.set_xlabel("g = W_gate · xn")
     ax.set_ylabel("count")
     ax2 = ax.twinx()
-    ax2.plot(z, sz, color="C0", label="SiLU(g), right axis")
-    ax2.set_ylim(-0.5, float(silu(hi)) * 1.05)
-    ax2.set_ylabel("SiLU(g)")
+    ax2.plot(z, sz, color="C0", label=f"{name}(g), right axis")
+    ax2.set_ylim(-0.5, float(activation(act)(hi)) * 1.05)
+    ax2.set_ylabel(f"{name}(g)")
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
     ax.legend(h1 + h2, l1 + l2, loc="upper left", fontsize=8)

@@ -2,8 +2,10 @@
 
 What is computed, in the lesson's order:
   1. the regrouping, on this model's real block-``block`` weights: W_down h is a sum of columns,
-     FFN(x) = sum_i a_i v_i with a_i = SiLU(gate_i . xn) (up_i . xn) and v_i = column i of
-     W_down. The slot-by-slot sum is compared with the matvec;
+     W_down h = sum_i a_i v_i with a_i = act(gate_i . xn) (up_i . xn) and v_i = column i of
+     W_down, act the model's activation (SiLU on llama, GELU-tanh on Gemma; the walk follows the
+     model's recipe, bytesup.ffn_walk, so on Gemma x is the embedding row times sqrt(d_model) and
+     the sum is what post_ffw_norm then rescales). The slot-by-slot sum is compared with the matvec;
   2. the slots with the largest |a_i| for the lesson's token, and how many slots it takes to
      rebuild the FFN's output;
   3. each top slot's value vector read through the unembedding (output.weight, or the token
@@ -24,6 +26,7 @@ the weights, and float64 shows how exact it is.
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -33,6 +36,8 @@ from bytesup import claims as claims_mod
 from bytesup import param_counts as pc
 from bytesup.model import configs
 from bytesup.layers import silu
+from bytesup.model.arch import ARCHITECTURES
+from bytesup.model.forward import activation
 from bytesup.lessons.spec import COMPANION, Headline, LessonSpec
 from bytesup.lessons import LessonInputError, figure
 from bytesup.ffn_walk import Walk, dims, walk
@@ -47,7 +52,7 @@ SPEC = LessonSpec(
         'Lesson 3\'s deep dive, from part 5 of the series "Transformers from the Weights Up": MLPs and what the FFN stores'
     ),
     reads=('metadata_json', 'tensors_index', 'tensors_csv'),
-    tensors=('token_embd.weight', 'blk.0.ffn_*', '?output.weight'),
+    tensors=('token_embd.weight', 'blk.0.ffn_*', '?blk.0.post_ffw_norm.weight', '?output.weight'),
     tables=('top_slots.csv', 'value_vectors.csv', 'parameters.csv', 'rome_drift.csv'),
     figures={
         'slot_coefficients.png': 'Block 0 coefficients aᵢ for the token, the top ones marked, and the error of rebuilding the FFN output from the largest terms',
@@ -72,7 +77,8 @@ SPEC = LessonSpec(
         Headline('rome_target_rank_after', "target token's rank after the edit", fmt=',d'),
     ),
     config_keys=('token', 'seed'),
-    architectures=('llama',),
+    architectures=tuple(ARCHITECTURES),  # the walk follows every row of the table (ffn_walk.recipe)
+    mem_mb=2000,  # peak_bytes at the specimen's block (d 4,096, FFN 11,008): 1.75 GB; measured 1.2 GB
 )
 BLOCK = 0
 
@@ -107,6 +113,80 @@ def tensor_names(block: int = BLOCK) -> list[str]:
     ]
 
 
+# --- memory: the big matrices a block of rows at a time ------------------------------------------
+#
+# W_down (d x FFN) stays the float32 array the extract stage wrote (memory-mapped); float64 work on
+# it converts ROW_BLOCK rows (or slots) at a time, and no FFN x FFN matrix is ever formed. See
+# ``run`` for the peak this leaves.
+
+ROW_BLOCK = 256  # rows (or columns) of a big matrix converted to float64 at a time
+KEY_BATCH = 256  # tokens whose keys are computed at a time
+
+
+def row_blocks(n: int, size: int | None = None):
+    """slice(0, size), slice(size, 2 size), ... covering range(n); size defaults to ROW_BLOCK."""
+    size = size or ROW_BLOCK
+    for i in range(0, n, size):
+        yield slice(i, min(i + size, n))
+
+
+def matvec64(W: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """W @ v in float64 for a float32 W, ROW_BLOCK rows at a time: the numbers of
+    W.astype(float64) @ v without the float64 copy of W."""
+    v = np.asarray(v, dtype=np.float64)
+    out = np.empty(W.shape[0])
+    for rows in row_blocks(W.shape[0]):
+        out[rows] = np.asarray(W[rows], dtype=np.float64) @ v
+    return out
+
+
+def keys_times(K: np.ndarray, W: np.ndarray) -> np.ndarray:
+    """K @ W.T in float64 (one row per key: what W writes for it), ROW_BLOCK rows of W at a time."""
+    out = np.empty((K.shape[0], W.shape[0]))
+    for rows in row_blocks(W.shape[0]):
+        out[:, rows] = K @ np.asarray(W[rows], dtype=np.float64).T
+    return out
+
+
+def peak_bytes(d: int, ffn: int, vocab: int, n_keys: int = 2000, baseline: int = 300_000_000) -> dict[str, int]:
+    """The lesson's peak memory, part by part, for a block of width d and ffn slots (bytes).
+
+    The largest of the two phases, plus ``baseline`` (Python, numpy, matplotlib, the kernel):
+
+      lesson.run, while the edits are measured:
+        3 d ffn x 4         W_gate, W_up, W_down, float32 (memory-mapped, every page read)
+      + 2 n ffn x 8         the keys K of the n tested tokens and of the n tokens behind ROME's C
+      + 6 KEY_BATCH ffn x 4 one batch of keys being computed (two matmuls and SiLU's temporaries)
+      + 2 n^2 x 8           the keys' Gram matrix and its solve (Woodbury; never ffn x ffn)
+      + 3 n d x 8           both edits' drifts and W k for every key
+      + 4 ROW_BLOCK ffn x 8 one block of rows of W, of the update, of W_hat and of W_hat - W
+      + 2 n d x 4           the embedding rows read for the keys
+      + VOCAB_BLOCK d x 4   one block of the unembedding, read from its file
+
+      the notebook, once run() has returned:
+        3 d ffn x 4 + d ffn x 8   the FFN weights and the one float64 copy of W_down it edits
+
+    Before (issue 15), three ffn x ffn float64 matrices were alive at once, for ROME's C, and an SVD
+    of the d x ffn update: 5.0 GB at the specimen's 4,096 x 11,008.
+    """
+    n = n_keys
+    weights = 3 * d * ffn * 4
+    run_parts = {
+        "ffn_weights": weights,
+        "keys": 2 * n * ffn * 8,
+        "key_batch": 6 * KEY_BATCH * ffn * 4,
+        "gram": 2 * n * n * 8,
+        "drifts": 3 * n * d * 8,
+        "row_blocks": 4 * ROW_BLOCK * ffn * 8,
+        "embedding_rows": 2 * n * d * 4,
+        "unembedding_block": min(VOCAB_BLOCK, vocab) * d * 4,
+    }
+    run_total = sum(run_parts.values())
+    notebook_total = weights + d * ffn * 8
+    return {**run_parts, "baseline": baseline, "run": run_total + baseline, "notebook": notebook_total + baseline,
+            "peak": max(run_total, notebook_total) + baseline}
+
+
 # --- 1. the regrouping -------------------------------------------------------------------------
 
 
@@ -121,15 +201,20 @@ def ffn_by_slots(a: np.ndarray, W_down: np.ndarray) -> np.ndarray:
     return out
 
 
-def coefficients(X: np.ndarray, w_gate, w_up, ffn_norm, eps) -> np.ndarray:
-    """a = SiLU(W_gate xn) * (W_up xn) for every row x of X at once (the keys of many tokens).
+def coefficients(X: np.ndarray, w_gate, w_up, ffn_norm, eps, act: str = "silu", scale: float = 1.0) -> np.ndarray:
+    """a = act(W_gate xn) * (W_up xn) for every embedding row x of X at once (the keys of many tokens).
 
-    The batched twin of layers.ffn's first steps: RMSNorm each row, two matmuls, the gate.
+    act: the model's activation by its table name; scale: the embedding scale (Gemma: sqrt(d_model)).
+
+    The batched twin of the walk's first steps (ffn_walk.ffn_step): scale, RMSNorm each row, two
+    matmuls, the gate.
     """
     X = np.asarray(X)
+    if scale != 1.0:
+        X = X * X.dtype.type(scale)  # Gemma: the embedding row times sqrt(d_model), as the walk does
     eps = X.dtype.type(eps)
     Xn = X / np.sqrt(np.mean(X * X, axis=1, keepdims=True) + eps) * ffn_norm
-    return silu(Xn @ w_gate.T) * (Xn @ w_up.T)
+    return activation(act)(Xn @ w_gate.T) * (Xn @ w_up.T)
 
 
 @dataclass
@@ -158,8 +243,8 @@ def slots(metadata: Mapping, tensors: Mapping, token: str = " cat", block: int =
 
 
 def regroup_metrics(s: Slots) -> dict:
-    out = s.walk.trace.out  # W_down @ h, the matvec
-    a64, W64 = s.a.astype(np.float64), s.w_down.astype(np.float64)
+    out = s.walk.down  # W_down @ h, the matvec
+    a64 = s.a.astype(np.float64)  # float64 coefficients make every product below float64 (W_down stays float32)
     diff = np.abs(s.by_slots - out).max()
     ref = float(np.abs(out).max()) or 1.0
     return {
@@ -167,7 +252,7 @@ def regroup_metrics(s: Slots) -> dict:
         "value_length": s.w_down.shape[0],
         "regroup_max_abs_diff": diff,  # float32, two summation orders
         "regroup_rel_diff": diff / ref,
-        "regroup_max_abs_diff_float64": np.abs(ffn_by_slots(a64, W64) - W64 @ a64).max(),
+        "regroup_max_abs_diff_float64": np.abs(ffn_by_slots(a64, s.w_down) - matvec64(s.w_down, a64)).max(),
         "ffn_out_length": np.linalg.norm(out.astype(np.float64)),
         "ffn_out_max_abs": ref,
     }
@@ -177,12 +262,27 @@ def regroup_metrics(s: Slots) -> dict:
 
 
 def rebuild_error(s: Slots, counts: Iterable[int]) -> dict[int, float]:
-    """|out - (sum over the m largest |a_i| of a_i v_i)| / |out|, for each m in counts."""
-    out = s.walk.trace.out.astype(np.float64)
-    contrib = s.w_down.astype(np.float64)[:, s.order] * s.a.astype(np.float64)[s.order]
-    partial = np.cumsum(contrib, axis=1)
+    """|out - (sum over the m largest |a_i| of a_i v_i)| / |out|, for each m in counts.
+
+    The partial sums run in float64, ROW_BLOCK slots at a time: each block's running sums start
+    from the previous block's last one, so they are the one long cumulative sum, in the same order,
+    with only d x ROW_BLOCK float64 numbers alive.
+    """
+    out = s.walk.down.astype(np.float64)
+    a = s.a.astype(np.float64)
     n = np.linalg.norm(out) or 1.0
-    return {m: float(np.linalg.norm(out - partial[:, min(m, s.a.shape[0]) - 1]) / n) for m in counts}
+    n_slots = a.shape[0]
+    wanted = {min(m, n_slots) for m in counts}
+    err: dict[int, float] = {}
+    carry = np.zeros(out.shape[0])  # the sum of the terms already added
+    for cols in row_blocks(n_slots):
+        idx = s.order[cols]  # the next slots, largest |a_i| first
+        terms = np.asarray(s.w_down[:, idx], dtype=np.float64) * a[idx]  # a_i v_i, one column per slot
+        partial = np.cumsum(np.column_stack([carry, terms]), axis=1)[:, 1:]  # carry, then one more term each
+        for m in wanted.intersection(range(cols.start + 1, cols.stop + 1)):
+            err[m] = float(np.linalg.norm(out - partial[:, m - 1 - cols.start]) / n)
+        carry = partial[:, -1]
+    return {m: err[min(m, n_slots)] for m in counts}
 
 
 def rebuild_curve(s: Slots) -> dict[int, float]:
@@ -220,7 +320,7 @@ def top_slot_table(s: Slots, top_k: int) -> list[dict]:
     rows = []
     for rank, i in enumerate(s.order[:top_k], 1):
         rows.append({
-            "rank": rank, "slot": int(i), "gate_score": float(t.g[i]), "silu_gate": float(silu(t.g[i])),
+            "rank": rank, "slot": int(i), "gate_score": float(t.g[i]), "act_gate": float(activation(s.walk.recipe.activation)(t.g[i])),
             "up_score": float(t.u[i]), "coefficient": float(s.a[i]), "value_length": float(vlen[i]),
             "written_length": float(abs(s.a[i]) * vlen[i]),
         })
@@ -238,9 +338,35 @@ def unembedding(tensors: Mapping) -> tuple[str, np.ndarray]:
     return name, tensors[name]
 
 
-def promoted(W_U: np.ndarray, v: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """W_U v: one score per vocabulary entry. Returns (scores, k highest ids, k lowest ids)."""
-    scores = np.asarray(W_U, dtype=np.float32) @ v.astype(np.float32)
+VOCAB_BLOCK = 4096  # rows of the unembedding read at a time
+
+
+def vocab_scores(W_U: np.ndarray, V: np.ndarray) -> np.ndarray:
+    """W_U V in float32 (V: one vector per column, or one vector): a score per vocabulary entry.
+
+    A memory-mapped W_U (the extract stage's .npy) is read from its file VOCAB_BLOCK rows at a
+    time rather than through the mapping, so the whole table (4.2 GB at a 70B model's 128,256 x
+    8,192) never sits in this process's memory; any other array is used as it is.
+    """
+    V = np.asarray(V, dtype=np.float32)
+    base = getattr(W_U, "base", None)
+    if not (isinstance(W_U, np.memmap) and isinstance(base, mmap.mmap) and W_U.flags.c_contiguous):
+        return np.asarray(W_U, dtype=np.float32) @ V
+    out = np.empty((W_U.shape[0], *V.shape[1:]), dtype=np.float32)
+    row_bytes = W_U.itemsize * W_U.shape[1]
+    with open(W_U.filename, "rb") as f:
+        for rows in row_blocks(W_U.shape[0], VOCAB_BLOCK):
+            f.seek(W_U.offset + rows.start * row_bytes)
+            block = np.fromfile(f, dtype=W_U.dtype, count=(rows.stop - rows.start) * W_U.shape[1])
+            out[rows] = block.reshape(-1, W_U.shape[1]).astype(np.float32, copy=False) @ V
+    return out
+
+
+def promoted(W_U: np.ndarray, v: np.ndarray, k: int, scores: np.ndarray | None = None):
+    """W_U v: one score per vocabulary entry. Returns (scores, k highest ids, k lowest ids).
+
+    scores: W_U v when already computed (vocab_scores of several vectors at once)."""
+    scores = vocab_scores(W_U, v) if scores is None else scores
     hi = np.argsort(-scores, kind="stable")[:k]
     lo = np.argsort(scores, kind="stable")[:k]
     return scores, hi, lo
@@ -254,10 +380,11 @@ def value_vector_table(s: Slots, tensors: Mapping, metadata: Mapping, top_k: int
     """
     vocab, tok_model = tokenizer_of(metadata)
     _, W_U = unembedding(tensors)
-    W_U = np.asarray(W_U, dtype=np.float32)
+    top = s.order[:top_k]
+    all_scores = vocab_scores(W_U, s.w_down[:, top])  # one pass over W_U for every top slot's value vector
     rows = []
-    for rank, i in enumerate(s.order[:top_k], 1):
-        scores, hi, lo = promoted(W_U, s.w_down[:, i], n_tokens)
+    for rank, i in enumerate(top, 1):
+        scores, hi, lo = promoted(W_U, s.w_down[:, i], n_tokens, all_scores[:, rank - 1])
         rows.append({
             "rank": rank, "slot": int(i), "coefficient": float(s.a[i]),
             "writes_for_this_token": "+v (promotes list)" if s.a[i] >= 0 else "-v (suppresses list)",
@@ -273,7 +400,7 @@ def ffn_output_reading(s: Slots, tensors: Mapping, metadata: Mapping, n_tokens: 
     """The whole FFN output read the same way: which tokens the sum of all slots promotes."""
     vocab, tok_model = tokenizer_of(metadata)
     name, W_U = unembedding(tensors)
-    _, hi, _ = promoted(W_U, s.walk.trace.out, n_tokens)
+    _, hi, _ = promoted(W_U, s.walk.down, n_tokens)
     return {"unembedding": name, "tied": name == "token_embd.weight",
             "ffn_out_promotes": [display(vocab[j], tok_model) for j in hi]}
 
@@ -353,6 +480,60 @@ def key_covariance(K: np.ndarray, ridge: float) -> np.ndarray:
     return C + ridge * (scale if scale > 0 else 1.0) * np.eye(C.shape[0])
 
 
+def solve_key_covariance(K: np.ndarray, ridge: float, k: np.ndarray) -> np.ndarray:
+    """C^-1 k for C = key_covariance(K, ridge), without forming the FFN x FFN matrix C.
+
+    C = K^T K / n + lam I, with lam = ridge x C's mean eigenvalue = ridge |K|^2 / (n FFN). Woodbury's
+    identity moves the inverse to the small side, the n x n Gram matrix K K^T of the n keys:
+
+        C^-1 k = (k - K^T (n lam I + K K^T)^-1 K k) / lam
+
+    so the memory is n x n, not FFN x FFN (2,000 keys: 32 MB; 11,008 slots: 969 MB per matrix).
+    """
+    K = np.asarray(K, dtype=np.float64)
+    k = np.asarray(k, dtype=np.float64)
+    n = max(K.shape[0], 1)
+    flat = K.ravel()
+    scale = float(flat @ flat) / (n * K.shape[1])  # mean eigenvalue of K^T K / n: its trace over FFN
+    lam = ridge * (scale if scale > 0 else 1.0)
+    G = K @ K.T  # the keys' Gram matrix, n x n
+    G[np.diag_indices_from(G)] += n * lam
+    return (k - K.T @ np.linalg.solve(G, K @ k)) / lam
+
+
+@dataclass
+class Applied:
+    """What applying one rank-one edit measured (see apply_edit)."""
+
+    hit: np.ndarray  # W_hat k*: where the edited matrix sends the edited key
+    drift: np.ndarray  # K (W_hat - W)^T: how far the edit moved each key's output, one row per key
+    off_rank_one: float  # |(W_hat - W) - r u^T / (u.k*)|_F: the applied update's distance from the formula
+
+
+def apply_edit(W: np.ndarray, k_star: np.ndarray, r: np.ndarray, u: np.ndarray, K: np.ndarray) -> Applied:
+    """Apply W_hat = W + r u^T / (u.k*) in float64, ROW_BLOCK rows at a time, and measure as it goes.
+
+    r = v* - W k*; u = k* is the edit with C = I (rome_edit), u = C^-1 k* ROME's (rome_edit_cov).
+    Each block of rows is edited, then read: its rows of W_hat k*, of every key's drift
+    K (W_hat - W)^T, and of the update as it landed, W_hat - W, against the rank-one formula.
+    The same numbers as rome_edit and drift on the whole matrix, with two ROW_BLOCK x FFN float64
+    blocks alive instead of three d x FFN matrices.
+    """
+    u = np.asarray(u, dtype=np.float64) / (u @ k_star)
+    hit = np.empty(W.shape[0])
+    D = np.empty((K.shape[0], W.shape[0]))
+    off = 0.0
+    for rows in row_blocks(W.shape[0]):
+        Wb = np.asarray(W[rows], dtype=np.float64)
+        step = np.outer(r[rows], u)  # these rows of the update r u^T / (u.k*)
+        W_hat = Wb + step  # these rows of the edited matrix
+        hit[rows] = W_hat @ k_star
+        applied = W_hat - Wb  # the update as it landed, float64 rounding included
+        D[:, rows] = K @ applied.T
+        off += float(np.sum((applied - step) ** 2))
+    return Applied(hit=hit, drift=D, off_rank_one=float(np.sqrt(off)))
+
+
 def drift(W: np.ndarray, W_hat: np.ndarray, K: np.ndarray) -> np.ndarray:
     """W_hat k - W k for every key k (a row of K): how far the edit moved each output."""
     return K @ (W_hat - W).T
@@ -361,7 +542,7 @@ def drift(W: np.ndarray, W_hat: np.ndarray, K: np.ndarray) -> np.ndarray:
 def predicted_drift(W: np.ndarray, k_star: np.ndarray, v_star: np.ndarray, K: np.ndarray) -> np.ndarray:
     """(k*.k / |k*|^2)(v* - W k*) for every key k: the formula, without building W_hat."""
     overlap = K @ k_star / (k_star @ k_star)
-    return overlap[:, None] * (v_star - W @ k_star)[None, :]
+    return overlap[:, None] * (v_star - matvec64(W, k_star))[None, :]
 
 
 @dataclass
@@ -411,13 +592,13 @@ def rome(metadata: Mapping, tensors: Mapping, s: Slots, target: str, *, seed: in
     _, W_U = unembedding(tensors)
     tid = s.walk.token_id
     target_id, _ = lookup(metadata, target)
-    W = s.w_down.astype(np.float64)
+    W = s.w_down  # float32, d x FFN; the float64 work below converts it a block of rows at a time
     k_star = s.a.astype(np.float64)
-    old = W @ k_star
+    old = matvec64(W, k_star)
     e_target = np.asarray(E[target_id], dtype=np.float64)
     delta = np.linalg.norm(old) * e_target / np.linalg.norm(e_target)
     v_star = old + delta
-    W_hat = rome_edit(W, k_star, v_star)
+    r = v_star - old  # what the old memory gets wrong for k*
 
     named = []
     for word in [target, *neighbours]:
@@ -430,32 +611,43 @@ def rome(metadata: Mapping, tensors: Mapping, s: Slots, target: str, *, seed: in
     sampled, fit_ids = key_ids(len(vocab), [tid, *named], n_keys, seed)
     ids = np.array(named + sampled.tolist(), dtype=np.int64)
 
-    def keys(rows):  # h of each token's embedding row: what W_down reads for that token
-        X = np.asarray(E[rows], dtype=np.float32)
-        return coefficients(X, s.walk.w_gate, s.w_up, s.ffn_norm, s.eps).astype(np.float64)
+    rc = s.walk.recipe
+
+    def keys(rows):  # h of each token's embedding row: what W_down reads for that token, KEY_BATCH at a time
+        K = np.empty((rows.size, k_star.size))
+        for b in row_blocks(rows.size, KEY_BATCH):
+            X = np.asarray(E[rows[b]], dtype=np.float32)
+            K[b] = coefficients(X, s.walk.w_gate, s.w_up, s.ffn_norm, s.eps, rc.activation, rc.embed_scale)
+        return K
 
     K = keys(ids)
-    W_cov = rome_edit_cov(W, k_star, v_star, key_covariance(keys(fit_ids), COV_RIDGE))
-    rel_cov = np.linalg.norm(drift(W, W_cov, K), axis=1) / np.linalg.norm(K @ W.T, axis=1)
+    edit = apply_edit(W, k_star, r, k_star, K)  # C = I
+    u_cov = solve_key_covariance(keys(fit_ids), COV_RIDGE, k_star)  # C^-1 k*, C from the second draw
+    edit_cov = apply_edit(W, k_star, r, u_cov, K)
+    olen = np.linalg.norm(keys_times(K, W), axis=1)  # |W k| of every key
+    rel_cov = np.linalg.norm(edit_cov.drift, axis=1) / olen
 
-    D = drift(W, W_hat, K)
+    D = edit.drift
     P = predicted_drift(W, k_star, v_star, K)
     kk = k_star @ k_star
     overlap = K @ k_star / kk
     cos = overlap * np.sqrt(kk) / np.linalg.norm(K, axis=1)
+    del K
     dlen = np.linalg.norm(D, axis=1)
-    olen = np.linalg.norm(K @ W.T, axis=1)
     rel = dlen / olen
-    r = v_star - old
-    sv = np.linalg.svd(W_hat - W, compute_uv=False)
-    hit = W_hat @ k_star
+    hit = edit.hit
+    # Singular values of the update r k*^T / |k*|^2: one is |r| / |k*| (closed form, rank one); every
+    # other is at most the update's distance from that rank-one matrix (Weyl), measured as it was applied.
+    sv1 = np.linalg.norm(r) / np.sqrt(kk)
+    sv_ratio = edit.off_rank_one / sv1  # an upper bound of the second singular value over the first
 
     def cos_(p, q):
         return float(p @ q / (np.linalg.norm(p) * np.linalg.norm(q)))
 
-    def rank_of(vec, token_id):  # 1 = the token W_U vec scores highest
-        scores = np.asarray(W_U, dtype=np.float32) @ vec.astype(np.float32)
+    def rank_of(scores, token_id):  # 1 = the token W_U vec scores highest
         return int(np.sum(scores > scores[token_id])) + 1
+
+    before_after = vocab_scores(W_U, np.column_stack([old, hit]))  # the FFN's output, before and after
 
     smp = slice(len(named), None)
     has_sample = ids.size > len(named)
@@ -470,8 +662,9 @@ def rome(metadata: Mapping, tensors: Mapping, s: Slots, target: str, *, seed: in
         "rome_residual_length": np.linalg.norm(r),  # |v* - W k*| = |delta|
         "rome_target_max_abs_diff": np.abs(hit - v_star).max(),
         "rome_target_rel_err": np.linalg.norm(hit - v_star) / np.linalg.norm(v_star),
-        "rome_update_rank": int(np.sum(sv > sv[0] * 1e-10)),
-        "rome_update_singular_ratio": sv[1] / sv[0],
+        "rome_update_singular_value": sv1,
+        "rome_update_rank": 1 if sv_ratio < 1e-10 else None,  # None: not shown to be rank one
+        "rome_update_singular_ratio": sv_ratio,
         "rome_drift_formula_max_abs_diff": np.abs(D - P).max(),
         "rome_drift_formula_rel_err": np.abs(D - P).max() / (np.abs(P).max() or 1.0),
         "rome_keys": int(ids.size),
@@ -486,14 +679,14 @@ def rome(metadata: Mapping, tensors: Mapping, s: Slots, target: str, *, seed: in
         "rome_relative_drift_over_10pct": np.mean(rel[smp] > 0.1) if has_sample else None,
         "rome_cov_keys_fit": int(fit_ids.size),
         "rome_cov_ridge": COV_RIDGE,
-        "rome_cov_target_max_abs_diff": np.abs(W_cov @ k_star - v_star).max(),
+        "rome_cov_target_max_abs_diff": np.abs(edit_cov.hit - v_star).max(),
         "rome_cov_relative_drift_median": np.median(rel_cov[smp]) if has_sample else None,
         "rome_cov_relative_drift_max": rel_cov[smp].max() if has_sample else None,
         "rome_cov_relative_drift_over_10pct": np.mean(rel_cov[smp] > 0.1) if has_sample else None,
         "rome_out_cos_target_before": cos_(old, e_target),
         "rome_out_cos_target_after": cos_(hit, e_target),
-        "rome_target_rank_before": rank_of(old, target_id),
-        "rome_target_rank_after": rank_of(hit, target_id),
+        "rome_target_rank_before": rank_of(before_after[:, 0], target_id),
+        "rome_target_rank_after": rank_of(before_after[:, 1], target_id),
     }
     named_keys = {}
     for j, i in enumerate(named):
@@ -572,7 +765,10 @@ def run(metadata: Mapping, tensors: Mapping, tensor_rows: Sequence[Mapping], tok
         target: str = " dog", *, seed: int = 0, n_keys: int = 2000, top_k: int = 10, n_tokens: int = 8,
         block: int = BLOCK, model: str = "this model",
         neighbours: Sequence[str] = (" cats", " kitten", " the", " house")) -> Lesson:
-    """Everything the lesson computes: metrics, the arrays behind the figures, and its tables."""
+    """Everything the lesson computes: metrics, the arrays behind the figures, and its tables.
+
+    Memory: see ``peak_bytes``; nothing here grows with FFN x FFN.
+    """
     metadata = metadata_map(metadata)
     s = slots(metadata, tensors, token, block)
     m: dict = {"block": block, "token": token, "token_id": s.walk.token_id, "seed": seed}
@@ -619,7 +815,7 @@ def plot_slots(s: Slots, curve: Mapping[int, float], top_k: int = 10, title: str
     ax1.plot(top, a[top], "o", color="C3", ms=3, label=f"top {top_k} by |a|")
     ax1.axhline(0, color="k", lw=0.6)
     ax1.set_xlabel("slot i")
-    ax1.set_ylabel("a_i = SiLU(g_i) u_i")
+    ax1.set_ylabel(f"a_i = {s.walk.recipe.activation}(g_i) u_i")
     ax1.legend(fontsize=7)
     ax2.plot(list(curve), list(curve.values()), color="C0")
     ax2.set_xscale("log")
