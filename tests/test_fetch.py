@@ -389,7 +389,8 @@ def test_pypi_members_show_progress_over_the_whole_file(tmp_path, blob, quick_pi
 @pytest.mark.parametrize(
     ("change", "pattern"),
     [
-        (lambda s: s.update(package="fake-model==0.1.0"), r"^models\.m: give either package and member or members, not both$"),
+        (lambda s: s.update(package="fake-model==0.1.0"),
+         r"^models\.m: give either package and member or members, not both$"),
         (lambda s: s.update(members=[]), r"^models\.m\.members must be a list of \{package, member\} entries"),
         (lambda s: s.update(members="a,b"), r"^models\.m\.members must be a list"),
         (lambda s: s["members"][1].pop("member"), r"^models\.m\.members\[1\] must hold exactly package and member"),
@@ -432,7 +433,8 @@ def test_shipped_config_lists_gemma_as_four_chunk_packages_joined_in_order():
 
     from bytesup.config import model_spec, validate
 
-    config = validate(yaml.safe_load((ROOT / "config/config.yaml").read_text()), ROOT / "workflow/schemas/config.schema.yaml")
+    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    validate(config, ROOT / "workflow/schemas/config.schema.yaml")
     spec = model_spec(config, "gemma3-270m-q4-k-m")
     assert spec["source"] == "pypi" and spec["size"] == 253_113_024
     assert spec["sha256"] == "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"

