@@ -265,6 +265,37 @@ def test_gemma3_attention_by_hand_follows_its_recipe(tmp_path, block):
     assert lesson.SPEC.follows("gemma3") and lesson.SPEC.architectures == tuple(ARCHITECTURES)
 
 
+def test_qwen2_biases_and_neox_rope_by_hand(tmp_path):
+    """qwen2's row: Q/K/V biases and NeoX rope, by hand against attention_block."""
+    path = write_tiny_llama(tmp_path / "q.gguf", arch="qwen2", qkv_bias=True)
+    with Model.from_gguf(path) as model:
+        metadata = dict(model.gguf.metadata)
+    m, tables = lesson.run(path, metadata, TINY_PROMPT, {"resident_budget_mb": 100}, model_name="tiny-qwen2",
+                           contexts=(4,), repeats=1, decode_steps=2)
+    assert m["architecture"] == "qwen2" and m["rope_layout"] == "neox" and tables["weights"].bq is not None
+    assert m["hand_vs_block_max_abs_diff"] < 1e-5 and m["hand_k_vs_cache_max_abs_diff"] < 1e-5
+    assert m["rope_turn_max_abs_err"] < 1e-4 and m["rope_layouts_scores_max_abs_diff"] is None
+    # without the biases the keys would differ: the bias is really added
+    w = tables["weights"]
+    bare = lesson.attention_by_hand(tables["hand"].x, lesson.AttnWeights(*(getattr(w, f) for f in
+                                    ("attn_norm", "wq", "wk", "wv", "wo"))), tables["spec"])
+    assert np.abs(bare.k - tables["hand"].k).max() > 1e-3
+
+
+@pytest.mark.slow  # loads Gemma 3 270M (about 1 GB of float32 weights) and runs it
+def test_gemma3_270m_block0_attention_by_hand(gemma_gguf):
+    """The real Gemma block 0: a sliding layer (window from the file, rope base 10,000), head size 256, q/k norms."""
+    with Model.from_gguf(gemma_gguf) as model:
+        metadata = dict(model.gguf.metadata)
+    m, tables = lesson.run(gemma_gguf, metadata, "The capital of France is", {"resident_budget_mb": 4000},
+                           model_name="gemma3-270m", contexts=(8,), repeats=1, decode_steps=2)
+    assert (m["head_dim"], m["head_count"], m["head_count_kv"], m["rope_layout"]) == (256, 4, 1, "neox")
+    assert m["hand_window"] == 512 and m["hand_rope_base"] == 10000.0 and m["hand_qk_norm"]
+    assert m["hand_vs_block_max_abs_diff"] < 1e-3 * float(np.abs(tables["package"][0]).max())
+    assert m["hand_weights_vs_trace_max_abs_diff"] < 1e-5 and m["rope_turn_max_abs_err"] < 1e-3
+    assert m["kv_cache_same_next_token"] and m["kv_bytes_per_token"] == 2 * 18 * 1 * 256 * 2
+
+
 def test_figures_are_drawn(tiny, tmp_path):
     from bytesup.lessons import save_figure
 

@@ -6,6 +6,13 @@ big a head is, how rope pairs dimensions, tensor names); everything else is refu
 
     spec = spec_from_metadata(f.metadata, f.tensor_names)   # -> ArchSpec, or one-line error
     supported(f.metadata)                                   # None, or the reason it won't run
+    expected_tensors(f.metadata)                            # [(name, numpy shape)] the row predicts
+    recipe_summary("gemma3")                                # one line for people: what its block does
+
+Rows: llama (RMSNorm, SwiGLU, rope on adjacent pairs), qwen2 (llama + Q/K/V biases, NeoX rope),
+gemma3 (embedding x sqrt(d), q/k norms, post norms, GELU-tanh gate, sliding-window layers with a
+local rope base, head size from key_length, tied head). Lessons read `spec.activation`,
+`spec.embed_scale`, `spec.has(role)`, `spec.layer_window(i)`, `spec.layer_rope_base(i)`.
 
 Rope layout, "adjacent pairs": convert_hf_to_gguf.py permutes the rows of attn_q/attn_k of a
 llama checkpoint so that ggml's rope type NORM, which rotates dimensions (x0, x1), (x2, x3), ...
