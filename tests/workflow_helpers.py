@@ -171,3 +171,18 @@ def assert_metrics_match(metrics: dict, expected: dict, rel: float = 1e-5) -> No
             assert abs(got - want) <= 1 / n_ff + 1e-12, (key, got, want)
         else:
             assert np.isclose(got, want, rtol=rel, atol=1e-7), (key, got, want)
+
+
+def assert_refusals_reported(md: str, refused, architecture: str) -> None:
+    """Each refused lesson's one line (it names the architecture) is in the report twice: in the
+    summary table's row of that lesson, and in the lesson's own section."""
+    from collections import Counter
+
+    for spec in refused:
+        why = spec.refusal(architecture)
+        assert f"'{architecture}'" in why and "\n" not in why, spec.id
+        row = [line for line in md.splitlines() if line.startswith(f"| {spec.heading} |")]
+        assert len(row) == 1 and f"not run: {why}" in row[0], (spec.id, row)
+    # lessons following the same architectures share their line: count each line once per lesson, twice
+    for why, n in Counter(spec.refusal(architecture) for spec in refused).items():
+        assert md.count(f"not run: {why}") + md.count(f"Not run for this model: {why}") == 2 * n, why

@@ -46,6 +46,9 @@ def _one_line(error: jsonschema.ValidationError) -> str:
     if error.validator == "enum":
         options = ", ".join(map(repr, error.validator_value))
         return f"{key}: {error.instance!r} is not one of {options}"
+    forms = [f.get("description") for f in error.validator_value] if error.validator == "oneOf" else []
+    if forms and all(forms):  # alternatives the schema names: say which to give, not the whole entry
+        return f"{key}: give exactly one of: {'; or '.join(forms)}"
     if error.validator == "required":
         return f"{key}: {error.message}"
     return f"{key}: {error.message}"
@@ -63,6 +66,8 @@ def _model_branch(schema: dict, source: str) -> dict | None:
             merged["properties"] = {**model["properties"], **own}
             merged["required"] = sorted(set(model.get("required", [])) | set(branch.get("required", [])))
             merged["additionalProperties"] = branch.get("additionalProperties", True)
+            if "oneOf" in branch:  # a source with two forms (pypi: package + member, or members)
+                merged["oneOf"] = branch["oneOf"]
             merged["$defs"] = schema["$defs"]
             return merged
     return None

