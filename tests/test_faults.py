@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from bytesup import notebook_job, runlock
+from bytesup.notebook_job import NotebookFailed, run_notebook
 from bytesup.synthetic import write_tiny_llama
 from conftest import TINY_DATE, tiny_project
 from workflow_helpers import env_with_venv, sha256, snakemake
@@ -154,3 +156,132 @@ def test_a_second_run_beside_a_live_one_is_refused_and_the_first_is_unharmed(tmp
     out, _ = first.communicate(timeout=600)
     assert first.returncode == 0, out[-3000:]
     assert (project / f"report/{TINY_DATE}/index.html").exists()
+
+
+# --- a rerun never runs beside the jobs of a killed run ---------------------------------------------
+
+
+def _owner_of_dead_run(project: Path, token: str) -> None:
+    """What a `snakemake` killed with SIGKILL leaves: its lock, and its owner record with a pid that is gone."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    (project / ".snakemake/locks").mkdir(parents=True)
+    (project / ".snakemake/locks/0.input.lock").write_text("x")
+    start = runlock._start_time(os.getpid())
+    (project / ".snakemake" / runlock.PIDFILE).write_text(json.dumps({"pid": gone.pid, "start": start, "run": token}))
+
+
+def test_a_rerun_ends_the_jobs_a_killed_run_left_running(tmp_path):
+    token = f"test-{os.getpid()}-{time.monotonic_ns()}"
+    _owner_of_dead_run(tmp_path, token)
+    env = {**os.environ, runlock.RUN_ENV: token}
+    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], env=env)
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])  # not the run's
+    try:
+        _wait_for(lambda: runlock.processes_of_run(token) == [orphan.pid], timeout=10)
+        said = runlock.remove_stale_lock(tmp_path)
+        assert orphan.wait(timeout=10) == -signal.SIGTERM
+        assert "ended 1 job process(es) the interrupted run" in said and f"(pids {orphan.pid})" in said
+        assert "removed the lock left by an interrupted run" in said
+        assert bystander.poll() is None
+        assert not (tmp_path / ".snakemake/locks").exists()
+    finally:
+        bystander.kill()
+        orphan.kill()
+
+
+def test_a_left_job_that_ignores_sigterm_gets_sigkill(tmp_path, monkeypatch):
+    token = f"test-{os.getpid()}-{time.monotonic_ns()}"
+    _owner_of_dead_run(tmp_path, token)
+    stubborn = subprocess.Popen(
+        [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                               "print('ready', flush=True); time.sleep(120)"],
+        env={**os.environ, runlock.RUN_ENV: token}, stdout=subprocess.PIPE, text=True)
+    try:
+        assert stubborn.stdout.readline().strip() == "ready"
+        monkeypatch.setattr(runlock, "GRACE_S", 0.5)
+        said = runlock.remove_stale_lock(tmp_path)
+        assert stubborn.wait(timeout=10) == -signal.SIGKILL
+        assert "1 needed SIGKILL" in said
+    finally:
+        stubborn.kill()
+
+
+def test_a_live_runs_lock_and_jobs_are_left_alone(tmp_path):
+    runlock_dir = tmp_path / ".snakemake/locks"
+    runlock_dir.mkdir(parents=True)
+    (runlock_dir / "0.input.lock").write_text("x")
+    me = os.getpid()
+    (tmp_path / ".snakemake" / runlock.PIDFILE).write_text(
+        json.dumps({"pid": me, "start": runlock._start_time(me), "run": "live"}))
+    assert runlock.remove_stale_lock(tmp_path) is None
+    assert (runlock_dir / "0.input.lock").exists()
+
+
+def test_record_owner_puts_the_runs_token_in_the_environment_its_jobs_inherit(tmp_path, monkeypatch):
+    monkeypatch.delenv(runlock.RUN_ENV, raising=False)
+    runlock.record_owner(tmp_path)
+    owner = json.loads((tmp_path / ".snakemake" / runlock.PIDFILE).read_text())
+    assert owner["pid"] == os.getpid() and os.environ[runlock.RUN_ENV] == owner["run"]
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        _wait_for(lambda: child.pid in runlock.processes_of_run(owner["run"]), timeout=10)
+    finally:
+        child.kill()
+
+
+# --- a dying kernel, a kernel that cannot start --------------------------------------------------------
+
+
+def _notebook(path: Path, *sources: str) -> Path:
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, str(path))
+    return path
+
+
+def test_a_kernel_that_dies_is_one_line_naming_memory_and_the_partial_notebook(tmp_path):
+    source = _notebook(tmp_path / "die.ipynb", "x = 1", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)",
+                       "y = 2")
+    partial = tmp_path / "logs" / "die.ipynb"
+    partial.parent.mkdir()
+    with pytest.raises(NotebookFailed) as err:
+        run_notebook(source, partial, lesson="03_ffn_by_hand", parameters={}, cwd=str(tmp_path))
+    line = str(err.value)
+    assert "\n" not in line
+    assert line.startswith("lesson 03_ffn_by_hand failed in cell 1 (execution count 2): its kernel died, most likely "
+                           "out of memory")
+    assert line.endswith(f"the partly executed notebook is {partial}")
+    assert partial.is_file()
+
+
+def test_a_kernel_whose_port_was_taken_is_started_again(tmp_path, monkeypatch, caplog):
+    calls = []
+
+    def flaky(source, out, **kwargs):
+        calls.append(out)
+        if len(calls) == 1:  # what nbclient raises when the kernel exits before it answers
+            raise RuntimeError("Kernel died before replying to kernel_info")
+        Path(out).write_text("{}")
+
+    monkeypatch.setattr(notebook_job.papermill, "execute_notebook", flaky)
+    with caplog.at_level("WARNING", logger="bytesup.notebook_job"):
+        run_notebook(tmp_path / "nb.ipynb", tmp_path / "out.ipynb", lesson="00", parameters={}, cwd=str(tmp_path))
+    assert len(calls) == 2 and (tmp_path / "out.ipynb").read_text() == "{}"
+    assert "starting it again (2 of 3)" in caplog.text
+
+
+def test_a_kernel_that_never_starts_is_one_line_after_three_tries(tmp_path, monkeypatch):
+    calls = []
+
+    def never(source, out, **kwargs):
+        calls.append(out)
+        raise RuntimeError("Kernel died before replying to kernel_info")
+
+    monkeypatch.setattr(notebook_job.papermill, "execute_notebook", never)
+    with pytest.raises(NotebookFailed, match=r"^lesson 00: its kernel did not start in 3 tries \(Kernel died"):
+        run_notebook(tmp_path / "nb.ipynb", tmp_path / "out.ipynb", lesson="00", parameters={}, cwd=str(tmp_path))
+    assert len(calls) == notebook_job.STARTS == 3
