@@ -285,3 +285,41 @@ def test_a_kernel_that_never_starts_is_one_line_after_three_tries(tmp_path, monk
     with pytest.raises(NotebookFailed, match=r"^lesson 00: its kernel did not start in 3 tries \(Kernel died"):
         run_notebook(tmp_path / "nb.ipynb", tmp_path / "out.ipynb", lesson="00", parameters={}, cwd=str(tmp_path))
     assert len(calls) == notebook_job.STARTS == 3
+
+
+# --- a full disk -------------------------------------------------------------------------------------
+
+
+def test_extract_refuses_before_writing_when_the_tensors_cannot_fit(tiny_gguf, tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from bytesup import extract as ex
+
+    monkeypatch.setattr(ex.shutil, "disk_usage", lambda p: SimpleNamespace(free=1024, total=2**30, used=0))
+    with pytest.raises(ex.NoSpaceError) as err:
+        ex.extract(tiny_gguf, tmp_path / "out", None)
+    line = str(err.value)
+    assert re.fullmatch(r"extract: \S+/tensors has 0\.0 MiB free, the tensors need \d+\.\d MiB more; "
+                        r"free some space and run again", line), line
+    assert not list((tmp_path / "out/tensors").iterdir())
+
+
+def test_extract_on_a_disk_that_fills_up_is_one_line_and_leaves_no_tmp(tiny_gguf, tmp_path, monkeypatch):
+    from bytesup import extract as ex
+
+    saved = []
+
+    def save(fh, array, allow_pickle=False):
+        if saved:
+            fh.write(b"\x93NUMPY")
+            raise OSError(28, "No space left on device")
+        saved.append(1)
+        return real(fh, array, allow_pickle=allow_pickle)
+
+    real = ex.np.save
+    monkeypatch.setattr(ex.np, "save", save)
+    with pytest.raises(ex.NoSpaceError, match=r"^extract: no space left writing \S+\.npy \(.* MiB free; the tensors "
+                                              r"need .* MiB in all\); free some space and run again$"):
+        ex.extract(tiny_gguf, tmp_path / "out", None)
+    left = sorted(p.name for p in (tmp_path / "out/tensors").iterdir())
+    assert len(left) == 1 and left[0].endswith(".npy")  # the one finished file; no .tmp
