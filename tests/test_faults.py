@@ -60,7 +60,8 @@ def test_malformed_gguf_stops_the_workflow_with_its_one_line_error(tmp_path):
     project = tiny_project(tmp_path / "p", bad)
     out = failing(project)
     errors = [l for l in out.splitlines() if l.startswith("ERROR") and "runs past the end of the file" in l]
-    assert errors and "tiny.gguf" in errors[0] and "at byte" in errors[0], out[-3000:]
+    assert errors and "at byte" in errors[0], out[-3000:]
+    assert str(bad) in errors[0] and "resources/models" not in errors[0]  # the user's file, not the link
     assert not (project / "resources/models/tiny.gguf").exists()
     assert not (project / "results").exists()
 
@@ -323,3 +324,140 @@ def test_extract_on_a_disk_that_fills_up_is_one_line_and_leaves_no_tmp(tiny_gguf
         ex.extract(tiny_gguf, tmp_path / "out", None)
     left = sorted(p.name for p in (tmp_path / "out/tensors").iterdir())
     assert len(left) == 1 and left[0].endswith(".npy")  # the one finished file; no .tmp
+
+
+# --- an interrupted run finishes with the same command -------------------------------------------------
+#
+# Each case stops a run at one stage, at a point where that stage has written part of its outputs, the
+# way a user's kill -9 or Ctrl-C would; then the plain `snakemake --cores N` must finish the run. The
+# stage is held there by a few lines put in front of it in the project's copy (a gate, which writes what
+# the real stage would have written by then and waits), taken out again before the rerun.
+
+GATED = "00_vectors_neurons_nonlinearity"  # a one-lesson project: the run takes a minute, not four
+GATES = {
+    "fetch": ("workflow/scripts/fetch.py",  # a .part half written
+              "part = Path(snakemake.output.gguf + '.part')\npart.parent.mkdir(parents=True, exist_ok=True)\n"
+              "part.write_bytes(b'GGUF' + bytes(4096))\n"),
+    "extract": ("workflow/scripts/extract.py",  # one output written, a .npy.tmp being written
+                "Path(snakemake.output.metadata).parent.mkdir(parents=True, exist_ok=True)\n"
+                "Path(snakemake.output.metadata).write_text('{\"format\": ')\n"
+                "Path(snakemake.output.tensors_dir).mkdir(parents=True, exist_ok=True)\n"
+                "Path(snakemake.output.tensors_dir, 'token_embd.weight.npy.tmp').write_bytes(b'\\x93NUMPY')\n"),
+}
+
+
+def _gate(project: Path, stage: str) -> None:
+    """Hold `stage` of the next run at its gate (the file 'gate-reached' says it is there)."""
+    wait = "Path('gate-reached').write_text(str(os.getpid()))\ntime.sleep(600)\n"
+    if stage in GATES:
+        script, partial = GATES[stage]
+        path = project / script
+        path.write_text("import os, time\nfrom pathlib import Path\n" + partial + wait + path.read_text())
+    else:  # the lesson notebook: after its last cell has written every output
+        import nbformat
+
+        path = project / f"workflow/notebooks/{GATED}.ipynb"
+        nb = nbformat.read(str(path), as_version=4)
+        nb.cells.append(nbformat.v4.new_code_cell("import os, time\nfrom pathlib import Path\n" + wait))
+        nbformat.write(nb, str(path))
+
+
+def _ungate(project: Path) -> None:
+    from workflow_helpers import ROOT
+
+    for rel in ("workflow/scripts/fetch.py", "workflow/scripts/extract.py", f"workflow/notebooks/{GATED}.ipynb"):
+        (project / rel).write_bytes((ROOT / rel).read_bytes())
+
+
+@pytest.mark.slow  # two runs of a one-lesson project per case (about two minutes on a loaded 2-core machine)
+@pytest.mark.parametrize("stage, how", [
+    ("fetch", "kill -9 the group"),
+    ("extract", "kill -9 the group"),
+    ("notebook", "kill -9 the group"),
+    ("notebook", "Ctrl-C"),
+    ("notebook", "kill -9 snakemake only"),
+])
+def test_an_interrupted_run_finishes_with_the_same_command(tmp_path, stage, how):
+    project = tiny_project(tmp_path / "p", lessons=[GATED])
+    _gate(project, stage)
+    proc = _start(project)
+    _wait_for(lambda: (project / "gate-reached").exists(), timeout=600)
+    job = int((project / "gate-reached").read_text())
+    if how == "Ctrl-C":  # the terminal sends SIGINT to the foreground process group
+        os.killpg(proc.pid, signal.SIGINT)
+    elif how == "kill -9 the group":
+        os.killpg(proc.pid, signal.SIGKILL)
+    else:
+        os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=120)
+    if how == "kill -9 snakemake only":
+        assert os.path.exists(f"/proc/{job}"), "the job should outlive the snakemake that started it"
+    _ungate(project)
+
+    rerun = snakemake(project, check=False)
+    out = rerun.stdout + rerun.stderr
+    assert rerun.returncode == 0, out[-4000:]
+    assert "IncompleteFilesException" not in out and "--rerun-incomplete" not in out
+    if how != "Ctrl-C":
+        assert "removed the lock left by an interrupted run" in out
+    if how == "kill -9 snakemake only":
+        assert "ended " in out and "job process(es) the interrupted run" in out
+        assert not os.path.exists(f"/proc/{job}") or "Z" in Path(f"/proc/{job}/stat").read_text().split(")")[1][:3]
+    assert (project / f"report/{TINY_DATE}/index.html").exists()
+    metrics = json.loads((project / f"results/tiny/lessons/{GATED}/metrics.json").read_text())
+    assert metrics
+    assert json.loads((project / "results/tiny/gguf/metadata.json").read_text())["gguf"]["file"] == "tiny.gguf"
+    assert not list(project.glob("resources/models/*.part")) and not list(project.glob("results/**/*.tmp"))
+
+
+def test_a_malformed_config_file_is_named_with_line_and_column(tmp_path):
+    project = tiny_project(tmp_path / "p")
+    config = project / "config/config.yaml"
+    config.write_text(config.read_text().replace("seed: 0", "seed: [0"))
+    out = failing(project, "-n")
+    line = next(l for l in out.splitlines() if l.startswith("config error:"))
+    assert re.match(r"config error: config/config\.yaml line \d+, column \d+: not valid YAML \(", line), line
+    assert "Traceback" not in out
+
+
+@pytest.mark.slow  # a whole dry run: half a minute on a loaded machine
+def test_command_line_config_values_are_typed(tmp_path):
+    project = tiny_project(tmp_path / "p")
+    proc = snakemake(project, "-n", "--config", "timing={repeats: 3, warmup: 0}", "gpu=off")
+    assert "expected integer" not in proc.stdout + proc.stderr
+
+
+@pytest.mark.slow  # a whole dry run beside the refused one
+def test_a_python_whose_path_has_a_space_is_refused_in_one_line(tmp_path):
+    """A checkout in a path with spaces, its .venv inside it (as `make` puts it): every job would fail."""
+    project = tiny_project(tmp_path / "my project")
+    venv = project / ".venv"
+    venv.symlink_to(Path(sys.prefix))  # the same environment, reached through the checkout's path
+    python = venv / "bin" / Path(sys.executable).name
+    proc = subprocess.run([str(python), "-m", "snakemake", "--cores", "1", "-n"], cwd=project, env=env_with_venv(),
+                          capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    line = next(l for l in out.splitlines() if l.startswith("error: the path of the Python running Snakemake"))
+    assert str(python) in line and "move the project (and its .venv) to a path without spaces" in line
+    assert "Traceback" not in out
+    # the checkout's path alone is no problem: Snakemake quotes the job script's path
+    assert "Nothing to be done" not in snakemake(project, "-n").stdout
+
+
+@pytest.mark.slow  # two runs of a one-lesson project
+def test_flipped_bytes_in_the_cached_model_are_caught_and_fetched_again(tmp_path):
+    from workflow_helpers import check_manifest
+
+    project = tiny_project(tmp_path / "p", lessons=["00_vectors_neurons_nonlinearity"], entry={"link": False})
+    snakemake(project)
+    cache = project / "resources/models/tiny.gguf"
+    assert not cache.is_symlink()
+    good = sha256(cache)
+    with open(cache, "r+b") as f:
+        f.seek(-100, os.SEEK_END)
+        f.write(b"\xff" * 8)
+    rerun = snakemake(project)
+    assert "resources/models/tiny.gguf hashes to " in rerun.stderr and "fetching it again" in rerun.stderr
+    assert sha256(cache) == good
+    check_manifest(project / f"report/{TINY_DATE}", project)

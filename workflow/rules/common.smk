@@ -1,6 +1,5 @@
 # Validation, model lookup and target helpers shared by every rule file.
 import datetime
-import os
 import sys
 from pathlib import Path
 
@@ -11,18 +10,15 @@ from bytesup.runlock import clear_owner, record_owner, remove_stale_lock
 
 LESSONS = registry()  # every lesson the package declares, in the course's order
 
-# Snakemake writes the interpreter's and the job script's paths into each job's command line
-# unquoted (an open upstream bug), so every job of a checkout whose path holds a space fails.
-for _what, _path in (
-    ("this checkout", os.getcwd()),
-    ("the Python running Snakemake", sys.executable),
-):
-    if any(c.isspace() for c in _path):
-        sys.exit(
-            f"error: the path of {_what} has a space in it ({_path!r}); Snakemake does not quote it in "
-            "the commands of its jobs, so every job would fail: move the project (and its .venv) to a "
-            "path without spaces and run again"
-        )
+# Snakemake writes the interpreter's path into each job's command line unquoted (an open upstream
+# bug), so when it holds a space every job fails ("/path/with: No such file or directory"). That is
+# the case of a checkout whose path has a space once `make` puts its .venv inside it.
+if any(c.isspace() for c in sys.executable):
+    sys.exit(
+        f"error: the path of the Python running Snakemake has a space in it ({sys.executable!r}); Snakemake "
+        "does not quote it in its jobs' commands, so every job would fail: move the project (and its .venv) "
+        "to a path without spaces, or use a Python installed at one, and run again"
+    )
 
 try:
     validate(config, workflow.source_path("../schemas/config.schema.yaml"))
