@@ -380,7 +380,9 @@ def _ungate(project: Path) -> None:
 def test_an_interrupted_run_finishes_with_the_same_command(tmp_path, stage, how):
     project = tiny_project(tmp_path / "p", lessons=[GATED])
     _gate(project, stage)
-    proc = _start(project)
+    log = open(tmp_path / "first-run.log", "w")  # not a pipe: jobs that outlive snakemake would hold it open
+    proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2"], cwd=project, env=env_with_venv(),
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     _wait_for(lambda: (project / "gate-reached").exists(), timeout=600)
     job = int((project / "gate-reached").read_text())
     if how == "Ctrl-C":  # the terminal sends SIGINT to the foreground process group
@@ -389,7 +391,8 @@ def test_an_interrupted_run_finishes_with_the_same_command(tmp_path, stage, how)
         os.killpg(proc.pid, signal.SIGKILL)
     else:
         os.kill(proc.pid, signal.SIGKILL)
-    proc.communicate(timeout=120)
+    proc.wait(timeout=120)
+    log.close()
     if how == "kill -9 snakemake only":
         assert os.path.exists(f"/proc/{job}"), "the job should outlive the snakemake that started it"
     _ungate(project)
