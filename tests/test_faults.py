@@ -464,3 +464,20 @@ def test_flipped_bytes_in_the_cached_model_are_caught_and_fetched_again(tmp_path
     assert "resources/models/tiny.gguf hashes to " in rerun.stderr and "fetching it again" in rerun.stderr
     assert sha256(cache) == good
     check_manifest(project / f"report/{TINY_DATE}", project)
+
+
+def test_a_job_that_fills_the_disk_ends_with_one_line_naming_its_stage(tmp_path, capsys):
+    from bytesup.joblog import job_logging
+
+    log = tmp_path / "logs" / "timing_cpu" / "tiny.log"
+    log.parent.mkdir(parents=True)
+    with pytest.raises(SystemExit) as stop:
+        with job_logging(str(log)):
+            raise OSError(28, "No space left on device", str(tmp_path / "results" / "sweep.json"))
+    assert stop.value.code == 1
+    line = capsys.readouterr().err.strip()
+    assert "\n" not in line and "Traceback" not in line
+    assert re.fullmatch(rf"ERROR timing_cpu: no space left on the disk writing {tmp_path}/results/sweep\.json "
+                        rf"\(\d+\.\d MiB free in {tmp_path}\); free some space and run again \(its unfinished "
+                        r"outputs are redone\)", line), line
+    assert log.read_text().strip() == line
