@@ -36,4 +36,5 @@ rule all:
     default_target: True
     input:
         report_targets(),
-        kept_outputs,
+        kept_outputs(),
+        lesson_notebooks,

@@ -104,14 +104,25 @@ def report_targets():
     return dated + timing
 
 
-def kept_outputs(wildcards):
-    """Outputs that no later rule reads (each lesson's executed notebook, the extracted tensors):
-    named as targets, so that one deleted by hand is made again instead of "Nothing to be done".
+def kept_outputs():
+    """Outputs that no later rule reads (the model and its record, the extracted tensors): named as
+    targets, so that one deleted by hand is made again instead of "Nothing to be done". Static, not
+    behind the extract checkpoint: a checkpoint only checks its first output before it is trusted.
     """
-    outs = [named_outputs("extract", model=MODEL)["tensors_dir"]]
-    for lesson in lessons_run(MODEL)[0]:
-        outs.append(named_outputs(f"lesson_{lesson}", model=MODEL)["notebook"])
-    return outs
+    fetch = named_outputs("fetch", model=MODEL)
+    return [
+        fetch["gguf"],
+        fetch["record"],
+        named_outputs("extract", model=MODEL)["tensors_dir"],
+    ]
+
+
+def lesson_notebooks(wildcards):
+    """Each lesson's executed notebook (no later rule reads it either): a target too."""
+    return [
+        named_outputs(f"lesson_{lesson}", model=MODEL)["notebook"]
+        for lesson in lessons_run(MODEL)[0]
+    ]
 
 
 # --- fetch ---------------------------------------------------------------------------
