@@ -538,3 +538,51 @@ def test_a_disk_that_fills_up_while_copying_is_one_line_and_leaves_no_part(tmp_p
                                          r"0\.000 GB\); free some space and run again$"):
         fetch_model("local", {"source": "path", "path": str(src), "sha256": sha(blob), "link": False}, dest)
     assert leftovers(dest.parent) == []
+
+
+def test_workflow_script_marks_the_fetched_model_verified(tmp_path):
+    """The next run's check of the cache trusts what the fetch just hashed: it reads nothing again."""
+    from bytesup.synthetic import write_tiny_llama
+
+    src = write_tiny_llama(tmp_path / "mine.gguf")
+    spec = {"source": "path", "path": str(src), "sha256": sha(src.read_bytes())}
+    out = run_script(tmp_path, "local", spec)
+    assert fetch.cached_model_problem("local", spec, out / "local.gguf", out / "local.json") is None
+    seen = json.loads((out / "local.gguf.verified.json").read_text())
+    assert seen["sha256"] == spec["sha256"] and seen["size"] == src.stat().st_size
+
+
+def test_workflow_script_names_the_users_file_for_a_malformed_local_model(tmp_path):
+    from bytesup.synthetic import write_tiny_llama
+
+    good = write_tiny_llama(tmp_path / "good.gguf").read_bytes()
+    src = tmp_path / "mine.gguf"
+    src.write_bytes(good[: len(good) // 2])
+    with pytest.raises(SystemExit):
+        run_script(tmp_path, "local", {"source": "path", "path": str(src), "sha256": None, "link": True})
+    log = (tmp_path / "fetch.log").read_text()
+    error = next(line for line in log.splitlines() if line.startswith("ERROR"))
+    assert error.startswith(f"ERROR {src}: ") and "local.gguf" not in error
+    cache = tmp_path / "resources" / "models" / "local.gguf"
+    assert not cache.is_symlink() and not cache.exists()  # the link is gone, the user's file is not
+    assert src.exists()
+
+
+def test_extract_script_takes_the_models_sha256_from_its_record_instead_of_reading_it_again(tmp_path, monkeypatch):
+    from bytesup import extract as ex
+    from bytesup.synthetic import write_tiny_llama
+
+    gguf = write_tiny_llama(tmp_path / "tiny.gguf")
+    record = tmp_path / "tiny.json"
+    record.write_text(json.dumps({"sha256": sha(gguf.read_bytes())}))
+    monkeypatch.setattr(ex, "sha256_file", lambda *a, **k: pytest.fail("the model was hashed again"))
+    out = tmp_path / "gguf"
+    sm = SimpleNamespace(
+        input=SimpleNamespace(gguf=str(gguf), record=str(record)),
+        output=SimpleNamespace(metadata=str(out / "metadata.json"), tensors_csv=str(out / "tensors.csv"),
+                               index=str(out / "extract.json"), tensors_dir=str(out / "tensors")),
+        params=SimpleNamespace(patterns=["token_embd.weight"], needed_by={}, shown=str(gguf)),
+        log=[str(tmp_path / "extract.log")],
+    )
+    runpy.run_path(str(ROOT / "workflow" / "scripts" / "extract.py"), init_globals={"snakemake": sm})
+    assert json.loads((out / "extract.json").read_text())["gguf"]["sha256"] == sha(gguf.read_bytes())
