@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bytesup.config import ConfigError, model_spec, validate
+from bytesup.config import ConfigError, check_config_file, model_spec, validate
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "workflow/schemas/config.schema.yaml"
@@ -92,3 +92,58 @@ def test_bad_config_gives_one_line_naming_the_key(config, mutate, message):
     text = str(err.value)
     assert message in text
     assert "\n" not in text
+
+
+def test_command_line_values_are_typed_as_yaml_where_the_schema_wants_it(config):
+    """`snakemake --config "timing={repeats: 3}"` hands nested values over as strings (YAML's
+    BaseLoader); they are read as YAML where the key wants a number, a boolean or null."""
+    from snakemake.cli import parse_config
+    from snakemake.utils import update_config
+
+    given = parse_config(["timing={repeats: 3, min_weight_bytes: null, dequant_types: [Q8_0]}", "seed=4",
+                          "models={local: {source: path, path: 1.gguf, sha256: null, link: false}}",
+                          "generate={top_k: null, temperatures: [0.5, 2]}"])
+    assert given["timing"]["repeats"] == "3"  # as Snakemake gives it
+    update_config(config, given)  # as Snakemake merges --config into config.yaml
+    validate(config, SCHEMA)
+    assert config["timing"]["repeats"] == 3 and config["timing"]["min_weight_bytes"] is None
+    assert config["timing"]["dequant_types"] == ["Q8_0"]
+    assert config["seed"] == 4
+    assert config["models"]["local"]["sha256"] is None and config["models"]["local"]["link"] is False
+    assert config["models"]["local"]["path"] == "1.gguf"  # text keys stay text
+    assert config["generate"]["top_k"] is None and config["generate"]["temperatures"] == [0.5, 2]
+
+
+def test_a_command_line_value_of_the_wrong_type_is_still_refused(config):
+    config["timing"] = {"repeats": "three"}
+    with pytest.raises(ConfigError, match=r"^timing\.repeats: expected integer, got str 'three'$"):
+        validate(config, SCHEMA)
+
+
+def test_a_local_model_is_linked_by_default_and_copied_on_request(config):
+    validate(config, SCHEMA)
+    assert config["models"]["local"]["link"] is True
+
+
+@pytest.mark.parametrize(
+    "text, where",
+    [
+        ("model: x\nmodels:\n  a: [1, 2\n  b: 3\n", "line 4, column 4"),
+        ("model: x\n  seed: 1\n", "line 2, column 7"),
+        ("model: x\n\tseed: 1\n", "line 2, column 1"),
+    ],
+)
+def test_a_malformed_config_file_names_file_line_and_column(tmp_path, text, where):
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        check_config_file(path)
+    message = str(err.value)
+    assert message.startswith(f"{path} {where}: not valid YAML (") and message.endswith("; fix it there")
+    assert "\n" not in message
+
+
+def test_the_shipped_config_file_reads(tmp_path):
+    check_config_file(ROOT / "config/config.yaml")
+    with pytest.raises(ConfigError, match=r"cannot read it"):
+        check_config_file(tmp_path / "absent.yaml")

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from bytesup import notebook_job, runlock
+from bytesup.notebook_job import NotebookFailed, run_notebook
 from bytesup.synthetic import write_tiny_llama
 from conftest import TINY_DATE, tiny_project
 from workflow_helpers import env_with_venv, sha256, snakemake
@@ -58,7 +60,8 @@ def test_malformed_gguf_stops_the_workflow_with_its_one_line_error(tmp_path):
     project = tiny_project(tmp_path / "p", bad)
     out = failing(project)
     errors = [l for l in out.splitlines() if l.startswith("ERROR") and "runs past the end of the file" in l]
-    assert errors and "tiny.gguf" in errors[0] and "at byte" in errors[0], out[-3000:]
+    assert errors and "at byte" in errors[0], out[-3000:]
+    assert str(bad) in errors[0] and "resources/models" not in errors[0]  # the user's file, not the link
     assert not (project / "resources/models/tiny.gguf").exists()
     assert not (project / "results").exists()
 
@@ -154,3 +157,327 @@ def test_a_second_run_beside_a_live_one_is_refused_and_the_first_is_unharmed(tmp
     out, _ = first.communicate(timeout=600)
     assert first.returncode == 0, out[-3000:]
     assert (project / f"report/{TINY_DATE}/index.html").exists()
+
+
+# --- a rerun never runs beside the jobs of a killed run ---------------------------------------------
+
+
+def _owner_of_dead_run(project: Path, token: str) -> None:
+    """What a `snakemake` killed with SIGKILL leaves: its lock, and its owner record with a pid that is gone."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    (project / ".snakemake/locks").mkdir(parents=True)
+    (project / ".snakemake/locks/0.input.lock").write_text("x")
+    start = runlock._start_time(os.getpid())
+    (project / ".snakemake" / runlock.PIDFILE).write_text(json.dumps({"pid": gone.pid, "start": start, "run": token}))
+
+
+def test_a_rerun_ends_the_jobs_a_killed_run_left_running(tmp_path):
+    token = f"test-{os.getpid()}-{time.monotonic_ns()}"
+    _owner_of_dead_run(tmp_path, token)
+    env = {**os.environ, runlock.RUN_ENV: token}
+    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], env=env)
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])  # not the run's
+    try:
+        _wait_for(lambda: runlock.processes_of_run(token) == [orphan.pid], timeout=10)
+        said = runlock.remove_stale_lock(tmp_path)
+        assert orphan.wait(timeout=10) == -signal.SIGTERM
+        assert "ended 1 job process(es) the interrupted run" in said and f"(pids {orphan.pid})" in said
+        assert "removed the lock left by an interrupted run" in said
+        assert bystander.poll() is None
+        assert not (tmp_path / ".snakemake/locks").exists()
+    finally:
+        bystander.kill()
+        orphan.kill()
+
+
+def test_a_left_job_that_ignores_sigterm_gets_sigkill(tmp_path, monkeypatch):
+    token = f"test-{os.getpid()}-{time.monotonic_ns()}"
+    _owner_of_dead_run(tmp_path, token)
+    stubborn = subprocess.Popen(
+        [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                               "print('ready', flush=True); time.sleep(120)"],
+        env={**os.environ, runlock.RUN_ENV: token}, stdout=subprocess.PIPE, text=True)
+    try:
+        assert stubborn.stdout.readline().strip() == "ready"
+        monkeypatch.setattr(runlock, "GRACE_S", 0.5)
+        said = runlock.remove_stale_lock(tmp_path)
+        assert stubborn.wait(timeout=10) == -signal.SIGKILL
+        assert "1 needed SIGKILL" in said
+    finally:
+        stubborn.kill()
+
+
+def test_a_live_runs_lock_and_jobs_are_left_alone(tmp_path):
+    runlock_dir = tmp_path / ".snakemake/locks"
+    runlock_dir.mkdir(parents=True)
+    (runlock_dir / "0.input.lock").write_text("x")
+    me = os.getpid()
+    (tmp_path / ".snakemake" / runlock.PIDFILE).write_text(
+        json.dumps({"pid": me, "start": runlock._start_time(me), "run": "live"}))
+    assert runlock.remove_stale_lock(tmp_path) is None
+    assert (runlock_dir / "0.input.lock").exists()
+
+
+def test_record_owner_puts_the_runs_token_in_the_environment_its_jobs_inherit(tmp_path, monkeypatch):
+    monkeypatch.delenv(runlock.RUN_ENV, raising=False)
+    runlock.record_owner(tmp_path)
+    owner = json.loads((tmp_path / ".snakemake" / runlock.PIDFILE).read_text())
+    assert owner["pid"] == os.getpid() and os.environ[runlock.RUN_ENV] == owner["run"]
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        _wait_for(lambda: child.pid in runlock.processes_of_run(owner["run"]), timeout=10)
+    finally:
+        child.kill()
+
+
+# --- a dying kernel, a kernel that cannot start --------------------------------------------------------
+
+
+def _notebook(path: Path, *sources: str) -> Path:
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, str(path))
+    return path
+
+
+def test_a_kernel_that_dies_is_one_line_naming_memory_and_the_partial_notebook(tmp_path):
+    source = _notebook(tmp_path / "die.ipynb", "x = 1", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)",
+                       "y = 2")
+    partial = tmp_path / "logs" / "die.ipynb"
+    partial.parent.mkdir()
+    with pytest.raises(NotebookFailed) as err:
+        run_notebook(source, partial, lesson="03_ffn_by_hand", parameters={}, cwd=str(tmp_path))
+    line = str(err.value)
+    assert "\n" not in line
+    assert line.startswith("lesson 03_ffn_by_hand failed in cell 1 (execution count 2): its kernel died, most likely "
+                           "out of memory")
+    assert line.endswith(f"the partly executed notebook is {partial}")
+    assert partial.is_file()
+
+
+def test_a_kernel_whose_port_was_taken_is_started_again(tmp_path, monkeypatch, caplog):
+    calls = []
+
+    def flaky(source, out, **kwargs):
+        calls.append(out)
+        if len(calls) == 1:  # what nbclient raises when the kernel exits before it answers
+            raise RuntimeError("Kernel died before replying to kernel_info")
+        Path(out).write_text("{}")
+
+    monkeypatch.setattr(notebook_job.papermill, "execute_notebook", flaky)
+    with caplog.at_level("WARNING", logger="bytesup.notebook_job"):
+        run_notebook(tmp_path / "nb.ipynb", tmp_path / "out.ipynb", lesson="00", parameters={}, cwd=str(tmp_path))
+    assert len(calls) == 2 and (tmp_path / "out.ipynb").read_text() == "{}"
+    assert "starting it again (2 of 3)" in caplog.text
+
+
+def test_a_kernel_that_never_starts_is_one_line_after_three_tries(tmp_path, monkeypatch):
+    calls = []
+
+    def never(source, out, **kwargs):
+        calls.append(out)
+        raise RuntimeError("Kernel died before replying to kernel_info")
+
+    monkeypatch.setattr(notebook_job.papermill, "execute_notebook", never)
+    with pytest.raises(NotebookFailed, match=r"^lesson 00: its kernel did not start in 3 tries \(Kernel died"):
+        run_notebook(tmp_path / "nb.ipynb", tmp_path / "out.ipynb", lesson="00", parameters={}, cwd=str(tmp_path))
+    assert len(calls) == notebook_job.STARTS == 3
+
+
+# --- a full disk -------------------------------------------------------------------------------------
+
+
+def test_extract_refuses_before_writing_when_the_tensors_cannot_fit(tiny_gguf, tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from bytesup import extract as ex
+
+    monkeypatch.setattr(ex.shutil, "disk_usage", lambda p: SimpleNamespace(free=1024, total=2**30, used=0))
+    with pytest.raises(ex.NoSpaceError) as err:
+        ex.extract(tiny_gguf, tmp_path / "out", None)
+    line = str(err.value)
+    assert re.fullmatch(r"extract: \S+/tensors has 0\.0 MiB free, the tensors need \d+\.\d MiB more; "
+                        r"free some space and run again", line), line
+    assert not list((tmp_path / "out/tensors").iterdir())
+
+
+def test_extract_on_a_disk_that_fills_up_is_one_line_and_leaves_no_tmp(tiny_gguf, tmp_path, monkeypatch):
+    from bytesup import extract as ex
+
+    saved = []
+
+    def save(fh, array, allow_pickle=False):
+        if saved:
+            fh.write(b"\x93NUMPY")
+            raise OSError(28, "No space left on device")
+        saved.append(1)
+        return real(fh, array, allow_pickle=allow_pickle)
+
+    real = ex.np.save
+    monkeypatch.setattr(ex.np, "save", save)
+    with pytest.raises(ex.NoSpaceError, match=r"^extract: no space left writing \S+\.npy \(.* MiB free; the tensors "
+                                              r"need .* MiB in all\); free some space and run again$"):
+        ex.extract(tiny_gguf, tmp_path / "out", None)
+    left = sorted(p.name for p in (tmp_path / "out/tensors").iterdir())
+    assert len(left) == 1 and left[0].endswith(".npy")  # the one finished file; no .tmp
+
+
+# --- an interrupted run finishes with the same command -------------------------------------------------
+#
+# Each case stops a run at one stage, at a point where that stage has written part of its outputs, the
+# way a user's kill -9 or Ctrl-C would; then the plain `snakemake --cores N` must finish the run. The
+# stage is held there by a few lines put in front of it in the project's copy (a gate, which writes what
+# the real stage would have written by then and waits), taken out again before the rerun.
+
+GATED = "00_vectors_neurons_nonlinearity"  # a one-lesson project: the run takes a minute, not four
+GATES = {
+    "fetch": ("workflow/scripts/fetch.py",  # a .part half written
+              "part = Path(snakemake.output.gguf + '.part')\npart.parent.mkdir(parents=True, exist_ok=True)\n"
+              "part.write_bytes(b'GGUF' + bytes(4096))\n"),
+    "extract": ("workflow/scripts/extract.py",  # one output written, a .npy.tmp being written
+                "Path(snakemake.output.metadata).parent.mkdir(parents=True, exist_ok=True)\n"
+                "Path(snakemake.output.metadata).write_text('{\"format\": ')\n"
+                "Path(snakemake.output.tensors_dir).mkdir(parents=True, exist_ok=True)\n"
+                "Path(snakemake.output.tensors_dir, 'token_embd.weight.npy.tmp').write_bytes(b'\\x93NUMPY')\n"),
+}
+
+
+def _gate(project: Path, stage: str) -> None:
+    """Hold `stage` of the next run at its gate (the file 'gate-reached' says it is there)."""
+    wait = "Path('gate-reached').write_text(str(os.getpid()))\ntime.sleep(600)\n"
+    if stage in GATES:
+        script, partial = GATES[stage]
+        path = project / script
+        path.write_text("import os, time\nfrom pathlib import Path\n" + partial + wait + path.read_text())
+    else:  # the lesson notebook: after its last cell has written every output
+        import nbformat
+
+        path = project / f"workflow/notebooks/{GATED}.ipynb"
+        nb = nbformat.read(str(path), as_version=4)
+        nb.cells.append(nbformat.v4.new_code_cell("import os, time\nfrom pathlib import Path\n" + wait))
+        nbformat.write(nb, str(path))
+
+
+def _ungate(project: Path) -> None:
+    from workflow_helpers import ROOT
+
+    for rel in ("workflow/scripts/fetch.py", "workflow/scripts/extract.py", f"workflow/notebooks/{GATED}.ipynb"):
+        (project / rel).write_bytes((ROOT / rel).read_bytes())
+
+
+@pytest.mark.slow  # two runs of a one-lesson project per case (about two minutes on a loaded 2-core machine)
+@pytest.mark.parametrize("stage, how", [
+    ("fetch", "kill -9 the group"),
+    ("extract", "kill -9 the group"),
+    ("notebook", "kill -9 the group"),
+    ("notebook", "Ctrl-C"),
+    ("notebook", "kill -9 snakemake only"),
+])
+def test_an_interrupted_run_finishes_with_the_same_command(tmp_path, stage, how):
+    project = tiny_project(tmp_path / "p", lessons=[GATED])
+    _gate(project, stage)
+    log = open(tmp_path / "first-run.log", "w")  # not a pipe: jobs that outlive snakemake would hold it open
+    proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2"], cwd=project, env=env_with_venv(),
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    _wait_for(lambda: (project / "gate-reached").exists(), timeout=600)
+    job = int((project / "gate-reached").read_text())
+    if how == "Ctrl-C":  # the terminal sends SIGINT to the foreground process group
+        os.killpg(proc.pid, signal.SIGINT)
+    elif how == "kill -9 the group":
+        os.killpg(proc.pid, signal.SIGKILL)
+    else:
+        os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=120)
+    log.close()
+    if how == "kill -9 snakemake only":
+        assert os.path.exists(f"/proc/{job}"), "the job should outlive the snakemake that started it"
+    _ungate(project)
+
+    rerun = snakemake(project, check=False)
+    out = rerun.stdout + rerun.stderr
+    assert rerun.returncode == 0, out[-4000:]
+    assert "IncompleteFilesException" not in out and "--rerun-incomplete" not in out
+    if how != "Ctrl-C":
+        assert "removed the lock left by an interrupted run" in out
+    if how == "kill -9 snakemake only":
+        assert "ended " in out and "job process(es) the interrupted run" in out
+        assert not os.path.exists(f"/proc/{job}") or "Z" in Path(f"/proc/{job}/stat").read_text().split(")")[1][:3]
+    assert (project / f"report/{TINY_DATE}/index.html").exists()
+    metrics = json.loads((project / f"results/tiny/lessons/{GATED}/metrics.json").read_text())
+    assert metrics
+    assert json.loads((project / "results/tiny/gguf/metadata.json").read_text())["gguf"]["file"] == "tiny.gguf"
+    assert not list(project.glob("resources/models/*.part")) and not list(project.glob("results/**/*.tmp"))
+
+
+def test_a_malformed_config_file_is_named_with_line_and_column(tmp_path):
+    project = tiny_project(tmp_path / "p")
+    config = project / "config/config.yaml"
+    config.write_text(config.read_text().replace("seed: 0", "seed: [0"))
+    out = failing(project, "-n")
+    line = next(l for l in out.splitlines() if l.startswith("config error:"))
+    assert re.match(r"config error: config/config\.yaml line \d+, column \d+: not valid YAML \(", line), line
+    assert "Traceback" not in out
+
+
+@pytest.mark.slow  # a whole dry run: half a minute on a loaded machine
+def test_command_line_config_values_are_typed(tmp_path):
+    project = tiny_project(tmp_path / "p")
+    proc = snakemake(project, "-n", "--config", "timing={repeats: 3, warmup: 0}", "gpu=off")
+    assert "expected integer" not in proc.stdout + proc.stderr
+
+
+@pytest.mark.slow  # a whole dry run beside the refused one
+def test_a_python_whose_path_has_a_space_is_refused_in_one_line(tmp_path):
+    """A checkout in a path with spaces, its .venv inside it (as `make` puts it): every job would fail."""
+    project = tiny_project(tmp_path / "my project")
+    venv = project / ".venv"
+    venv.symlink_to(Path(sys.prefix))  # the same environment, reached through the checkout's path
+    python = venv / "bin" / Path(sys.executable).name
+    proc = subprocess.run([str(python), "-m", "snakemake", "--cores", "1", "-n"], cwd=project, env=env_with_venv(),
+                          capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    line = next(l for l in out.splitlines() if l.startswith("error: the path of the Python running Snakemake"))
+    assert str(python) in line and "move the project (and its .venv) to a path without spaces" in line
+    assert "Traceback" not in out
+    # the checkout's path alone is no problem: Snakemake quotes the job script's path
+    assert "Nothing to be done" not in snakemake(project, "-n").stdout
+
+
+@pytest.mark.slow  # two runs of a one-lesson project
+def test_flipped_bytes_in_the_cached_model_are_caught_and_fetched_again(tmp_path):
+    from workflow_helpers import check_manifest
+
+    project = tiny_project(tmp_path / "p", lessons=["00_vectors_neurons_nonlinearity"], entry={"link": False})
+    snakemake(project)
+    cache = project / "resources/models/tiny.gguf"
+    assert not cache.is_symlink()
+    good = sha256(cache)
+    with open(cache, "r+b") as f:
+        f.seek(-100, os.SEEK_END)
+        f.write(b"\xff" * 8)
+    rerun = snakemake(project)
+    assert "resources/models/tiny.gguf hashes to " in rerun.stderr and "fetching it again" in rerun.stderr
+    assert sha256(cache) == good
+    check_manifest(project / f"report/{TINY_DATE}", project)
+
+
+def test_a_job_that_fills_the_disk_ends_with_one_line_naming_its_stage(tmp_path, capsys):
+    from bytesup.joblog import job_logging
+
+    log = tmp_path / "logs" / "timing_cpu" / "tiny.log"
+    log.parent.mkdir(parents=True)
+    with pytest.raises(SystemExit) as stop:
+        with job_logging(str(log)):
+            raise OSError(28, "No space left on device", str(tmp_path / "results" / "sweep.json"))
+    assert stop.value.code == 1
+    line = capsys.readouterr().err.strip()
+    assert "\n" not in line and "Traceback" not in line
+    assert re.fullmatch(rf"ERROR timing_cpu: no space left on the disk writing {tmp_path}/results/sweep\.json "
+                        rf"\(\d+\.\d MiB free in {tmp_path}\); free some space and run again \(its unfinished "
+                        r"outputs are redone\)", line), line
+    assert log.read_text().strip() == line

@@ -655,3 +655,166 @@ def test_workflow_script_refuses_a_file_that_is_not_a_valid_gguf(tmp_path, blob)
     log = (tmp_path / "fetch.log").read_text()
     assert "unsupported GGUF version" in log and "at byte 4" in log
     assert not (tmp_path / "resources" / "models" / "local.gguf").exists()
+
+
+# --- the cached model, checked before any stage uses it -----------------------------------------------
+
+
+@pytest.fixture
+def cached(tmp_path, blob):
+    """A fetched model as the workflow leaves it: the file, its record, the fingerprint of its hash."""
+    src = tmp_path / "mine.gguf"
+    src.write_bytes(blob)
+    spec = {"source": "path", "path": str(src), "sha256": sha(blob)}
+    gguf = tmp_path / "models" / "local.gguf"
+    record = fetch_model("local", spec, gguf)
+    fetch.write_record(record, gguf.with_suffix(".json"))
+    fetch.mark_verified(gguf, record["sha256"])
+    return spec, gguf, gguf.with_suffix(".json")
+
+
+def problem(cached):
+    spec, gguf, record = cached
+    return fetch.cached_model_problem("local", spec, gguf, record)
+
+
+def test_an_unchanged_cache_is_trusted_without_reading_it(cached, monkeypatch):
+    monkeypatch.setattr(fetch, "file_sha256", lambda *a, **k: pytest.fail("the model was read in full"))
+    assert problem(cached) is None
+
+
+def test_flipped_bytes_in_the_cache_are_caught(cached):
+    _, gguf, _ = cached
+    with open(gguf, "r+b") as f:  # same size; only the mtime tells, so the file is hashed
+        f.seek(1000)
+        byte = f.read(1)
+        f.seek(1000)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    said = problem(cached)
+    assert said.startswith(f"{gguf} hashes to ") and "not the " in said and "damaged on disk?" in said
+
+
+def test_a_touched_but_unchanged_cache_is_hashed_once_then_trusted(cached, monkeypatch):
+    _, gguf, _ = cached
+    later = gguf.stat().st_mtime + 10
+    os.utime(gguf, (later, later))
+    reads = []
+    real = fetch.file_sha256
+    monkeypatch.setattr(fetch, "file_sha256", lambda *a, **k: reads.append(1) or real(*a, **k))
+    assert problem(cached) is None and problem(cached) is None
+    assert len(reads) == 1  # the second check trusts the new fingerprint
+
+
+def test_a_truncated_cache_is_caught_without_hashing(cached, monkeypatch):
+    _, gguf, _ = cached
+    gguf.write_bytes(gguf.read_bytes()[:1000])
+    monkeypatch.setattr(fetch, "file_sha256", lambda *a, **k: pytest.fail("no need to read it"))
+    assert problem(cached) == f"{gguf} is truncated: 1000 bytes, its fetch recorded 300004"
+
+
+def test_a_deleted_cache_a_record_without_file_and_a_file_without_record(cached):
+    spec, gguf, record = cached
+    gguf.unlink()
+    assert problem(cached) == f"{gguf} is missing"
+    record.unlink()
+    assert problem(cached) is None  # nothing there: the fetch runs anyway
+    gguf.write_bytes(b"GGUF")
+    assert "has no fetch record" in problem(cached)
+
+
+def test_a_linked_model_whose_file_is_gone_or_changed(tmp_path, blob):
+    src = tmp_path / "mine.gguf"
+    src.write_bytes(blob)
+    spec = {"source": "path", "path": str(src), "sha256": None, "link": True}
+    gguf = tmp_path / "models" / "local.gguf"
+    fetch.write_record(fetch_model("local", spec, gguf), gguf.with_suffix(".json"))
+    assert fetch.cached_model_problem("local", spec, gguf, gguf.with_suffix(".json")) is None
+    src.write_bytes(blob[::-1])  # the user's file changed under the link
+    assert "hashes to" in fetch.cached_model_problem("local", spec, gguf, gguf.with_suffix(".json"))
+    src.unlink()
+    assert "which is gone" in fetch.cached_model_problem("local", spec, gguf, gguf.with_suffix(".json"))
+
+
+def test_a_new_pin_in_the_config_is_caught(cached):
+    spec, gguf, record = cached
+    said = fetch.cached_model_problem("local", {**spec, "sha256": "1" * 64}, gguf, record)
+    assert "now pins " + "1" * 64 in said
+
+
+# --- a full disk ---------------------------------------------------------------------------------------
+
+
+def test_too_little_free_space_is_refused_before_copying(tmp_path, blob, monkeypatch):
+    src = tmp_path / "mine.gguf"
+    src.write_bytes(blob)
+    dest = tmp_path / "models" / "local.gguf"
+    monkeypatch.setattr(fetch.shutil, "disk_usage", lambda p: SimpleNamespace(free=1000, total=10**9, used=0))
+    with pytest.raises(FetchError) as err:
+        fetch_model("local", {"source": "path", "path": str(src), "sha256": sha(blob), "link": False}, dest)
+    assert str(err.value) == ("models.local: fetch: " + str(dest.parent) + " has 0.000 GB free, the model needs "
+                              "0.000 GB more; free some space and run again")
+    assert leftovers(dest.parent) == []
+
+
+def test_a_disk_that_fills_up_while_copying_is_one_line_and_leaves_no_part(tmp_path, blob, monkeypatch):
+    src = tmp_path / "mine.gguf"
+    src.write_bytes(blob)
+    dest = tmp_path / "models" / "local.gguf"
+
+    def full(src_fh, dst, hasher, progress):
+        dst.write(src_fh.read(100))
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(fetch, "_copy_hashing", full)
+    with pytest.raises(FetchError, match=r"^models\.local: fetch: no space left on the disk of .* the model needs "
+                                         r"0\.000 GB\); free some space and run again$"):
+        fetch_model("local", {"source": "path", "path": str(src), "sha256": sha(blob), "link": False}, dest)
+    assert leftovers(dest.parent) == []
+
+
+def test_workflow_script_marks_the_fetched_model_verified(tmp_path):
+    """The next run's check of the cache trusts what the fetch just hashed: it reads nothing again."""
+    from bytesup.synthetic import write_tiny_llama
+
+    src = write_tiny_llama(tmp_path / "mine.gguf")
+    spec = {"source": "path", "path": str(src), "sha256": sha(src.read_bytes())}
+    out = run_script(tmp_path, "local", spec)
+    assert fetch.cached_model_problem("local", spec, out / "local.gguf", out / "local.json") is None
+    seen = json.loads((out / "local.gguf.verified.json").read_text())
+    assert seen["sha256"] == spec["sha256"] and seen["size"] == src.stat().st_size
+
+
+def test_workflow_script_names_the_users_file_for_a_malformed_local_model(tmp_path):
+    from bytesup.synthetic import write_tiny_llama
+
+    good = write_tiny_llama(tmp_path / "good.gguf").read_bytes()
+    src = tmp_path / "mine.gguf"
+    src.write_bytes(good[: len(good) // 2])
+    with pytest.raises(SystemExit):
+        run_script(tmp_path, "local", {"source": "path", "path": str(src), "sha256": None, "link": True})
+    log = (tmp_path / "fetch.log").read_text()
+    error = next(line for line in log.splitlines() if line.startswith("ERROR"))
+    assert error.startswith(f"ERROR {src}: ") and "local.gguf" not in error
+    cache = tmp_path / "resources" / "models" / "local.gguf"
+    assert not cache.is_symlink() and not cache.exists()  # the link is gone, the user's file is not
+    assert src.exists()
+
+
+def test_extract_script_takes_the_models_sha256_from_its_record_instead_of_reading_it_again(tmp_path, monkeypatch):
+    from bytesup import extract as ex
+    from bytesup.synthetic import write_tiny_llama
+
+    gguf = write_tiny_llama(tmp_path / "tiny.gguf")
+    record = tmp_path / "tiny.json"
+    record.write_text(json.dumps({"sha256": sha(gguf.read_bytes())}))
+    monkeypatch.setattr(ex, "sha256_file", lambda *a, **k: pytest.fail("the model was hashed again"))
+    out = tmp_path / "gguf"
+    sm = SimpleNamespace(
+        input=SimpleNamespace(gguf=str(gguf), record=str(record)),
+        output=SimpleNamespace(metadata=str(out / "metadata.json"), tensors_csv=str(out / "tensors.csv"),
+                               index=str(out / "extract.json"), tensors_dir=str(out / "tensors")),
+        params=SimpleNamespace(patterns=["token_embd.weight"], needed_by={}, shown=str(gguf)),
+        log=[str(tmp_path / "extract.log")],
+    )
+    runpy.run_path(str(ROOT / "workflow" / "scripts" / "extract.py"), init_globals={"snakemake": sm})
+    assert json.loads((out / "extract.json").read_text())["gguf"]["sha256"] == sha(gguf.read_bytes())

@@ -108,3 +108,48 @@ def test_forcing_the_extract_checkpoint_plans_the_lessons_after_it(project):
     assert set(planned_jobs(project, "--forcerun", "extract")) == {"extract", "report", "all"}
     out = snakemake(project, "-n", "--forcerun", "extract").stdout
     assert "checkpoint jobs" in out
+
+
+# --- "Nothing to be done" must not hide a problem ------------------------------------------------------
+
+
+@pytest.mark.parametrize("lesson", ["03_ffn_by_hand"])
+def test_a_lesson_notebook_deleted_by_hand_is_made_again(project, lesson):
+    """No other rule reads a lesson's executed notebook: rule all names it, so it is not forgotten."""
+    (project / f"results/tiny/lessons/{lesson}/{lesson}.ipynb").unlink()
+    assert planned_jobs(project) == {f"lesson_{lesson}": 1, "report": 1, "all": 1}
+
+
+def test_the_extracted_tensors_deleted_by_hand_are_made_again(project):
+    import shutil
+
+    shutil.rmtree(project / "results/tiny/gguf/tensors")
+    assert set(planned_jobs(project)) == {"extract", "report", "all"}
+
+
+def test_a_deleted_cached_model_is_fetched_again_and_said(project):
+    (project / "resources/models/tiny.gguf").unlink()  # the link only; the model stays where it is
+    proc = snakemake(project, "-n")
+    assert "resources/models/tiny.gguf is missing; fetching it again, then every stage after it reruns" in proc.stderr
+    assert {"fetch", "extract", "report", "all"} <= set(planned_jobs(project))
+
+
+def test_a_truncated_cached_model_is_fetched_again(project):
+    cache = project / "resources/models/tiny.gguf"
+    data = cache.read_bytes()
+    cache.unlink()  # the link only; the model stays where it is
+    cache.write_bytes(data[: len(data) // 2])
+    proc = snakemake(project, "-n")
+    assert f"resources/models/tiny.gguf is truncated: {len(data) // 2} bytes, its fetch recorded {len(data)}" \
+        in proc.stderr
+    assert {"fetch", "extract", "report", "all"} <= set(planned_jobs(project))
+
+
+def test_a_local_model_whose_file_is_gone_is_named_not_hidden(project):
+    gone = project / "moved-away.gguf"
+    write_config(project, models={"tiny": {"source": "path", "path": str(gone), "sha256": None}})
+    proc = snakemake(project, "-n", check=False)
+    assert proc.returncode != 0
+    assert f"config error: models.tiny.path: '{gone}' is not a file; put the model there or fix the path in " \
+        "config/config.yaml" in proc.stderr
+    assert "Nothing to be done" not in proc.stdout

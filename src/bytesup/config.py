@@ -21,6 +21,67 @@ class ConfigError(ValueError):
     """A config value the workflow cannot use; the message is one line."""
 
 
+def check_config_file(path: str | Path) -> None:
+    """Refuse a config file that is not YAML, naming the file, line and column (1-based)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read it ({err.strerror}); restore it from git (git checkout {path})") from None
+    try:
+        yaml.safe_load(text)
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        what = " ".join(p for p in (err.context, err.problem) if p)
+        raise ConfigError(f"{path}{where}: not valid YAML ({what}); fix it there") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML ({str(err).splitlines()[0]}); fix it there") from None
+
+
+_JSON_TYPES = {"string": str, "integer": int, "number": (int, float), "null": type(None), "array": list,
+               "object": dict}
+
+
+def _allows(schema: dict, value, root: dict) -> bool:
+    """Whether the schema's `type` (or one of its oneOf/anyOf branches') admits the value."""
+    if "$ref" in schema:
+        schema = root["$defs"][schema["$ref"].split("/")[-1]]
+    types = schema.get("type")
+    if types is None:
+        return any(_allows(s, value, root) for s in schema.get("oneOf", []) + schema.get("anyOf", []))
+    types = [types] if isinstance(types, str) else types
+    if isinstance(value, bool):
+        return "boolean" in types
+    return any(isinstance(value, _JSON_TYPES[t]) for t in types if t in _JSON_TYPES)
+
+
+def _typed(instance: Any, schema: dict, root: dict) -> Any:
+    """Read as YAML the strings where the schema wants another type.
+
+    `snakemake --config` parses nested values with YAML's BaseLoader, which keeps every scalar a
+    string: `--config "timing={repeats: 3}"` arrives as {'repeats': '3'}. A string whose key
+    wants an integer, number, boolean or null is read as YAML, as it would be in config.yaml.
+    """
+    if "$ref" in schema:
+        schema = root["$defs"][schema["$ref"].split("/")[-1]]
+    if isinstance(instance, str):
+        try:
+            value = yaml.safe_load(instance)
+        except yaml.YAMLError:
+            return instance
+        return value if not isinstance(value, str) and _allows(schema, value, root) else instance
+    if isinstance(instance, dict):
+        props = schema.get("properties", {})
+        extra = schema.get("additionalProperties")
+        for key, value in instance.items():
+            sub = props.get(key, extra if isinstance(extra, dict) else None)
+            if sub:
+                instance[key] = _typed(value, sub, root)
+    elif isinstance(instance, list) and isinstance(schema.get("items"), dict):
+        instance[:] = [_typed(v, schema["items"], root) for v in instance]
+    return instance
+
+
 def load_schema(path: str | Path) -> dict:
     with open(path, encoding="utf-8") as fh:
         return yaml.safe_load(fh)
@@ -91,6 +152,7 @@ def validate(config: dict, schema_path: str | Path) -> dict:
     schema = load_schema(schema_path)
     if not isinstance(config, dict):
         raise ConfigError(f"the config must be a mapping of keys, got {type(config).__name__}")
+    _typed(config, schema, schema)
     # YAML 1.1 reads an unquoted `gpu: on` as true: take it as the user meant it.
     if isinstance(config.get("gpu"), bool):
         config["gpu"] = "on" if config["gpu"] else "off"
@@ -109,6 +171,7 @@ def validate(config: dict, schema_path: str | Path) -> dict:
                 raise ConfigError(
                     f"{_key(prefix + ['source'])}: {spec.get('source')!r} is not one of 'pypi', 'hf', 'path'"
                 )
+            _typed(spec, branch, schema)
             _fill_defaults(spec, branch, schema)
             err = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(branch).iter_errors(spec))
             if err is not None:

@@ -24,6 +24,7 @@ crash never leaves a half-written file under the final name.
 from __future__ import annotations
 
 import csv
+import errno
 import fnmatch
 import hashlib
 import io
@@ -31,6 +32,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -162,6 +164,23 @@ def _write_json(path: Path, obj: Any) -> None:
     _atomic_write(path, lambda fh: fh.write(text.encode("utf-8")))
 
 
+class NoSpaceError(OSError):
+    """The disk cannot hold the extracted tensors; the message is one line with the space needed."""
+
+
+def _free_mb(folder: Path) -> float:
+    return shutil.disk_usage(folder).free / 2**20
+
+
+def _check_space(tensors_dir: Path, total: int) -> None:
+    """Refuse before writing when the float32 tensors cannot fit (the .npy files already there are replaced)."""
+    have = sum(p.stat().st_size for p in tensors_dir.glob("*.npy"))
+    need = total - have
+    if need > shutil.disk_usage(tensors_dir).free:
+        raise NoSpaceError(f"extract: {tensors_dir} has {_free_mb(tensors_dir):.1f} MiB free, the tensors need "
+                           f"{need / 2**20:.1f} MiB more; free some space and run again")
+
+
 def shape_text(shape: tuple[int, ...]) -> str:
     """(1536, 576) -> '1536x576' (numpy order); a scalar is ''."""
     return "x".join(str(d) for d in shape)
@@ -239,6 +258,7 @@ def extract(
         log.info("%s: extracting %d of %d tensors (%.1f MiB as float32)", f.path.name, len(selected),
                  len(f.tensors), total / 2**20)  # fmt: skip
         tensors_dir.mkdir(parents=True, exist_ok=True)
+        _check_space(tensors_dir, total)
         index_dir = index_path.parent
         entries: dict[str, dict] = {}
         files_written = set()
@@ -249,7 +269,14 @@ def extract(
             if npy.name in files_written:  # two names escaped to one file: impossible, but check
                 raise RuntimeError(f"tensor file name clash for {name!r}")
             files_written.add(npy.name)
-            digest = _save_npy(npy, array)
+            try:
+                digest = _save_npy(npy, array)
+            except OSError as err:
+                if err.errno != errno.ENOSPC:
+                    raise
+                raise NoSpaceError(f"extract: no space left writing {npy} ({_free_mb(tensors_dir):.1f} MiB free; "
+                                   f"the tensors need {total / 2**20:.1f} MiB in all); free some space and run again"
+                                   ) from None
             how = dequantizer_used(info.type_name)
             entries[name] = {
                 "file": os.path.relpath(npy, index_dir),

@@ -28,6 +28,7 @@ Since the bytes land beside ``dest`` there is no second copy in a hub cache eith
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import http.client
 import json
@@ -122,6 +123,59 @@ def fetch_model(name: str, spec: dict, dest: Path, *, progress: bool = True) -> 
 def write_record(record: dict, path: Path) -> None:
     """Write a fetch record as stable JSON (sorted keys, trailing newline)."""
     Path(path).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+
+
+# --- the cached model, checked before any stage uses it -----------------------------------------
+
+
+def _verified_path(gguf: Path) -> Path:
+    """Where the fingerprint of the last full hash of a cached model is kept (beside the record)."""
+    return gguf.with_name(gguf.name + ".verified.json")
+
+
+def _fingerprint(gguf: Path) -> dict:
+    st = os.stat(gguf)  # follows a symlink: the fingerprint of the bytes, wherever they lie
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino, "dev": st.st_dev}
+
+
+def mark_verified(gguf: Path, sha256: str) -> None:
+    """Remember that ``gguf``, as it is now on disk (size, mtime, inode), hashes to ``sha256``."""
+    gguf = Path(gguf)
+    _verified_path(gguf).write_text(json.dumps({"sha256": sha256, **_fingerprint(gguf)}, sort_keys=True) + "\n")
+
+
+def cached_model_problem(name: str, spec: dict, gguf: Path, record_path: Path, *, progress: bool = False):
+    """Why the cached model ``gguf`` (with its fetch record) must not be used as it is; None when it may.
+
+    The fetch verified the bytes once; bytes flipped, truncated or deleted since would otherwise go
+    through every stage into a report. The file is hashed in full only when its size, mtime or inode
+    differ from those of its last verified hash, so a 7 GB model is read once per change, not per run.
+    Nothing there yet (no record, no file) is no problem: the fetch runs anyway.
+    """
+    gguf, record_path = Path(gguf), Path(record_path)
+    record = _read_json(record_path) if record_path.is_file() else None
+    present = gguf.exists() or gguf.is_symlink()
+    if record is None:
+        return f"{gguf} has no fetch record ({record_path}): the fetch did not finish" if present else None
+    if gguf.is_symlink() and not gguf.exists():
+        return f"{gguf} is a link to {os.readlink(gguf)}, which is gone"
+    if not present:
+        return f"{gguf} is missing"
+    pinned = spec.get("sha256")
+    if pinned and pinned.lower() != record.get("sha256"):
+        return f"{gguf} was fetched with sha256 {record.get('sha256')}, but models.{name}.sha256 now pins {pinned}"
+    size = gguf.stat().st_size
+    if size != record.get("size"):
+        how = "truncated" if size < (record.get("size") or 0) else "changed"
+        return f"{gguf} is {how}: {size} bytes, its fetch recorded {record.get('size')}"
+    seen = _read_json(_verified_path(gguf))
+    if seen == {"sha256": record.get("sha256"), **_fingerprint(gguf)}:
+        return None
+    sha256 = file_sha256(gguf, progress=progress)
+    if sha256 != record.get("sha256"):
+        return f"{gguf} hashes to {sha256}, not the {record.get('sha256')} its fetch verified (damaged on disk?)"
+    mark_verified(gguf, sha256)
+    return None
 
 
 def file_sha256(path: Path, *, progress: bool = True) -> str:
@@ -273,12 +327,14 @@ def _fetch_path(name: str, spec: dict, dest: Path, pins: _Pins, progress: bool):
         os.replace(part, dest)
         return details, sha256, size
 
+    _check_disk_space(name, dest.parent, size)
     hasher = hashlib.sha256()
     try:
         with open(src, "rb") as f, open(part, "wb") as out:
             copied = _copy_hashing(f, out, hasher, _Progress(f"{name}: copying {src.name}", size, progress))
-    except BaseException:
+    except BaseException as err:
         _discard_partial(part)
+        _raise_if_disk_full(err, name, dest.parent, size)
         raise
     _verify_and_publish(name, pins, part, dest, hasher.hexdigest(), copied, given)
     return details, hasher.hexdigest(), copied
@@ -562,8 +618,17 @@ def _read_json(path: Path):
 def _check_disk_space(name: str, folder: Path, needed: int) -> None:
     free = shutil.disk_usage(folder).free
     if needed > free:
-        raise FetchError(f"models.{name}: {folder} has {free / 1e9:.1f} GB free, the download needs "
-                         f"{needed / 1e9:.1f} GB more; free some space and run again")
+        raise FetchError(f"models.{name}: fetch: {folder} has {free / 1e9:.3f} GB free, the model needs "
+                         f"{needed / 1e9:.3f} GB more; free some space and run again")
+
+
+def _raise_if_disk_full(err: BaseException, name: str, folder: Path, needed: int) -> None:
+    """A disk that filled up while writing becomes the one-line FetchError (the partial file is gone)."""
+    if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+        free = shutil.disk_usage(folder).free
+        raise FetchError(f"models.{name}: fetch: no space left on the disk of {folder} ({free / 1e9:.3f} GB free "
+                         f"after removing the partial file; the model needs {needed / 1e9:.3f} GB); "
+                         "free some space and run again") from None
 
 
 def _truthy(value: str | None) -> bool:

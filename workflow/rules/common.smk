@@ -1,24 +1,58 @@
 # Validation, model lookup and target helpers shared by every rule file.
 import datetime
 import sys
+from pathlib import Path
 
 from bytesup.config import ConfigError, model_spec, validate
+from bytesup.fetch import cached_model_problem
 from bytesup.lessons import read_metadata, registry
 from bytesup.runlock import clear_owner, record_owner, remove_stale_lock
 
 LESSONS = registry()  # every lesson the package declares, in the course's order
 
+# Snakemake writes the interpreter's path into each job's command line unquoted (an open upstream
+# bug), so when it holds a space every job fails ("/path/with: No such file or directory"). That is
+# the case of a checkout whose path has a space once `make` puts its .venv inside it.
+if any(c.isspace() for c in sys.executable):
+    sys.exit(
+        f"error: the path of the Python running Snakemake has a space in it ({sys.executable!r}); Snakemake "
+        "does not quote it in its jobs' commands, so every job would fail: move the project (and its .venv) "
+        "to a path without spaces, or use a Python installed at one, and run again"
+    )
+
 try:
     validate(config, workflow.source_path("../schemas/config.schema.yaml"))
     MODEL = config["model"]
     MODEL_SPEC = model_spec(config, MODEL)
+    if (
+        MODEL_SPEC["source"] == "path"
+        and not Path(MODEL_SPEC["path"]).expanduser().is_file()
+    ):
+        raise ConfigError(
+            f"models.{MODEL}.path: {MODEL_SPEC['path']!r} is not a file; put the model there or fix "
+            "the path in config/config.yaml (the outputs already made from it are kept)"
+        )
 except ConfigError as err:
     sys.exit(f"config error: {err}")
 
-# A run killed with SIGKILL leaves Snakemake's lock behind; a live run's lock is kept.
-_stale = remove_stale_lock()
-if _stale:
-    print(_stale, file=sys.stderr)
+if workflow.is_main_process:
+    # A run killed with SIGKILL leaves Snakemake's lock (and maybe its jobs) behind; a live
+    # run's lock is kept. Its left-over jobs are ended first, so nothing writes beside this run.
+    _stale = remove_stale_lock()
+    if _stale:
+        print(_stale, file=sys.stderr)
+    # The cached model is checked before any stage reads it (hashed in full only when it changed
+    # on disk since it was last verified); one that is damaged, truncated or gone is fetched again.
+    _gguf = Path(f"resources/models/{MODEL}.gguf")
+    _record = Path(f"resources/models/{MODEL}.json")
+    _problem = cached_model_problem(MODEL, MODEL_SPEC, _gguf, _record)
+    if _problem:
+        print(
+            f"{_problem}; fetching it again, then every stage after it reruns",
+            file=sys.stderr,
+        )
+        # without its output (the record) the fetch runs first, and every stage after it
+        _record.unlink(missing_ok=True)
 
 
 onstart:
@@ -47,6 +81,14 @@ def gguf_path(wildcards=None):
     return f"resources/models/{MODEL}.gguf"
 
 
+def shown_model_path(model):
+    """The model's file as the user knows it: their own file for a local model, else the cache."""
+    spec = model_spec(config, model)
+    return (
+        spec["path"] if spec["source"] == "path" else f"resources/models/{model}.gguf"
+    )
+
+
 def report_targets():
     """The dated report, and the timing outputs: the report needs them too, but they are named here
     so that `snakemake -n` lists the timing jobs before the extract checkpoint has run.
@@ -62,11 +104,46 @@ def report_targets():
     return dated + timing
 
 
+def kept_outputs():
+    """Outputs that no later rule reads (the model and its record, the extracted tensors): named as
+    targets, so that one deleted by hand is made again instead of "Nothing to be done". Static, not
+    behind the extract checkpoint: a checkpoint only checks its first output before it is trusted.
+    """
+    fetch = named_outputs("fetch", model=MODEL)
+    return [
+        fetch["gguf"],
+        fetch["record"],
+        named_outputs("extract", model=MODEL)["tensors_dir"],
+    ]
+
+
+def lesson_notebooks(wildcards):
+    """Each lesson's executed notebook (no later rule reads it either): a target too."""
+    return [
+        named_outputs(f"lesson_{lesson}", model=MODEL)["notebook"]
+        for lesson in lessons_run(MODEL)[0]
+    ]
+
+
 # --- fetch ---------------------------------------------------------------------------
+
+
+def redo_incomplete():
+    """Redo the outputs a cut-off job left (kill, Ctrl-C, power), as --rerun-incomplete does.
+
+    The default workflow profile's `rerun-incomplete: true` is not enough: Snakemake reads a default
+    workflow profile only from profiles/default beside the Snakefile or in the working directory,
+    and the Snakefile sits at the top. Nor can the Snakefile set it while it is read (the DAG's
+    settings are attached after that), so this runs from the fetch's input function: every DAG holds
+    the fetch, and Snakemake evaluates input functions before it checks for incomplete outputs.
+    """
+    if workflow.dag_settings is not None:
+        workflow.dag_settings.force_incomplete = True
 
 
 def fetch_inputs(wildcards):
     """A local model is an input, so replacing the file reruns everything downstream."""
+    redo_incomplete()
     spec = model_spec(config, wildcards.model)
     return [spec["path"]] if spec["source"] == "path" else []
 

@@ -7,6 +7,7 @@
 checkpoint extract:
     input:
         gguf="resources/models/{model}.gguf",
+        record="resources/models/{model}.json",  # its sha256, verified on fetch: not hashed again
     output:
         metadata="results/{model}/gguf/metadata.json",
         tensors_csv="results/{model}/gguf/tensors.csv",
@@ -21,6 +22,7 @@ checkpoint extract:
         mem_mb=4000,
         runtime=60,
     params:
+        shown=lambda wc: shown_model_path(wc.model),
         patterns=extract_patterns(),
         needed_by={
             lesson: list(LESSONS[lesson].tensors) for lesson in config["lessons"]

@@ -6,9 +6,11 @@ one-line message, without a traceback.
 """
 
 import fnmatch
+import json
 import sys
+from pathlib import Path
 
-from bytesup.extract import TensorSelectionError, extract
+from bytesup.extract import NoSpaceError, TensorSelectionError, extract
 from bytesup.gguf_file import GGUFFormatError, UnsupportedTypeError
 from bytesup.joblog import job_logging
 
@@ -21,6 +23,9 @@ def lessons_needing(tensor: str, needs: dict) -> list[str]:
 
 
 def main(sm) -> None:
+    # The model's sha256 was verified on fetch (and the cache re-checked at this run's start):
+    # the record gives it, so a 7 GB model is not read in full a second time only to hash it.
+    sha256 = json.loads(Path(sm.input.record).read_text())["sha256"]
     with job_logging(sm.log[0] if sm.log else None) as logger:
         try:
             extract(
@@ -31,14 +36,16 @@ def main(sm) -> None:
                 tensors_csv_path=sm.output.tensors_csv,
                 index_path=sm.output.index,
                 tensors_dir=sm.output.tensors_dir,
+                gguf_sha256=sha256,
             )
         except UnsupportedTypeError as err:
             lessons = lessons_needing(err.tensor, sm.params.needed_by)
             who = f"lessons that cannot run: {', '.join(lessons)}" if lessons else "no lesson reads it"
             logger.error("%s; %s; remove it from extract.tensors in config/config.yaml to go on without it", err, who)
             sys.exit(1)
-        except (GGUFFormatError, TensorSelectionError) as err:
-            logger.error("%s", err)
+        except (GGUFFormatError, TensorSelectionError, NoSpaceError) as err:
+            # a local model's messages name the user's file, not the link or copy under resources/
+            logger.error("%s", str(err).replace(str(sm.input.gguf), sm.params.shown))
             sys.exit(1)
 
 

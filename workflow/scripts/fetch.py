@@ -3,31 +3,35 @@
 All logic lives in bytesup.fetch; this only wires the rule's params, outputs and log to it.
 After the checksum, the file's GGUF structure is validated too, so a malformed file stops
 the workflow here, before any stage reads it. An expected failure ends the job with its
-one-line message, without a traceback, and leaves no model behind.
+one-line message, without a traceback, and leaves no model behind. Messages about a local
+model (source: path) name the user's file, not the copy or link under resources/.
 """
 
 import sys
 from pathlib import Path
 
-from bytesup.fetch import FetchError, fetch_model, write_record
+from bytesup.fetch import FetchError, fetch_model, mark_verified, write_record
 from bytesup.gguf_file import GGUFFile, GGUFFormatError
 from bytesup.joblog import job_logging
 
 
 def main(sm) -> None:
     dest = Path(sm.output.gguf)
+    spec = dict(sm.params.spec)
+    shown = spec["path"] if spec.get("source") == "path" else str(dest)
     with job_logging(sm.log[0] if sm.log else None) as logger:
         try:
-            record = fetch_model(sm.params.name, dict(sm.params.spec), dest)
+            record = fetch_model(sm.params.name, spec, dest)
             with GGUFFile(dest) as gguf:
-                logger.info("%s: GGUF v%d, %d tensors, %d metadata keys", dest, gguf.version,
+                logger.info("%s: GGUF v%d, %d tensors, %d metadata keys", shown, gguf.version,
                             len(gguf.tensors), len(gguf.metadata))
         except (FetchError, GGUFFormatError) as err:
             if isinstance(err, GGUFFormatError):
                 dest.unlink(missing_ok=True)
-            logger.error("%s", err)
+            logger.error("%s", str(err).replace(str(dest), shown))
             sys.exit(1)
         write_record(record, Path(sm.output.record))
+        mark_verified(dest, record["sha256"])  # the next run's check of the cache need not re-read it
 
 
 main(snakemake)  # noqa: F821  (injected by Snakemake's script directive)

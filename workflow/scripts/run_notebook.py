@@ -3,19 +3,21 @@
 The notebook receives exactly the parameters its SPEC names (bytesup.lessons.spec): model,
 model_sha256, the config keys it takes, and every input and output path by name. It runs into
 its log file first, so a failed run leaves the partly executed notebook where the user can open
-it; only a finished run is copied to the output.
+it; only a finished run is copied to the output. A failing cell or a dying kernel ends the job
+with one line (bytesup.notebook_job).
 """
 
 import json
+import logging
 import os
 import sys
 import shutil
 from pathlib import Path
 
-import papermill
-from papermill.exceptions import PapermillExecutionError
+from bytesup.notebook_job import NotebookFailed, run_notebook
 
 sm = snakemake  # noqa: F821  (injected by Snakemake's script directive)
+logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
 
 # The pinned kernel is 'python3' of the environment running the workflow: its kernel.json
 # starts `python`, so this environment's bin folder goes first on PATH.
@@ -33,19 +35,7 @@ partial.parent.mkdir(parents=True, exist_ok=True)
 Path(sm.output.notebook).parent.mkdir(parents=True, exist_ok=True)
 
 try:
-    papermill.execute_notebook(
-        sm.input.notebook,
-        str(partial),
-        parameters=parameters,
-        kernel_name="python3",
-        cwd=os.getcwd(),
-        progress_bar=False,
-        log_output=True,
-    )
-except PapermillExecutionError as err:
-    sys.exit(
-        f"lesson {sm.params.lesson} failed in cell {err.cell_index} "
-        f"(execution count {err.exec_count}): {err.ename}: {err.evalue}; "
-        f"the partly executed notebook is {partial}"
-    )
+    run_notebook(sm.input.notebook, partial, lesson=sm.params.lesson, parameters=parameters, cwd=os.getcwd())
+except NotebookFailed as err:
+    sys.exit(str(err))
 shutil.copyfile(partial, sm.output.notebook)
