@@ -14,6 +14,8 @@ checkpoint extract:
         tensors_dir=directory("results/{model}/gguf/tensors"),
     log:
         "logs/extract/{model}.log",
+    benchmark:
+        "benchmarks/extract/{model}.tsv"
     priority: 10  # first after the fetch: the lessons wait on it, and its errors name them
     conda:
         "../envs/bytesup.yaml"

@@ -30,6 +30,8 @@ rule report:
         archive=update("report/{date}.zip"),
     log:
         "logs/report/{date}.log",
+    benchmark:
+        "benchmarks/report/{date}.tsv"
     localrule: True
     conda:
         "../envs/bytesup.yaml"
