@@ -38,6 +38,7 @@ rule report:
     params:
         sources=report_sources,
         refused=lessons_refused,
+        jobs=report_jobs,
         model=MODEL,
     script:
         "../scripts/report.py"
