@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import mmap as mmap_mod
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -210,6 +211,21 @@ def row_chunks(E: np.ndarray, chunk: int | None = None):
         release_pages(E)
 
 
+def take_rows(E: np.ndarray, ids) -> np.ndarray:
+    """Rows ``ids`` of E as float32. From a memory-mapped .npy each row is read with a plain read:
+    touching scattered rows through the map maps the page cache's large pages (2 MB here) around
+    every row, and 20,000 random rows would bring the whole table into the job's memory."""
+    ids = np.asarray(ids)
+    if not (isinstance(E, np.memmap) and isinstance(E.base, mmap_mod.mmap) and E.flags.c_contiguous):
+        return np.asarray(E[ids], np.float32)
+    out = np.empty((len(ids), E.shape[1]), E.dtype)
+    row_bytes = E.shape[1] * E.itemsize
+    with open(E.filename, "rb", buffering=0) as fh:
+        for k, i in enumerate(ids.tolist()):
+            os.preadv(fh.fileno(), [out[k]], E.offset + i * row_bytes)
+    return out.astype(np.float32, copy=False)
+
+
 def unit_rows(E: np.ndarray) -> np.ndarray:
     """Every row divided by its length (float32). Then a dot product is a cosine.
 
@@ -286,14 +302,13 @@ def pair_cosines(E: np.ndarray, a: np.ndarray, b: np.ndarray, centre: np.ndarray
     chunk = chunk or max(1, chunk_rows(E) // 2)
     out = np.empty(len(a), np.float32)
     for s in range(0, len(a), chunk):
-        x = np.asarray(E[a[s : s + chunk]], np.float32)
-        y = np.asarray(E[b[s : s + chunk]], np.float32)
+        x = take_rows(E, a[s : s + chunk])
+        y = take_rows(E, b[s : s + chunk])
         if centre is not None:
             x, y = x - centre, y - centre
         num = np.einsum("ij,ij->i", x, y)
         den = np.sqrt(np.einsum("ij,ij->i", x, x) * np.einsum("ij,ij->i", y, y))
         out[s : s + chunk] = num / np.where(den == 0, 1, den)
-    release_pages(E)
     return out
 
 
@@ -301,7 +316,7 @@ def nearest_cosines(E: np.ndarray, ids: np.ndarray, chunk: int | None = None) ->
     """For each id, the cosine of its nearest other row: the sampled unit rows against every unit
     row, one chunk of the table at a time, keeping the largest cosine seen so far."""
     ids = np.asarray(ids)
-    sample = unit_rows(np.asarray(E[ids], np.float32))  # (len(ids), width)
+    sample = unit_rows(take_rows(E, ids))  # (len(ids), width)
     best = np.full(len(ids), -np.inf, np.float32)
     for s, rows in row_chunks(E, chunk):
         c = sample @ unit_rows(rows).T  # (len(ids), rows in this chunk)
