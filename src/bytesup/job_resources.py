@@ -19,7 +19,8 @@ model; the lessons map the extract stage's .npy files) as well as its own arrays
 
 The second half is the memory model: each job's peak as a function of the model's shapes
 (``peak_mb``), the arithmetic of what each job holds at once, so the same code can be judged at
-shapes this machine cannot run (``estimate_table`` at Llama-3-70B). docs/memory.md prints it.
+shapes this machine cannot run (``estimate_table`` at Llama-3-70B). docs/memory.md has the tables;
+tests/test_memory.py prints them and holds them to 2 GB (7B) and 8 GB (70B).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from bytesup.model.configs import Architecture, type_bytes
+from bytesup.model.configs import Architecture, llama_tensor_shapes, type_bytes
 
 MB = 2**20  # Snakemake's max_rss and mem_mb are in MiB (psutil bytes / 1024 / 1024)
 
@@ -111,14 +112,21 @@ def over(rows: list[dict]) -> list[str]:
 
 # --- the memory model: what each job holds at once, from the shapes -------------------------------
 #
-# Every job starts from an interpreter with numpy, gguf-py and the package imported; a lesson job
-# adds Snakemake's script process, papermill and a Jupyter kernel with pandas and matplotlib. The
-# two bases below are the smallest peaks measured on the tiny synthetic model (tests/test_memory.py),
-# rounded up. On top of the base, each job holds the arrays named in its formula.
+# Two parts per job. "own": the arrays and objects the job allocates (anonymous memory: what must
+# fit, or the job is killed). "mapped": pages of a memory-mapped file the job reads (the model,
+# through llama.cpp or the streaming decoder; the extract stage's .npy files). Those count in
+# resident memory (max_rss) while mapped, but they are the page cache's: the kernel drops them
+# when memory is short, and a cgroup limit (SLURM) reclaims them rather than killing the job.
+#
+# Every job starts from an interpreter: a script job (Snakemake's script wrapper, numpy, gguf-py,
+# bytesup) or a lesson job (that plus papermill and a Jupyter kernel with pandas and matplotlib).
+# The bases are the largest peaks measured on the tiny synthetic model (report job_resources.csv),
+# rounded up.
 
-PYTHON_BASE_MB = 250  # a script job: Snakemake's script wrapper, numpy, gguf-py, bytesup
-NOTEBOOK_BASE_MB = 450  # a lesson job: the above plus papermill and a kernel (pandas, matplotlib)
-CHUNK_MB = 64  # the row chunk the streaming stages (extract, lesson 2) dequantize or read at a time
+PYTHON_BASE_MB = 150  # a script job (tiny model: 40-100 MB; torch for the GPU job: 220 MB)
+NOTEBOOK_BASE_MB = 300  # a lesson job (tiny model: 200-260 MB)
+CHUNK_MB = 64  # the row chunk extract, lesson 2 and the streaming decoder's output head work in
+TOKEN_TEXT_BYTES = 200  # one vocabulary string in Python: the object, its list slot, its JSON text
 
 
 def _f32_mb(*shape: int) -> float:
@@ -126,54 +134,63 @@ def _f32_mb(*shape: int) -> float:
 
 
 def file_bytes(a: Architecture, type_name: str = "Q8_0") -> int:
-    """Bytes of a GGUF of this shape with every matrix as `type_name` and norms as F32 (the tensors)."""
-    from bytesup.model.configs import llama_tensor_shapes
-
+    """Bytes of the tensors of a GGUF of this shape: every matrix as `type_name`, norms as F32."""
     total = 0
     for _, shape in llama_tensor_shapes(a):
         total += 4 * shape[0] if len(shape) == 1 else type_bytes(type_name, math.prod(shape))
     return total
 
 
-def peak_mb(job: str, a: Architecture, *, resident_budget_mb: int = 2000, type_name: str = "Q8_0") -> dict:
-    """{"peak_mb": estimate, "holds": what at once} for one job at these shapes.
+def block_f32_mb(a: Architecture) -> float:
+    """One transformer block's matrices as float32: attention (q, k, v, output) and the FFN's three."""
+    q, kv = a.n_heads * a.head_dim, a.n_kv_heads * a.head_dim
+    return _f32_mb(a.d_model, 2 * q + 2 * kv) + 3 * _f32_mb(a.d_ff, a.d_model)
 
-    Jobs: fetch, extract, timing_cpu, timing_decode, timing_figure, report, and the lessons
-    whose memory this module models: 02_tokens_and_embeddings. The formulas follow the code:
+
+def peak_mb(job: str, a: Architecture, *, resident_budget_mb: int = 2000, llc_mb: int = 32,
+            type_name: str = "Q8_0") -> dict:  # fmt: skip
+    """{"own_mb", "mapped_mb", "holds"} for one job at these shapes (the formulas follow the code).
+
+    Jobs: fetch, extract, 02_tokens_and_embeddings, timing_cpu, timing_decode, timing_figure, report.
     """
-    vocab_row_chunk = min(_f32_mb(a.vocab, a.d_model), CHUNK_MB)
+    vocab_text = a.vocab * TOKEN_TEXT_BYTES / MB
     if job == "fetch":
-        # hashes the file in 1 MB reads (or copies it): nothing grows with the model
-        return {"peak_mb": PYTHON_BASE_MB, "holds": "the interpreter; the file is hashed in 1 MB pieces"}
+        return {"own_mb": PYTHON_BASE_MB, "mapped_mb": 0.0,
+                "holds": "the interpreter; the file is hashed (or copied) 1 MB at a time"}
     if job == "extract":
-        # tensor by tensor, CHUNK_MB of rows at a time: the raw bytes read, their float32 rows, the
-        # hashing writer's buffer; the tensor table and metadata (the vocabulary) as Python objects
-        vocab_strings = a.vocab * 200 / MB  # a token string in Python, in its list and its JSON text
-        return {"peak_mb": PYTHON_BASE_MB + 3 * CHUNK_MB + vocab_strings,
-                "holds": "3 row chunks of one tensor (raw bytes, float32, the write) + the vocabulary as text"}
+        # bytesup.extract: tensor by tensor, a chunk of rows read with plain reads (quantized) and its
+        # float32 rows written through the hasher; the metadata (the vocabulary) as Python objects
+        return {"own_mb": PYTHON_BASE_MB + 2 * CHUNK_MB + vocab_text, "mapped_mb": 0.0,
+                "holds": "one chunk of rows, quantized and as float32; the vocabulary as text"}
     if job == "02_tokens_and_embeddings":
-        # rows of the embedding table CHUNK_MB at a time (read, unit rows, their cosines to 512 sampled
-        # rows); 20,000 pairs of rows in chunks; per-row lengths (vocab floats); the vocabulary
-        vocab_strings = a.vocab * 200 / MB
-        return {"peak_mb": NOTEBOOK_BASE_MB + 3 * vocab_row_chunk + vocab_strings + 8 * a.vocab * 4 / MB,
-                "holds": "3 chunks of embedding rows + per-row lengths and cosines (a few floats per token)"}
+        # the table a chunk of rows at a time (the rows, their unit rows), 512 sampled unit rows and
+        # their cosines to a chunk, per-token floats (row lengths, cosines to one row, their order)
+        sample = _f32_mb(512, a.d_model) + 512 * min(a.vocab, CHUNK_MB * MB // (4 * a.d_model)) * 4 / MB
+        return {"own_mb": NOTEBOOK_BASE_MB + 2 * CHUNK_MB + sample + 6 * 4 * a.vocab / MB + vocab_text,
+                "mapped_mb": CHUNK_MB, "holds": "two chunks of embedding rows, 512 sampled rows, a few floats per token"}
     if job == "timing_cpu":
-        # the sweep stacks real FFN matrices as float32 up to 2 x the last-level cache (config), the
-        # STREAM arrays, one FFN matrix dequantized to stack from
-        ffn = _f32_mb(a.d_ff, a.d_model)
-        return {"peak_mb": PYTHON_BASE_MB + 2 * ffn + 3 * 256,
-                "holds": "one FFN matrix as float32, its stacked copies, three STREAM arrays of 256 MB"}
+        # bytesup.timing.run_cpu: first STREAM (3 float64 arrays of max(4 x LLC, 256 MiB)), freed;
+        # then ffn_gate and ffn_up stacked as float32 until each holds 2 x LLC (one block at least),
+        # with one more being concatenated; the dequantizer benchmark works on 16 MB per type
+        stream_mb = 3 * max(4 * llc_mb, 256)
+        per_block = _f32_mb(a.d_ff, a.d_model)
+        stacked = max(1, math.ceil(2 * llc_mb / per_block)) * per_block
+        sweep_mb = 3 * stacked
+        return {"own_mb": PYTHON_BASE_MB + max(stream_mb, sweep_mb),
+                "mapped_mb": 2 * type_bytes(type_name, a.d_ff * a.d_model) / MB,
+                "holds": "the STREAM arrays, or two stacked FFN matrices as float32 (and one being stacked)"}
     if job == "timing_decode":
-        # float32 weights while they fit the resident budget, else one block at a time from the map;
-        # llama.cpp maps the file (its pages are the page cache's, counted while touched)
-        block = _f32_mb(a.d_model, 4 * a.d_model) + 3 * _f32_mb(a.d_ff, a.d_model)
-        weights = min(resident_budget_mb, block + 2 * _f32_mb(a.vocab, a.d_model))
-        return {"peak_mb": PYTHON_BASE_MB + weights + 2 * _f32_mb(a.vocab, a.d_model) / 2,
-                "holds": "one block's weights as float32 (or the resident budget), the output head's logits"}
+        # the NumPy decoder: resident float32 weights when they fit the budget, else one block as float32
+        # at a time plus a chunk of the output head (bytesup.model.weights, pages handed back after
+        # each tensor); llama.cpp on the same file maps all of it
+        f32_model = sum(4 * math.prod(shape) for _, shape in llama_tensor_shapes(a)) / MB
+        weights = f32_model if f32_model <= resident_budget_mb else block_f32_mb(a) + CHUNK_MB
+        logits = _f32_mb(256, a.vocab)  # prefill of 256 tokens: logits of every position
+        return {"own_mb": PYTHON_BASE_MB + weights + logits, "mapped_mb": file_bytes(a, type_name) / MB,
+                "holds": "one block's matrices as float32 + a head chunk + prefill logits; llama.cpp maps the file"}
     if job in ("timing_figure", "report"):
-        return {"peak_mb": NOTEBOOK_BASE_MB, "holds": "CSV and JSON files; nothing grows with the model"}
-    raise ValueError(f"no memory model for job {job!r}; known: fetch, extract, 02_tokens_and_embeddings, "
-                     "timing_cpu, timing_decode, timing_figure, report")
+        return {"own_mb": NOTEBOOK_BASE_MB, "mapped_mb": 0.0, "holds": "CSV and JSON files: nothing grows with the model"}
+    raise ValueError(f"no memory model for job {job!r}; known: {', '.join(MODELLED_JOBS)}")
 
 
 MODELLED_JOBS = ("fetch", "extract", "02_tokens_and_embeddings", "timing_cpu", "timing_decode", "timing_figure",
@@ -181,9 +198,9 @@ MODELLED_JOBS = ("fetch", "extract", "02_tokens_and_embeddings", "timing_cpu", "
 
 
 def estimate_table(a: Architecture, **kw) -> list[dict]:
-    """peak_mb for every modelled job at these shapes, largest first."""
+    """peak_mb for every modelled job at these shapes, largest own memory first."""
     rows = [{"job": job, **peak_mb(job, a, **kw)} for job in MODELLED_JOBS]
-    return sorted(rows, key=lambda r: -r["peak_mb"])
+    return sorted(rows, key=lambda r: -r["own_mb"])
 
 
 COLUMNS = ("job", "wall_s", "runtime_s", "within_runtime", "max_rss_mb", "mem_mb", "mem_fraction", "within_mem_mb",
