@@ -20,8 +20,8 @@ checkpoint extract:
     conda:
         "../envs/bytesup.yaml"
     resources:
-        mem_mb=4000,
-        runtime=60,
+        mem_mb=1000,  # tensor by tensor, 64 MB of rows at a time: 206 MB on the specimen (docs/memory.md)
+        runtime=20,
     params:
         patterns=extract_patterns(),
         needed_by={

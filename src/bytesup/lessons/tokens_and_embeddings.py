@@ -68,6 +68,10 @@ SPEC = LessonSpec(
         Headline('random_self_dot', 'a·a', fmt='.2f'),
     ),
     config_keys=('token', 'seed'),
+    # the specimen's 32k x 4096 table a 64 MB chunk at a time: compute() peaks at 204 MB (it was 2.4 GB);
+    # with papermill and the kernel the job stays under 600 MB (docs/memory.md)
+    mem_mb=1000,
+    runtime=10,
 )
 EMBEDDINGS = "token_embd.weight"
 NEIGHBOUR_WORDS = (" cat", " dog", " king", " Paris", " seven", " red")
