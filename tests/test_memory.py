@@ -191,3 +191,31 @@ def test_memory_model_grows_with_vocab_only_through_small_terms():
     grow = jr.peak_mb(lesson, wide)["own_mb"] - jr.peak_mb(lesson, a)["own_mb"]
     table_mb = 4 * 3 * a.vocab * a.d_model / 2**20  # the 3 x larger part of a float32 table
     assert 0 < grow < table_mb / 20
+
+
+# --- the whole DAG on a model of a few hundred MB ------------------------------------------------
+
+WIDE = Architecture("wide-ffn", d_model=1024, d_ff=16384, n_layers=4, vocab=32000, n_heads=16, n_kv_heads=16,
+                    head_dim=64, context_length=2048)  # 299 MB as Q8_0, 1.1 GB as float32  # fmt: skip
+
+
+@pytest.mark.slow
+def test_whole_dag_on_a_wide_model_keeps_within_its_declarations(tmp_path, finished_tiny):
+    """Every job's peak (its benchmark file) within its rule's mem_mb and runtime; and the stages that
+    stream (extract, lesson 2) use about what they use on the tiny model, though the file is 300 MB."""
+    from conftest import tiny_project
+    from workflow_helpers import snakemake
+
+    gguf = write_shaped(tmp_path / "wide.gguf", WIDE)
+    project = tiny_project(tmp_path / "project", gguf=gguf)
+    snakemake(project, timeout=3600)
+    table = list(csv.DictReader((next((project / "report").glob("*/job_resources.csv"))).open()))
+    assert {r["job"] for r in table} >= {"fetch", "extract", "lesson_02_tokens_and_embeddings", "timing_decode"}
+    over = [r for r in table if r["within_mem_mb"] == "False" or r["within_runtime"] == "False"]
+    assert not over, over
+    tiny = {r["job"]: r for r in csv.DictReader(next((finished_tiny / "report").glob("*/job_resources.csv")).open())}
+    f32_mb = sum(4 * np.prod(s) for _, s in llama_tensor_shapes(WIDE)) / 2**20
+    for r in table:
+        if r["job"] in ("extract", "lesson_02_tokens_and_embeddings"):
+            grew = float(r["max_rss_mb"]) - float(tiny[r["job"]]["max_rss_mb"])
+            assert grew < 300 < f32_mb / 3, (r["job"], grew)  # the model as float32: 1,100 MB more

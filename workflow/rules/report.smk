@@ -35,6 +35,9 @@ rule report:
     localrule: True
     conda:
         "../envs/bytesup.yaml"
+    resources:
+        mem_mb=1000,  # reads CSV and JSON files: 70 MB on the tiny model, nothing grows with the model
+        runtime=10,
     params:
         sources=report_sources,
         refused=lessons_refused,
