@@ -21,7 +21,7 @@ rule timing_cpu:
         "../envs/bytesup.yaml"
     threads: workflow.cores
     resources:
-        mem_mb=8000,
+        mem_mb=2000,  # STREAM's 3 x 256 MB, then two FFN matrices as float32: 826 MB on the specimen
         runtime=30,
     params:
         timing=config["timing"],
