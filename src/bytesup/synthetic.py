@@ -1,6 +1,10 @@
 """Tiny llama-style GGUF files for tests, written with gguf.GGUFWriter.
 
     path = write_tiny_llama(tmp_path / "tiny.gguf")   # 2 blocks, width 32, FFN 64
+    path = write_shaped(path, DEEPSEEK_CODER_6_7B)    # the course specimen's exact shapes, 7.16 GB
+
+Files are written tensor by tensor (each made, encoded and written before the next), so memory
+holds one tensor, never the file: a multi-GB file of a published shape costs its largest tensor.
 
 Same tensor names and metadata keys as a real llama GGUF, a GPT-2 style vocabulary
 (leading space = 'Ġ') with 'Ġcat' and its neighbours, and a mix of tensor types:
