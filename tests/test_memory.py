@@ -178,7 +178,10 @@ def test_memory_model_at_7b_and_70b(capsys):
     at70 = {r["job"]: r for r in jr.estimate_table(LLAMA3_70B)}
     # the decoder's largest piece at 70B: one block's matrices as float32, not the model:
     # 4 bytes x (8192 x (2 x 8192 + 2 x 1024) attention + 3 x 28672 x 8192 FFN) = 3,264 MiB
-    assert jr.block_f32_mb(LLAMA3_70B) == 3264.0 and at70["timing_decode"]["own_mb"] < 4000
+    # (with the STREAM arrays and the interpreter: 4.2 GB; on the specimen 1.75 GB, 1.64 GB measured)
+    assert jr.block_f32_mb(LLAMA3_70B) == 3264.0 and 4000 < at70["timing_decode"]["own_mb"] < 4500
+    at7 = jr.peak_mb("timing_decode", DEEPSEEK_CODER_6_7B)
+    assert 1641 < at7["own_mb"] < 2048 and at7["mapped_mb"] < 150  # streaming: one tensor's pages at a time
     with pytest.raises(ValueError, match="no memory model for job 'lesson_99'"):
         jr.peak_mb("lesson_99", LLAMA3_70B)
 

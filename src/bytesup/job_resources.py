@@ -180,14 +180,19 @@ def peak_mb(job: str, a: Architecture, *, resident_budget_mb: int = 2000, llc_mb
                 "mapped_mb": 2 * type_bytes(type_name, a.d_ff * a.d_model) / MB,
                 "holds": "the STREAM arrays, or ffn_gate and ffn_up as float32 (stacked when one block is under 2 x LLC)"}
     if job == "timing_decode":
-        # the NumPy decoder: resident float32 weights when they fit the budget, else one block as float32
-        # at a time plus a chunk of the output head (bytesup.model.weights, pages handed back after
-        # each tensor); llama.cpp on the same file maps all of it
+        # bytesup.timing_decode: the NumPy decoder with resident float32 weights when they fit the budget,
+        # else one block's matrices as float32 at a time plus a chunk of the output head (bytesup.model.weights
+        # hands each tensor's mapped pages back); a STREAM copy (3 float64 arrays) beside it, before and after
+        # the decode; llama.cpp on the same file only when resident (it maps the whole file)
         f32_model = sum(4 * math.prod(shape) for _, shape in llama_tensor_shapes(a)) / MB
-        weights = f32_model if f32_model <= resident_budget_mb else block_f32_mb(a) + CHUNK_MB
-        logits = _f32_mb(256, a.vocab)  # prefill of 256 tokens: logits of every position
-        return {"own_mb": PYTHON_BASE_MB + weights + logits, "mapped_mb": file_bytes(a, type_name) / MB,
-                "holds": "one block's matrices as float32 + a head chunk + prefill logits; llama.cpp maps the file"}
+        resident = f32_model <= resident_budget_mb
+        weights = f32_model if resident else block_f32_mb(a) + CHUNK_MB
+        stream_mb = 3 * max(4 * llc_mb, 256)
+        largest = max(type_bytes(type_name, math.prod(shape)) for _, shape in llama_tensor_shapes(a) if len(shape) > 1)
+        return {"own_mb": PYTHON_BASE_MB + weights + stream_mb,
+                "mapped_mb": file_bytes(a, type_name) / MB if resident else largest / MB,
+                "holds": ("all weights as float32 + STREAM arrays; llama.cpp maps the file" if resident else
+                          "one block's matrices as float32 + a head chunk + the STREAM arrays")}
     if job in ("timing_figure", "report"):
         return {"own_mb": NOTEBOOK_BASE_MB, "mapped_mb": 0.0, "holds": "CSV and JSON files: nothing grows with the model"}
     raise ValueError(f"no memory model for job {job!r}; known: {', '.join(MODELLED_JOBS)}")
