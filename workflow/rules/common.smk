@@ -20,11 +20,8 @@ try:
         None,
         BENCHMARK_INTERVAL_S,
     )
-except (
-    AttributeError,
-    TypeError,
-):  # another Snakemake: its own sampling, peaks may be low
-    pass
+except (AttributeError, TypeError):
+    pass  # another Snakemake: its own sampling, and long jobs' peaks may read low
 
 try:
     validate(config, workflow.source_path("../schemas/config.schema.yaml"))
