@@ -5,6 +5,7 @@ parameters."""
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
@@ -33,7 +34,11 @@ def bytesup(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 def test_the_dated_report_and_its_archive_verify_with_the_console_script(project):
     report = project / "report" / DATE
-    assert sorted(p.name for p in report.iterdir()) == ["claims.csv", "index.html", "manifest.json", "report.md"]
+    assert sorted(p.name for p in report.iterdir()) == ["claims.csv", "index.html", "job_resources.csv",
+                                                       "manifest.json", "report.md"]
+    jobs = {row["job"]: row for row in csv.DictReader((report / "job_resources.csv").open())}
+    assert {"fetch", "extract", "timing_cpu", "lesson_03_ffn_by_hand"} <= set(jobs)  # each job's benchmark file
+    assert all(row["within_mem_mb"] == "True" for row in jobs.values() if row["max_rss_mb"]), jobs
     for target in (f"report/{DATE}", f"report/{DATE}.zip"):
         proc = bytesup("verify", target, cwd=project)
         assert proc.returncode == 0, proc.stdout + proc.stderr

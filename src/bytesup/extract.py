@@ -6,7 +6,8 @@ writes, into out_dir (or wherever the caller's explicit paths say):
 
     metadata.json      every metadata key in full (the vocabulary too) with its GGUF type
     tensors.csv        every tensor in the file: name, type, shape (numpy order), offset, bytes, elements
-    tensors/<name>.npy the selected tensors, dequantized to float32, numpy order
+    tensors/<name>.npy the selected tensors, dequantized to float32, numpy order (a chunk of rows at
+                       a time: the job's memory does not grow with the tensor)
     extract.json       the index, written last: per tensor its .npy (relative path), type,
                        shape, sha256, and whether our hand dequantizer or gguf.quants made it
 
@@ -30,6 +31,7 @@ import hashlib
 import io
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -40,9 +42,9 @@ from typing import Any
 
 import numpy as np
 
-from bytesup.dequant import dequantizer_used
+from bytesup.dequant import dequantize, dequantizer_used
 from bytesup.files import plain, sha256_file
-from bytesup.gguf_file import GGUFFile, printable
+from bytesup.gguf_file import GGUFFile, UnsupportedTypeError, printable
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +161,44 @@ def _save_npy(path: Path, array: np.ndarray) -> str:
     return holder["sha256"]
 
 
+CHUNK_BYTES = 64 * 2**20  # float32 bytes of rows dequantized at a time
+
+
+def _save_tensor_npy(path: Path, f: GGUFFile, info, chunk_bytes: int = CHUNK_BYTES) -> str:
+    """Dequantize one tensor into a .npy, a chunk of rows at a time; return the file's sha256.
+
+    The same bytes np.save would write (its version 1.0 header, then the float32 rows in C
+    order), but memory holds one chunk of rows, not the tensor: the quantized bytes are read
+    with plain reads rather than through the memory map, so they do not stay resident either.
+    """
+    shape = tuple(info.shape)
+    row_elements = math.prod(shape[1:]) if len(shape) > 1 else 0
+    if not row_elements or info.n_elements * 4 <= chunk_bytes:
+        return _save_npy(path, f.load(info.name))
+    rows_per_chunk = max(1, chunk_bytes // (4 * row_elements))
+    row_bytes = info.n_bytes // shape[0]
+    holder = {}
+
+    def write(fh):
+        tee = _HashingWriter(fh)
+        np.lib.format.write_array_header_1_0(tee, {"descr": "<f4", "fortran_order": False, "shape": shape})
+        with open(f.path, "rb") as src:
+            for start in range(0, shape[0], rows_per_chunk):
+                n = min(rows_per_chunk, shape[0] - start)
+                raw = np.frombuffer(os.pread(src.fileno(), n * row_bytes, info.offset + start * row_bytes), np.uint8)
+                try:
+                    rows = dequantize(raw, info.type_name, (n, *shape[1:]))
+                except NotImplementedError:
+                    raise UnsupportedTypeError(f.path, info.name, f"ggml type {info.ggml_type} ({info.type_name}) "
+                                               "cannot be dequantized by bytesup or gguf.quants",
+                                               offset=info.offset) from None
+                tee.write(np.ascontiguousarray(rows, "<f4").data)
+        holder["sha256"] = tee.sha256.hexdigest()
+
+    _atomic_write(path, write)
+    return holder["sha256"]
+
+
 def _write_json(path: Path, obj: Any) -> None:
     text = json.dumps(obj, ensure_ascii=False, indent=1, allow_nan=False) + "\n"
     _atomic_write(path, lambda fh: fh.write(text.encode("utf-8")))
@@ -264,13 +304,12 @@ def extract(
         files_written = set()
         for i, name in enumerate(selected, 1):
             info = f.tensor(name)
-            array = f.load(name)
             npy = tensors_dir / tensor_file_name(name)
             if npy.name in files_written:  # two names escaped to one file: impossible, but check
                 raise RuntimeError(f"tensor file name clash for {name!r}")
             files_written.add(npy.name)
             try:
-                digest = _save_npy(npy, array)
+                digest = _save_tensor_npy(npy, f, info)
             except OSError as err:
                 if err.errno != errno.ENOSPC:
                     raise
@@ -291,7 +330,6 @@ def extract(
             }
             log.info("[%d/%d] %s %s %s: %s bytes -> %s (%s dequantizer)", i, len(selected), printable(name),
                      info.type_name, shape_text(info.shape), f"{info.n_bytes:,}", npy.name, how)  # fmt: skip
-            del array
         stale = sorted(p.name for p in tensors_dir.glob("*.npy") if p.name not in files_written)
         if stale:
             log.warning("%s holds %d .npy files not in this extraction (e.g. %s); extract.json lists the current ones",

@@ -21,7 +21,7 @@ import os
 import zipfile
 from pathlib import Path, PurePosixPath
 
-from bytesup import provenance
+from bytesup import job_resources, provenance
 from bytesup.citations import SELF, CitationError, Ledger
 from bytesup.claims import COLUMNS as CLAIM_COLUMNS
 from bytesup.claims import STATUSES as CLAIM_STATUSES
@@ -33,6 +33,7 @@ from bytesup.report_doc import Doc
 FORMAT = "bytesup-report/1"
 REPORT_FILES = ("index.html", "report.md", "manifest.json", "claims.csv")
 CLAIMS_FILE = "claims.csv"  # inside the report folder: every lesson's claims, one table
+JOB_RESOURCES_FILE = "job_resources.csv"  # inside the report folder: each job's time and memory
 TABLE_ROWS = 40  # a long CSV shows its first rows (the file, in the archive, holds them all)
 CELL_CHARS = 100  # longer cells are cut, with an ellipsis (claims are never cut)
 SUMMARY_NUMBERS_PER_LESSON = 4
@@ -327,6 +328,21 @@ def _decode(doc: Doc, decode: str, prefill: str | None) -> None:
         csv_table(doc, prefill, f"Table {Path(prefill).name}")
 
 
+def _job_resources(doc: Doc, path: str) -> None:
+    """Each job's measured wall time and peak memory beside the runtime and mem_mb its rule declares."""
+    doc.heading(2, "Jobs: time and memory", anchor="job-resources")
+    doc.para("Snakemake's benchmark file of each job (benchmarks/): wall seconds and peak resident memory in MB "
+             "(the job's processes summed, sampled every 0.5 s), beside the runtime "
+             "(seconds) and mem_mb its rule declares to a scheduler. A job over its declaration is marked.")
+
+    def css(col: str, raw: str) -> str:
+        if col in ("within_mem_mb", "within_runtime") and raw in ("True", "False"):
+            return "met-yes" if raw == "True" else "met-no"
+        return ""
+
+    csv_table(doc, path, "Table job_resources.csv", max_rows=None, css=css)
+
+
 def _claims_overall(doc: Doc, lessons: dict) -> None:
     L = doc.ledger
     doc.heading(2, "Course claims overall", anchor="claims")
@@ -485,6 +501,11 @@ def build(run: dict, out_dir: str | Path) -> dict:
     for lesson in _course_order([*run["lessons"], *run.get("refused", {})]):
         _lesson(doc, lesson, run["lessons"].get(lesson, {}), run.get("refused", {}).get(lesson))
     _timing(doc, run["timing"], run["lessons"])
+    # --- job resources (bytesup.job_resources): each job's peak memory and wall time, declared beside
+    if run.get("job_resources"):
+        job_resources.write_csv(run["job_resources"], out_dir / JOB_RESOURCES_FILE)
+        ledger.add_source(JOB_RESOURCES_FILE, "report", in_report=True)
+        _job_resources(doc, JOB_RESOURCES_FILE)
     _claims_overall(doc, run["lessons"])
 
     job_times = run.get("job_times", {})

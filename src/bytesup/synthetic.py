@@ -2,6 +2,10 @@
 
     path = write_tiny_llama(tmp_path / "tiny.gguf")   # 2 blocks, width 32, FFN 64
     path = write_tiny_gemma3(tmp_path / "g.gguf")     # 6 blocks (block 5 global), window 4, head 16
+    path = write_shaped(path, DEEPSEEK_CODER_6_7B)    # the course specimen's exact shapes, 7.16 GB
+
+Files are written tensor by tensor (each made, encoded and written before the next), so memory
+holds one tensor, never the file: a multi-GB file of a published shape costs its largest tensor.
 
 Same tensor names and metadata keys as a real llama GGUF, a GPT-2 style vocabulary
 (leading space = 'Ġ') with 'Ġcat' and its neighbours, and a mix of tensor types:
@@ -30,7 +34,7 @@ from gguf import GGUFValueType, GGUFWriter
 from gguf.constants import GGMLQuantizationType
 from gguf.quants import quantize
 
-from bytesup.model.configs import Architecture, llama_tensor_shapes
+from bytesup.model.configs import Architecture, llama_tensor_shapes, type_bytes
 
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>"]
 WORDS = ["Ġthe", "Ġcat", "Ġcats", "Ġkitten", "Ġdog", "Ġdogs", "Ġpuppy", "Ġsat", "Ġon", "Ġmat", "Ġa", "Ġran"]
@@ -122,6 +126,8 @@ def write_tiny_llama(
     types: dict[str, str] | None = None,
     arch: str = "llama",
     qkv_bias: bool = False,
+    name: str = "tiny-llama",
+    random_q8_0: bool = False,
 ) -> Path:
     """Write a tiny llama GGUF to `path` and return the path.
 
@@ -138,6 +144,9 @@ def write_tiny_llama(
         float -> FLOAT32, list -> ARRAY), or key -> (value, "UINT64") to name the GGUF type.
         Empty strings are written too (GGUFWriter.add_string would skip them); empty arrays
         cannot be (GGUFWriter refuses them).
+    name: general.name.
+    random_q8_0: write Q8_0 matrices as random blocks made directly (_random_q8_0) rather than
+        quantized random floats: the same sizes, twenty times faster, for multi-GB files.
     """
     path = Path(path)
     if n_embd % 32 or n_ff % 32:
@@ -156,7 +165,7 @@ def write_tiny_llama(
 
     tmp = path.with_name(path.name + ".tmp")
     writer = GGUFWriter(tmp, arch)
-    writer.add_name("tiny-llama")
+    writer.add_name(name)
     writer.add_context_length(n_ctx)
     writer.add_embedding_length(n_embd)
     writer.add_feed_forward_length(n_ff)
@@ -179,32 +188,39 @@ def write_tiny_llama(
         _add_value(writer, key, value)
 
     layout = Architecture("tiny", d_model=n_embd, d_ff=n_ff, n_layers=n_layers, vocab=n_vocab, n_heads=n_head,
-                          n_kv_heads=n_head_kv, head_dim=n_embd // n_head, tied=tied)
-    shapes = llama_tensor_shapes(layout)
-    if qkv_bias:  # after each block's attn_v.weight: its attn_q, attn_k, attn_v biases
-        q, kv = n_embd, n_head_kv * (n_embd // n_head)
-        with_bias = []
-        for name, shape in shapes:
-            with_bias.append((name, shape))
-            if name.endswith("attn_v.weight"):
-                block = name.removesuffix("attn_v.weight")
-                with_bias += [(f"{block}attn_{x}.bias", (rows,)) for x, rows in (("q", q), ("k", kv), ("v", kv))]
-        shapes = with_bias
+                          n_kv_heads=n_head_kv, head_dim=n_embd // n_head, tied=tied, qkv_bias=qkv_bias)
+    shapes = llama_tensor_shapes(layout)  # numpy order: rows x row length; qkv_bias: the qwen2 row's biases
+    if qkv_bias:
         all_types = {"blk.*.bias": "F32", **all_types}
-    for name, shape in shapes:  # numpy order: rows x row length
-        if name == "token_embd.weight":
-            data = _embeddings(rng, tokens, n_embd)
-        elif len(shape) == 1:
-            data = 1.0 + 0.1 * rng.standard_normal(shape).astype(np.float32)
+    type_names = {name: _type_for(name, all_types) for name, _ in shapes}
+    # Tensor by tensor: the header lists every tensor's shape and type first, then each tensor is
+    # made, encoded and written before the next, so memory holds one tensor, not the model.
+    for name, shape in shapes:
+        type_name = type_names[name]
+        if type_name in ("F32", "F16"):
+            writer.add_tensor_info(name, shape, np.dtype(np.float32 if type_name == "F32" else np.float16),
+                                   type_bytes(type_name, int(np.prod(shape))))
         else:
-            data = rng.standard_normal(shape).astype(np.float32) / np.sqrt(shape[1])
-        encoded, raw_dtype = _encode(data, _type_for(name, all_types))
-        writer.add_tensor(name, encoded, raw_dtype=raw_dtype)
-
+            byte_shape = (*shape[:-1], type_bytes(type_name, shape[-1]))
+            writer.add_tensor_info(name, byte_shape, np.dtype(np.uint8), int(np.prod(byte_shape)),
+                                   raw_dtype=GGMLQuantizationType[type_name])
     try:
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
+        writer.write_ti_data_to_file()
+        for name, shape in shapes:
+            type_name = type_names[name]
+            if name == "token_embd.weight":
+                data = _embeddings(rng, tokens, n_embd)
+            elif len(shape) == 1:
+                data = 1.0 + 0.1 * rng.standard_normal(shape).astype(np.float32)
+            elif random_q8_0 and type_name == "Q8_0":
+                writer.write_tensor_data(_random_q8_0(rng, shape))
+                continue
+            else:
+                data = rng.standard_normal(shape).astype(np.float32) / np.sqrt(shape[1])
+            writer.write_tensor_data(_encode(data, type_name)[0])
+            del data
     finally:
         writer.close()
     os.replace(tmp, path)
@@ -330,6 +346,35 @@ def write_tiny_gemma3(
         writer.close()
     os.replace(tmp, path)
     return path
+
+
+def _random_q8_0(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """Q8_0 bytes of a random matrix made directly: each block of 32 weights is one float16 scale d
+    and 32 int8 quants q (weight = d * q), with q uniform in -127..127 and d chosen so the weights'
+    spread is 1/sqrt(row length), as the float path gives. About twenty times faster than drawing
+    floats and quantizing them, which is what a multi-GB test file needs."""
+    rows, row_len = shape
+    blocks = row_len // 32
+    d = np.float16(np.sqrt(3.0 / row_len) / 127)  # uniform on [-a, a] has spread a / sqrt(3)
+    out = np.empty((rows, blocks, 34), dtype=np.uint8)
+    out[:, :, :2] = np.frombuffer(d.tobytes(), dtype=np.uint8)
+    out[:, :, 2:] = rng.integers(-127, 128, size=(rows, blocks, 32), dtype=np.int8).view(np.uint8)
+    return out.reshape(rows, blocks * 34)
+
+
+def write_shaped(path: str | os.PathLike, arch: Architecture, *, type_name: str = "Q8_0", seed: int = 0,
+                 name: str | None = None) -> Path:
+    """A llama GGUF with exactly `arch`'s shapes (configs.DEEPSEEK_CODER_6_7B gives the course's
+    specimen: 7.16 GB as Q8_0), every matrix as `type_name` and every norm F32, as the published
+    Q8_0 files store them. Written tensor by tensor: memory holds one tensor (the embedding table
+    at most), never the file. The weights are random, so only sizes and shapes mean anything."""
+    if arch.head_dim * arch.n_heads != arch.d_model:
+        raise ValueError(f"{arch.name}: write_shaped needs head_dim x n_heads == d_model")
+    return write_tiny_llama(
+        path, n_vocab=arch.vocab, n_embd=arch.d_model, n_ff=arch.d_ff, n_layers=arch.n_layers,
+        n_head=arch.n_heads, n_head_kv=arch.n_kv_heads, n_ctx=arch.context_length or 4096, seed=seed,
+        tied=arch.tied, types={"*norm.weight": "F32", "*": type_name}, random_q8_0=True, name=name or arch.name,
+    )
 
 
 def _add_value(writer: GGUFWriter, key: str, value: Any) -> None:

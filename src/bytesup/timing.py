@@ -362,7 +362,9 @@ def ffn_weight_buffers(model, min_bytes: int) -> WeightBuffers:
             parts.append(np.asarray(model.load(info.name), dtype=np.float32).reshape(shape))
             tensors.append(info.name)
             types.append(info.type_name)
-        matrices.append(np.ascontiguousarray(np.concatenate(parts, axis=0)))
+        # one block: its matrix as it is (a concatenated copy would hold it twice for a moment)
+        matrices.append(parts[0] if len(parts) == 1 else np.ascontiguousarray(np.concatenate(parts, axis=0)))
+        del parts
         names.append(f"ffn_{kind} of blk.{used[0]}-{used[-1]}" if count > 1 else f"ffn_{kind} of blk.{used[0]}")
     return WeightBuffers(matrices, names, tensors, types)
 
@@ -475,8 +477,9 @@ def dequant_bench(model, types: Sequence[str] | None, budget_bytes: int, repeats
                   threads: int = 1) -> list[dict]:
     """Package dequantizer vs gguf.quants.dequantize on the same tensors, interleaved: one row per type.
 
-    types None: every type the model holds (model_types). Per type: whole tensors of that type in
-    file order until `budget_bytes` of quantized data (at least one). Both sides get the same
+    types None: every type the model holds (model_types). Per type: tensors of that type in file
+    order until `budget_bytes` of quantized data, the last one cut to whole rows (at least one row),
+    so memory stays near the budget whatever the model. Both sides get the same
     in-memory copy of the bytes and allocate their own output; ours runs on `threads` threads.
     Each repeat times ours and gguf-py back to back, swapping who goes first. MB/s counts
     quantized input bytes (1 MB = 1e6 bytes). Each row carries its goal (dequant_goal) and
@@ -493,16 +496,19 @@ def dequant_bench(model, types: Sequence[str] | None, budget_bytes: int, repeats
             rows.append({"type": type_name, "present": False, "note": f"no {type_name} tensors in this model",
                          "target": goal})
             continue
-        chosen, total = [], 0
+        chosen, inputs, total = [], [], 0
         for info in infos:
+            # whole rows up to what is left of the budget: the specimen's first Q8_0 tensor is its
+            # 140 MB embedding table, which both sides would turn into 528 MB of float32 each
+            outer = int(np.prod(info.shape[:-1], dtype=np.int64))
+            row_bytes = info.n_bytes // max(outer, 1)
+            n_rows = min(outer, max(1, -(-(budget_bytes - total) // max(row_bytes, 1))))
+            raw = np.array(model.raw(info.name)[: n_rows * row_bytes], dtype=np.uint8).reshape(n_rows, -1)
+            inputs.append((raw, (n_rows, *info.shape[-1:]) if len(info.shape) > 1 else tuple(info.shape)))
             chosen.append(info)
-            total += info.n_bytes
+            total += n_rows * row_bytes
             if total >= budget_bytes:
                 break
-        inputs = []
-        for info in chosen:
-            outer = int(np.prod(info.shape[:-1], dtype=np.int64))
-            inputs.append((np.array(model.raw(info.name), dtype=np.uint8).reshape(outer, -1), tuple(info.shape)))
 
         def run_ours():
             return [ours(raw, type_name, shape) for raw, shape in inputs]

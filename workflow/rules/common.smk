@@ -20,6 +20,21 @@ if any(c.isspace() for c in sys.executable):
         "to a path without spaces, or use a Python installed at one, and run again"
     )
 
+# Every rule's benchmark file (benchmarks/) records its job's wall time and peak memory. Snakemake
+# samples a job's memory every 0.5 s for its first 15 s, then only every 30 s (snakemake.benchmark),
+# so a lesson that peaks 20 s in would show a fraction of its peak: sample every 0.5 s throughout.
+BENCHMARK_INTERVAL_S = 0.5
+try:
+    from snakemake import benchmark as _snakemake_benchmark
+
+    _snakemake_benchmark.benchmarked.__wrapped__.__defaults__ = (
+        None,
+        None,
+        BENCHMARK_INTERVAL_S,
+    )
+except (AttributeError, TypeError):
+    pass  # another Snakemake: its own sampling, and long jobs' peaks may read low
+
 try:
     validate(config, workflow.source_path("../schemas/config.schema.yaml"))
     MODEL = config["model"]
@@ -232,3 +247,35 @@ def report_input_files(wildcards):
 
 def lessons_refused(wildcards):
     return lessons_run(MODEL)[1]
+
+
+def declared_resource(rule, name):
+    """A rule's declared resource (mem_mb, runtime) as a number; None when not a plain number."""
+    resource = rule.resources.get(name)
+    value = getattr(
+        resource, "raw", resource
+    )  # Snakemake 9 wraps each value in a Resource
+    return value if isinstance(value, int) else None
+
+
+def report_jobs(wildcards):
+    """{job: its benchmark file, declared mem_mb and runtime} for every job upstream of the report
+    (bytesup.job_resources puts the measured peak and wall time beside them)."""
+    names = [
+        "fetch",
+        "extract",
+        "timing_cpu",
+        "timing_decode",
+        "timing_gpu",
+        "timing_figure",
+    ]
+    names += [f"lesson_{lesson}" for lesson in lessons_run(MODEL)[0]]
+    jobs = {}
+    for name in names:
+        proxy = getattr(rules, name)
+        jobs[name] = {
+            "benchmark": str(proxy.benchmark).format(model=MODEL),
+            "mem_mb": declared_resource(proxy.rule, "mem_mb"),
+            "runtime": declared_resource(proxy.rule, "runtime"),
+        }
+    return jobs

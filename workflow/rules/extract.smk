@@ -15,12 +15,14 @@ checkpoint extract:
         tensors_dir=directory("results/{model}/gguf/tensors"),
     log:
         "logs/extract/{model}.log",
+    benchmark:
+        "benchmarks/extract/{model}.tsv"
     priority: 10  # first after the fetch: the lessons wait on it, and its errors name them
     conda:
         "../envs/bytesup.yaml"
     resources:
-        mem_mb=4000,
-        runtime=60,
+        mem_mb=1000,  # tensor by tensor, 64 MB of rows at a time: 206 MB on the specimen (docs/memory.md)
+        runtime=20,
     params:
         shown=lambda wc: shown_model_path(wc.model),
         patterns=extract_patterns(),

@@ -9,6 +9,8 @@ rule fetch:
         record="resources/models/{model}.json",
     log:
         "logs/fetch/{model}.log",
+    benchmark:
+        "benchmarks/fetch/{model}.tsv"
     retries: 1
     conda:
         "../envs/bytesup.yaml"

@@ -39,6 +39,8 @@ for _spec in LESSONS.values():
             **lesson_rule_outputs(_spec),
         log:
             notebook=f"logs/lessons/{{model}}/{_spec.id}.ipynb",
+        benchmark:
+            f"benchmarks/lessons/{{model}}/{_spec.id}.tsv"
         conda:
             "../envs/bytesup.yaml"
         resources:

@@ -30,12 +30,18 @@ rule report:
         archive=update("report/{date}.zip"),
     log:
         "logs/report/{date}.log",
+    benchmark:
+        "benchmarks/report/{date}.tsv"
     localrule: True
     conda:
         "../envs/bytesup.yaml"
+    resources:
+        mem_mb=1000,  # reads CSV and JSON files: 70 MB on the tiny model, nothing grows with the model
+        runtime=10,
     params:
         sources=report_sources,
         refused=lessons_refused,
+        jobs=report_jobs,
         model=MODEL,
     script:
         "../scripts/report.py"

@@ -15,11 +15,13 @@ rule timing_cpu:
         dequant="results/timing/{model}/cpu/dequant.csv",
     log:
         "logs/timing/{model}/cpu.log",
+    benchmark:
+        "benchmarks/timing/{model}/cpu.tsv"
     conda:
         "../envs/bytesup.yaml"
     threads: workflow.cores
     resources:
-        mem_mb=8000,
+        mem_mb=2000,  # STREAM's 3 x 256 MB, then two FFN matrices as float32: 826 MB on the specimen
         runtime=30,
     params:
         timing=config["timing"],
@@ -36,6 +38,8 @@ rule timing_decode:
         prefill="results/timing/{model}/cpu/prefill.csv",
     log:
         "logs/timing/{model}/decode.log",
+    benchmark:
+        "benchmarks/timing/{model}/decode.tsv"
     conda:
         "../envs/bytesup.yaml"
     threads: workflow.cores
@@ -59,6 +63,8 @@ rule timing_gpu:
         stream="results/timing/{model}/gpu/stream.csv",
     log:
         "logs/timing/{model}/gpu.log",
+    benchmark:
+        "benchmarks/timing/{model}/gpu.tsv"
     conda:
         "../envs/bytesup.yaml"
     threads: workflow.cores
@@ -88,6 +94,8 @@ rule timing_figure:
         ),
     log:
         "logs/timing/{model}/figure.log",
+    benchmark:
+        "benchmarks/timing/{model}/figure.tsv"
     conda:
         "../envs/bytesup.yaml"
     resources:

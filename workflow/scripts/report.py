@@ -12,7 +12,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from bytesup import provenance, report
+from bytesup import job_resources, provenance, report
 
 sm = snakemake  # noqa: F821  (injected by Snakemake's script directive)
 logging.basicConfig(filename=sm.log[0], level=logging.INFO, format="%(message)s")
@@ -29,7 +29,11 @@ run = {
     "sources": sources,
     "refused": dict(sm.params.refused),
     "job_times": {path: provenance.job_times(path) for outputs in sources.values() for path in outputs.values()},
+    # each job's wall time and peak memory (its benchmark file) beside its declared runtime and mem_mb
+    "job_resources": job_resources.job_rows({job: dict(d) for job, d in sm.params.jobs.items()}),
 }
+for line in job_resources.over(run["job_resources"]):
+    logging.warning("over its declared resources: %s", line)
 for lesson, why in run["refused"].items():
     logging.info("lesson %s did not run: %s", lesson, why)
 

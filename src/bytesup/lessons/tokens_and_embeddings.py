@@ -13,13 +13,16 @@ What is computed, in the lesson's order:
   5. the course's two random 4,096-vectors (numpy default_rng(0)): their dot product and a
      self-dot, and which way of drawing them reproduces the printed -18.14 and 4077.07.
 
-The embedding table is read as float32 (the extract stage's .npy, memory-mapped); cosines are
-computed in float32 on unit-length rows, like a similarity search would.
+The embedding table is read as float32 (the extract stage's .npy, memory-mapped), a chunk of rows at
+a time, so the job's memory does not grow with the vocabulary; cosines are computed in float32 on
+unit-length rows, like a similarity search would.
 """
 
 from __future__ import annotations
 
 import math
+import mmap as mmap_mod
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -65,6 +68,10 @@ SPEC = LessonSpec(
         Headline('random_self_dot', 'a·a', fmt='.2f'),
     ),
     config_keys=('token', 'seed'),
+    # the specimen's 32k x 4096 table a 64 MB chunk at a time: compute() peaks at 204 MB (it was 2.4 GB);
+    # with papermill and the kernel the job stays under 600 MB (docs/memory.md)
+    mem_mb=1000,
+    runtime=10,
 )
 EMBEDDINGS = "token_embd.weight"
 NEIGHBOUR_WORDS = (" cat", " dog", " king", " Paris", " seven", " red")
@@ -181,6 +188,51 @@ def row_stats(x: np.ndarray) -> dict:
 
 
 # --- 3. neighbours -------------------------------------------------------------------------------
+#
+# The table is read in chunks of rows (CHUNK_BYTES of float32 at a time), never whole: a 32k x 4096
+# table is 0.5 GB as float32 and Llama-3-70B's 128k x 8192 is 4.2 GB, and a copy of unit rows would
+# double that. Each chunk of a memory-mapped table is let go once used (release_pages), so the
+# job's memory holds a few chunks, whatever the vocabulary.
+
+CHUNK_BYTES = 64 * 2**20
+
+
+def chunk_rows(E: np.ndarray, chunk_bytes: int | None = None) -> int:
+    """Rows of E in one chunk: as many as fit in chunk_bytes (CHUNK_BYTES) of float32, at least one."""
+    return max(1, (chunk_bytes or CHUNK_BYTES) // (4 * max(1, E.shape[1])))
+
+
+def release_pages(E: np.ndarray) -> None:
+    """Tell the kernel this process is done with the pages of a memory-mapped table read so far.
+
+    They stay in the page cache (a second pass reads them from there), but no longer count as
+    this job's resident memory. Plain arrays are left alone."""
+    mm = getattr(E, "_mmap", None)
+    if mm is not None and hasattr(mm, "madvise") and hasattr(mmap_mod, "MADV_DONTNEED"):
+        mm.madvise(mmap_mod.MADV_DONTNEED)
+
+
+def row_chunks(E: np.ndarray, chunk: int | None = None):
+    """(first row, float32 rows) of E, chunk by chunk."""
+    chunk = chunk or chunk_rows(E)
+    for s in range(0, E.shape[0], chunk):
+        yield s, np.asarray(E[s : s + chunk], dtype=np.float32)
+        release_pages(E)
+
+
+def take_rows(E: np.ndarray, ids) -> np.ndarray:
+    """Rows ``ids`` of E as float32. From a memory-mapped .npy each row is read with a plain read:
+    touching scattered rows through the map maps the page cache's large pages (2 MB here) around
+    every row, and 20,000 random rows would bring the whole table into the job's memory."""
+    ids = np.asarray(ids)
+    if not (isinstance(E, np.memmap) and isinstance(E.base, mmap_mod.mmap) and E.flags.c_contiguous):
+        return np.asarray(E[ids], np.float32)
+    out = np.empty((len(ids), E.shape[1]), E.dtype)
+    row_bytes = E.shape[1] * E.itemsize
+    with open(E.filename, "rb", buffering=0) as fh:
+        for k, i in enumerate(ids.tolist()):
+            os.preadv(fh.fileno(), [out[k]], E.offset + i * row_bytes)
+    return out.astype(np.float32, copy=False)
 
 
 def unit_rows(E: np.ndarray) -> np.ndarray:
@@ -194,17 +246,29 @@ def unit_rows(E: np.ndarray) -> np.ndarray:
     return E / norms[:, None]
 
 
-def cosines_to_all(U: np.ndarray, token_id: int) -> np.ndarray:
-    """Cosine of one token's row with every row: one matrix-vector product over the vocabulary."""
-    return U @ U[token_id]
+def row_lengths(E: np.ndarray, chunk: int | None = None) -> np.ndarray:
+    """|row| of every row (float32), chunk by chunk."""
+    out = np.empty(E.shape[0], np.float32)
+    for s, rows in row_chunks(E, chunk):
+        out[s : s + len(rows)] = np.sqrt(np.einsum("ij,ij->i", rows, rows))
+    return out
 
 
-def nearest(U: np.ndarray, token_id: int, k: int = N_NEIGHBOURS) -> list[tuple[int, float]]:
+def cosines_to_all(E: np.ndarray, token_id: int, chunk: int | None = None) -> np.ndarray:
+    """Cosine of one token's row with every row: unit rows times the token's unit row, chunk by chunk."""
+    x = unit_rows(E[token_id : token_id + 1])[0]
+    out = np.empty(E.shape[0], np.float32)
+    for s, rows in row_chunks(E, chunk):
+        out[s : s + len(rows)] = unit_rows(rows) @ x
+    return out
+
+
+def nearest(E: np.ndarray, token_id: int, k: int = N_NEIGHBOURS) -> list[tuple[int, float]]:
     """The k rows closest to ``token_id`` by cosine, itself left out, closest first.
 
     Ties are broken by the lower id, so the order is the same on every run.
     """
-    c = cosines_to_all(U, token_id)
+    c = cosines_to_all(E, token_id)
     c[token_id] = -np.inf
     k = min(k, c.shape[0] - 1)
     top = np.argpartition(-c, k)[: k + 1] if k < c.shape[0] - 1 else np.arange(c.shape[0])
@@ -212,7 +276,7 @@ def nearest(U: np.ndarray, token_id: int, k: int = N_NEIGHBOURS) -> list[tuple[i
     return [(i, float(c[i])) for i in top]
 
 
-def neighbour_table(U: np.ndarray, metadata: Mapping, words: Sequence[str], k: int = N_NEIGHBOURS):
+def neighbour_table(E: np.ndarray, metadata: Mapping, words: Sequence[str], k: int = N_NEIGHBOURS):
     """(rows, missing): k nearest neighbours per word; words that are not one token are listed."""
     vocab, model = tokenizer_of(metadata)
     rows, missing = [], []
@@ -222,7 +286,7 @@ def neighbour_table(U: np.ndarray, metadata: Mapping, words: Sequence[str], k: i
         except TokenError:
             missing.append(word)
             continue
-        for rank, (nid, cos) in enumerate(nearest(U, wid, k), 1):
+        for rank, (nid, cos) in enumerate(nearest(E, wid, k), 1):
             rows.append({
                 "word": word, "word_id": wid, "rank": rank,
                 "neighbour": display(vocab[nid], model), "neighbour_id": nid, "cosine": cos,
@@ -241,39 +305,56 @@ def random_pairs(n_vocab: int, n_pairs: int, rng: np.random.Generator) -> tuple[
     return a, b
 
 
-def pair_cosines(E: np.ndarray, a: np.ndarray, b: np.ndarray, centre: np.ndarray | None = None) -> np.ndarray:
-    """Cosines of rows a[i] and b[i]; with ``centre``, of the rows minus that vector."""
-    x = np.asarray(E[a], np.float32)
-    y = np.asarray(E[b], np.float32)
-    if centre is not None:
-        x, y = x - centre, y - centre
-    num = np.einsum("ij,ij->i", x, y)
-    den = np.sqrt(np.einsum("ij,ij->i", x, x) * np.einsum("ij,ij->i", y, y))
-    return num / np.where(den == 0, 1, den)
-
-
-def nearest_cosines(U: np.ndarray, ids: np.ndarray, chunk: int = 128) -> np.ndarray:
-    """For each id, the cosine of its nearest other row (a matrix product, chunk by chunk)."""
-    out = np.empty(len(ids), np.float32)
-    for s in range(0, len(ids), chunk):
-        part = ids[s : s + chunk]
-        c = U[part] @ U.T  # (chunk, vocab)
-        c[np.arange(len(part)), part] = -np.inf
-        out[s : s + chunk] = c.max(axis=1)
+def pair_cosines(E: np.ndarray, a: np.ndarray, b: np.ndarray, centre: np.ndarray | None = None,
+                 chunk: int | None = None) -> np.ndarray:  # fmt: skip
+    """Cosines of rows a[i] and b[i]; with ``centre``, of the rows minus that vector (pairs chunk by chunk)."""
+    chunk = chunk or max(1, chunk_rows(E) // 2)
+    out = np.empty(len(a), np.float32)
+    for s in range(0, len(a), chunk):
+        x = take_rows(E, a[s : s + chunk])
+        y = take_rows(E, b[s : s + chunk])
+        if centre is not None:
+            x, y = x - centre, y - centre
+        num = np.einsum("ij,ij->i", x, y)
+        den = np.sqrt(np.einsum("ij,ij->i", x, x) * np.einsum("ij,ij->i", y, y))
+        out[s : s + chunk] = num / np.where(den == 0, 1, den)
     return out
 
 
-def closeness(E: np.ndarray, U: np.ndarray, seed: int, n_pairs: int = N_RANDOM_PAIRS,
-              n_sample: int = N_NEAREST_SAMPLE) -> tuple[dict, dict]:  # fmt: skip
+def nearest_cosines(E: np.ndarray, ids: np.ndarray, chunk: int | None = None) -> np.ndarray:
+    """For each id, the cosine of its nearest other row: the sampled unit rows against every unit
+    row, one chunk of the table at a time, keeping the largest cosine seen so far."""
+    ids = np.asarray(ids)
+    sample = unit_rows(take_rows(E, ids))  # (len(ids), width)
+    best = np.full(len(ids), -np.inf, np.float32)
+    for s, rows in row_chunks(E, chunk):
+        c = sample @ unit_rows(rows).T  # (len(ids), rows in this chunk)
+        mine = (ids >= s) & (ids < s + len(rows))
+        c[np.flatnonzero(mine), ids[mine] - s] = -np.inf  # a row is not its own neighbour
+        np.maximum(best, c.max(axis=1), out=best)
+    return best
+
+
+def mean_row(E: np.ndarray, chunk: int | None = None) -> np.ndarray:
+    """The average row (float32; summed in float64 chunk by chunk)."""
+    total = np.zeros(E.shape[1], np.float64)
+    for _, rows in row_chunks(E, chunk):
+        total += rows.sum(axis=0, dtype=np.float64)
+    return (total / E.shape[0]).astype(np.float32)
+
+
+def closeness(E: np.ndarray, seed: int, n_pairs: int = N_RANDOM_PAIRS, n_sample: int = N_NEAREST_SAMPLE,
+              lengths: np.ndarray | None = None) -> tuple[dict, dict]:  # fmt: skip
     """(arrays for the figure, metrics): random-pair cosines raw and centred, nearest-neighbour cosines."""
     rng = np.random.default_rng(seed)
     n_vocab, width = E.shape
     a, b = random_pairs(n_vocab, n_pairs, rng)
-    mean_row = np.asarray(E, np.float32).mean(axis=0)
+    centre = mean_row(E)
     raw = pair_cosines(E, a, b)
-    centred = pair_cosines(E, a, b, centre=mean_row)
+    centred = pair_cosines(E, a, b, centre=centre)
     sample = rng.choice(n_vocab, size=min(n_sample, n_vocab), replace=False)
-    nn = nearest_cosines(U, sample)
+    nn = nearest_cosines(E, sample)
+    lengths = row_lengths(E) if lengths is None else lengths
     arrays = {"random": raw, "random_centred": centred, "nearest": nn}
     metrics = {
         "random_pairs": int(n_pairs),
@@ -286,9 +367,8 @@ def closeness(E: np.ndarray, U: np.ndarray, seed: int, n_pairs: int = N_RANDOM_P
         "nearest_cosine_median": np.median(nn),
         "nearest_cosine_min": nn.min(),
         "nearest_above_random_p99_fraction": np.mean(nn > np.quantile(raw, 0.99)),
-        "mean_row_length": length(mean_row),
-        "mean_row_length_over_median_row_length": length(mean_row)
-        / float(np.median(np.linalg.norm(np.asarray(E, np.float32), axis=1))),
+        "mean_row_length": length(centre),
+        "mean_row_length_over_median_row_length": length(centre) / float(np.median(lengths)),
         "gaussian_cosine_sd": 1 / math.sqrt(width),  # random directions in this many dimensions
     }
     return arrays, metrics
@@ -429,16 +509,15 @@ def compute(metadata: Mapping, tensors: Mapping, gguf: GGUFFile, token: str = " 
     m.update(row_checks(row, E[m["token_id"]]))
     m.update(row_stats(row.values))
 
-    U = unit_rows(E)
     words = list(dict.fromkeys([token, *words]))  # the lesson's token first, each word once
-    nb_rows, missing = neighbour_table(U, metadata, words)
+    nb_rows, missing = neighbour_table(E, metadata, words)
     m["neighbour_words"] = [w for w in words if w not in missing]
     m["neighbour_words_missing"] = missing
     top1 = [r for r in nb_rows if r["word"] == token and r["rank"] == 1]
     m["token_nearest"] = top1[0]["neighbour"] if top1 else None
     m["token_nearest_cosine"] = top1[0]["cosine"] if top1 else None
 
-    arrays, close = closeness(E, U, seed)
+    arrays, close = closeness(E, seed)
     m.update(close)
     m.update(random_vector_metrics())
     m["seed"] = seed
