@@ -11,7 +11,7 @@ from bytesup.runlock import clear_owner, record_owner, remove_stale_lock
 LESSONS = registry()  # every lesson the package declares, in the course's order
 
 # Snakemake writes the interpreter's path into each job's command line unquoted (an open upstream
-# bug), so when it holds a space every job fails ("/path/with: No such file or directory"). That is
+# bug), so when it holds a space every job fails (bash: No such file or directory). That is
 # the case of a checkout whose path has a space once `make` puts its .venv inside it.
 if any(c.isspace() for c in sys.executable):
     sys.exit(
@@ -120,7 +120,7 @@ def report_targets():
 
 
 def kept_outputs():
-    """Outputs that no later rule reads (the model and its record, the extracted tensors): named as
+    """Outputs that no later stage reads (the model and its record, the extracted tensors), named as
     targets, so that one deleted by hand is made again instead of "Nothing to be done". Static, not
     behind the extract checkpoint: a checkpoint only checks its first output before it is trusted.
     """
@@ -133,7 +133,7 @@ def kept_outputs():
 
 
 def lesson_notebooks(wildcards):
-    """Each lesson's executed notebook (no later rule reads it either): a target too."""
+    """Each lesson's executed notebook, which no later stage reads either, as a target too."""
     return [
         named_outputs(f"lesson_{lesson}", model=MODEL)["notebook"]
         for lesson in lessons_run(MODEL)[0]
