@@ -139,8 +139,8 @@ def report_sources(wildcards):
     extract.pop("tensors_dir")
     sources["extract"] = extract
     for lesson in lessons_run(m)[0]:
+        # the executed notebook too: the report renders it as a page of its own
         outs = named_outputs(f"lesson_{lesson}", model=m)
-        outs.pop("notebook")
         sources[f"lesson_{lesson}"] = outs
     # the model itself is cited by its record (name, size, sha256)
     sources["fetch"].pop("gguf")
