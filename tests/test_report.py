@@ -329,3 +329,27 @@ def test_a_lessons_claims_are_counted_in_words_and_numbers(built):
     _, _, report_dir = built
     md = md_plain((report_dir / "report.md").read_text())
     assert re.search(r"prints: 2\[\^\d+\] reproduced, 1\[\^\d+\] specimen differs, 0\[\^\d+\] not reproduced\.", md)
+
+
+def test_a_narrative_cites_its_numbers_and_leaves_out_a_sentence_it_cannot_fill(tmp_path):
+    from bytesup.citations import Citation, Ledger
+
+    (tmp_path / "metrics.json").write_text(json.dumps({"x_rms": 0.0854512, "gone": None, "n": 22080}))
+    (tmp_path / "claims.csv").write_text("claim_id,status\na,reproduced\nb,not reproduced\n")
+    ledger = Ledger(root=tmp_path)
+    files = {"metrics_json": "metrics.json", "claims_csv": "claims.csv"}
+    for path in files.values():
+        ledger.add_source(path, "lesson_x")
+    template = ("# a comment\nThe embedding has RMS {x_rms}.\nThis one is gone: {gone}.\nNo such key: {missing}.\n"
+                "\nOf {claims_csv:rows} claims, {claims_csv:count/status=reproduced} reproduced; {n} bytes.\n")
+    paragraphs = report.narrative(template, files, ledger)
+    text = [["<" + p.text + ">" if isinstance(p, Citation) else p for p in para] for para in paragraphs]
+    assert ["".join(para) for para in text] == ["The embedding has RMS <0.08545>.",
+                                                "Of <2> claims, <1> reproduced; <22,080> bytes."]
+    assert [n.key for n in ledger.notes] == ["x_rms", "rows", "count/status=reproduced", "n"]  # none for dropped ones
+
+
+def test_every_lesson_has_its_narrative():
+    for lesson in registry():
+        template = report.narrative_template(lesson)
+        assert template and "{" in template, lesson

@@ -176,7 +176,8 @@ def narrative(template: str, files: dict, ledger: Ledger) -> list[list]:
                 name = (m.group(1) or "metrics_json:")[:-1]
                 if name not in files:
                     raise CitationError(f"no {name}")
-                ledger.read(files[name], m.group(2))  # before citing: a missing key leaves no footnote
+                if ledger.read(files[name], m.group(2)) is None:  # before citing: no footnote for a dropped sentence
+                    raise CitationError(f"{m.group(2)} is null")
                 pieces += [line[at:m.start()], ledger.cite(files[name], m.group(2))]
                 at = m.end()
         except CitationError:
@@ -204,8 +205,8 @@ def _summary(doc: Doc, run: dict, manifest: dict) -> None:
         L.cite(SELF, "machine/cores"), " logical CPUs (GPU: ", *gpu, "), on ", L.cite(SELF, "date"), ".",
     )
     doc.para("Every number is read from a file the workflow wrote: it links to that file (in the shared"
-             " archive), shows its key and sha256 when pointed at or focused, and has a footnote. `bytesup"
-             " verify` re-reads them all and re-renders this page, word for word.")
+             " archive), shows its key and sha256 when pointed at or focused, and has a footnote. The command"
+             " bytesup verify re-reads them all and re-renders this page, word for word.")
     _architecture(doc, run)
     rows = []
     for lesson, files in run["lessons"].items():
@@ -231,6 +232,9 @@ def _summary(doc: Doc, run: dict, manifest: dict) -> None:
     for status in CLAIM_STATUSES:
         rows.append(["Course claims", status, L.cite(CLAIMS_FILE, f"count/status={status}"), "claims"])
     rows.append(["Course claims", "all", L.cite(CLAIMS_FILE, "rows"), "claims"])
+    for i in range(len(rows) - 1, 0, -1):  # each section named once, on its first row
+        if rows[i][0] == rows[i - 1][0]:
+            rows[i][0] = ""
     doc.table(["section", "quantity", "value", "unit"], rows, caption="The main numbers")
     refused = run.get("refused", {})
     if refused:
@@ -259,26 +263,22 @@ def _architecture(doc: Doc, run: dict) -> None:
         arch = L.read(meta, "metadata/general.architecture")
     except CitationError:
         return
-    line = ["Architecture (general.architecture in the file): ", L.cite(meta, "metadata/general.architecture"), ". "]
-    recipe = _recipe(arch)
-    line += [recipe] if recipe else ["This package has no recipe for it: the lessons that run the network do not"
-                                     " run for this model (listed below)."]
-    doc.para(*line)
+    doc.para("Architecture (general.architecture in the file): ", L.cite(meta, "metadata/general.architecture"),
+             ". ", _recipe(arch))
 
 
-def _recipe(arch) -> str | None:
-    """The one-line recipe bytesup.model.arch follows for an architecture, when it has one."""
-    try:
-        from bytesup.model import arch as arch_mod
-    except ImportError:
-        return None
+def _recipe(arch) -> str:
+    """The one-line recipe bytesup.model.arch's table follows for an architecture, or why there is none."""
+    from bytesup.model import arch as arch_mod
+
     describe = getattr(arch_mod, "recipe_summary", None)
-    if describe is None or not isinstance(arch, str):
-        return None
+    if describe is None:  # this version's table has no descriptions yet
+        return "The lessons that run the network follow the recipe of bytesup.model.arch's table for it."
     try:
-        return f"The recipe the lessons that run the network follow for it: {describe(arch)}."
-    except Exception:  # an architecture without a recipe: said in words by the caller
-        return None
+        return f"The recipe the lessons that run the network follow: {describe(str(arch))}."
+    except arch_mod.UnsupportedArchitectureError:
+        return ("bytesup.model.arch has no recipe for it: the lessons that run the network are not run for this"
+                " model (listed below).")
 
 
 def _model_file(doc: Doc, run: dict) -> None:
@@ -333,8 +333,8 @@ def _lesson(doc: Doc, lesson: str, files: dict, refused: str | None, notebook: s
         for paragraph in narrative(template, files, L):
             doc.para(*paragraph)
     if notebook:
-        doc.para("The executed notebook, with every step of the arithmetic: ", Link("open it", notebook),
-                 " (rendered from ", *_file_ref(doc, files["notebook"]), ").")
+        doc.para("Every step of the arithmetic, in the executed notebook: ", *_file_ref(doc, notebook),
+                 " (a page rendered from ", *_file_ref(doc, files["notebook"]), ").")
     if spec is not None:
         figures = [(parameter(name), caption) for name, caption in spec.figures.items()]
         tables = [parameter(name) for name in spec.tables]
@@ -711,7 +711,7 @@ def build(run: dict, out_dir: str | Path) -> dict:
     manifest["inputs_not_cited"] = sorted(every - {f["path"] for f in files})
     manifest["report"]["finished"] = provenance.now()
     # the page itself, from the manifest as it will be read back (what verify renders from)
-    manifest = json.loads(json.dumps(manifest))
+    manifest = json.loads(manifest_text(manifest))
     doc = render(manifest, out_dir)
     if [s.path for s in doc.ledger.cited_files()] != [f["path"] for f in files]:
         raise RuntimeError("the report cites other files on its second pass: its rendering is not deterministic")

@@ -31,7 +31,7 @@ STYLE = """
 body{font:15px/1.55 system-ui,-apple-system,'Segoe UI',sans-serif;margin:0;color:#222;overflow-wrap:break-word}
 .layout{max-width:84rem;margin:0 auto;padding:0 1rem}
 nav.toc{font-size:14px;border-bottom:1px solid #ccc;padding:.5rem 0}
-nav.toc ol{margin:.3rem 0;padding-left:1.3rem} nav.toc a{color:#245;text-decoration:none}
+nav.toc ol{margin:.3rem 0;padding-left:2rem} nav.toc a{color:#245;text-decoration:none}
 nav.toc a:hover,nav.toc a:focus{text-decoration:underline}
 @media (min-width:64rem){.layout{display:grid;grid-template-columns:15rem minmax(0,1fr);gap:2rem}
  nav.toc{position:sticky;top:0;max-height:100vh;overflow-y:auto;border:0;padding-top:2rem}}

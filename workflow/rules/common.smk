@@ -5,6 +5,7 @@ import sys
 from bytesup.config import ConfigError, model_spec, validate
 from bytesup.lessons import read_metadata, registry
 from bytesup.runlock import clear_owner, record_owner, remove_stale_lock
+from snakemake.exceptions import WorkflowError
 
 LESSONS = registry()  # every lesson the package declares, in the course's order
 
@@ -127,6 +128,16 @@ def named_outputs(rule_name, **wildcards):
         name: path.format(**wildcards)
         for name, path in getattr(rules, rule_name).output.items()
     }
+
+
+def every_core():
+    """The cores the run was given (the timing rules take them all, so nothing shares the machine).
+    None are given to `snakemake --report`, `--lint` or a dry run, which run no job: 1 then.
+    """
+    try:
+        return workflow.cores
+    except WorkflowError:
+        return 1
 
 
 def report_sources(wildcards):

@@ -1,5 +1,5 @@
 # Stage: timing. Is decode memory-bound on this machine? (bytesup.timing, bytesup.gpu)
-# Timing jobs never share the machine: `threads: workflow.cores` takes every core the run
+# Timing jobs never share the machine: `threads: every_core()` takes every core the run
 # was given, so Snakemake starts no other job beside them (nor the two beside each other).
 # The GPU job asks the scheduler for a GPU only under `gpu: on`; under `auto` it measures
 # when it lands where CUDA is visible and otherwise writes a 'skipped' record.
@@ -17,7 +17,7 @@ rule timing_cpu:
         "logs/timing/{model}/cpu.log",
     conda:
         "../envs/bytesup.yaml"
-    threads: workflow.cores
+    threads: every_core()
     resources:
         mem_mb=8000,
         runtime=30,
@@ -38,7 +38,7 @@ rule timing_decode:
         "logs/timing/{model}/decode.log",
     conda:
         "../envs/bytesup.yaml"
-    threads: workflow.cores
+    threads: every_core()
     resources:
         mem_mb=config["forward"]["resident_budget_mb"] + 2000,
         runtime=60,
@@ -61,7 +61,7 @@ rule timing_gpu:
         "logs/timing/{model}/gpu.log",
     conda:
         "../envs/bytesup.yaml"
-    threads: workflow.cores
+    threads: every_core()
     resources:
         mem_mb=8000,
         runtime=30,
