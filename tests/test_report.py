@@ -341,12 +341,21 @@ def test_a_narrative_cites_its_numbers_and_leaves_out_a_sentence_it_cannot_fill(
     for path in files.values():
         ledger.add_source(path, "lesson_x")
     template = ("# a comment\nThe embedding has RMS {x_rms}.\nThis one is gone: {gone}.\nNo such key: {missing}.\n"
+                "Both {n} and {missing}, or neither.\n"
                 "\nOf {claims_csv:rows} claims, {claims_csv:count/status=reproduced} reproduced; {n} bytes.\n")
     paragraphs = report.narrative(template, files, ledger)
     text = [["<" + p.text + ">" if isinstance(p, Citation) else p for p in para] for para in paragraphs]
     assert ["".join(para) for para in text] == ["The embedding has RMS <0.08545>.",
                                                 "Of <2> claims, <1> reproduced; <22,080> bytes."]
     assert [n.key for n in ledger.notes] == ["x_rms", "rows", "count/status=reproduced", "n"]  # none for dropped ones
+
+
+def test_each_footnote_has_one_marker_and_one_text(built):
+    _, _, report_dir = built
+    md = (report_dir / "report.md").read_text()
+    manifest = json.loads((report_dir / "manifest.json").read_text())
+    for note in manifest["notes"]:
+        assert md.count(f"[^{note['id']}]") == 2, note  # its marker and its text
 
 
 def test_every_lesson_has_its_narrative():

@@ -83,11 +83,12 @@ def test_snakemake_report_works_as_the_readme_writes_it(project):
 def test_a_tampered_output_fails_verify(project, tmp_path):
     with zipfile.ZipFile(project / "report" / f"{DATE}.zip") as zf:
         zf.extractall(tmp_path)
-    metrics = tmp_path / "results/tiny/lessons/03_ffn_by_hand/metrics.json"
+    unpacked = tmp_path / f"llm-bytes-up-{DATE}"  # the archive's one folder
+    metrics = unpacked / "results/tiny/lessons/03_ffn_by_hand/metrics.json"
     data = json.loads(metrics.read_text())
     data["x_rms"] = data["x_rms"] * 2
     metrics.write_text(json.dumps(data))
-    proc = bytesup("verify", f"report/{DATE}", cwd=tmp_path)
+    proc = bytesup("verify", f"report/{DATE}", cwd=unpacked)
     assert proc.returncode == 1
     assert "results/tiny/lessons/03_ffn_by_hand/metrics.json: sha256" in proc.stdout
     assert "03_ffn_by_hand/metrics.json \u2192 x_rms): the file gives" in proc.stdout

@@ -170,18 +170,19 @@ def narrative(template: str, files: dict, ledger: Ledger) -> list[list]:
                 paragraphs.append(current)
             current = []
             continue
-        pieces, at = [], 0
-        try:
-            for m in _SLOT.finditer(line):
-                name = (m.group(1) or "metrics_json:")[:-1]
+        slots = [((m.group(1) or "metrics_json:")[:-1], m.group(2), m) for m in _SLOT.finditer(line)]
+        try:  # every number first: a sentence left out leaves no footnote behind
+            for name, key, _ in slots:
                 if name not in files:
                     raise CitationError(f"no {name}")
-                if ledger.read(files[name], m.group(2)) is None:  # before citing: no footnote for a dropped sentence
-                    raise CitationError(f"{m.group(2)} is null")
-                pieces += [line[at:m.start()], ledger.cite(files[name], m.group(2))]
-                at = m.end()
+                if ledger.read(files[name], key) is None:
+                    raise CitationError(f"{key} is null")
         except CitationError:
             continue
+        pieces, at = [], 0
+        for name, key, m in slots:
+            pieces += [line[at:m.start()], ledger.cite(files[name], key)]
+            at = m.end()
         pieces.append(line[at:])
         current += ([" "] if current else []) + [p for p in pieces if p != ""]
     return paragraphs

@@ -15,8 +15,10 @@ the markup written here is part of the report's format: change it there too.
 from __future__ import annotations
 
 import base64
+import functools
 import html
 import io
+import os
 import re
 from dataclasses import dataclass, field
 from urllib.parse import quote
@@ -105,6 +107,12 @@ def page_png(path) -> bytes:
     """The figure as the page embeds it: its plain margins cropped (no empty bands) and its colours
     reduced to a palette, about a third of the bytes; the figure's file, linked beside it, stays the
     original. Deterministic for a given Pillow, so verify can redo it and compare."""
+    st = os.stat(path)
+    return _page_png(str(path), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _page_png(path: str, mtime_ns: int, size: int) -> bytes:  # the report renders twice: convert once
     from PIL import Image, ImageChops
 
     with Image.open(path) as im:
@@ -198,8 +206,8 @@ class Doc:
     def heading(self, level: int, *pieces, anchor: str | None = None, toc: str | None = None) -> None:
         """A heading; with `toc`, also an entry of the table of contents."""
         attr = f' id="{esc_html(anchor)}"' if anchor else ""
-        self.html_parts.append(f"<h{level}{attr}>{self._inline_html(pieces, ref=False)}</h{level}>")
-        self.md_parts.append(f"{'#' * level} {self._inline_md(pieces, ref=False)}")
+        self.html_parts.append(f"<h{level}{attr}>{self._inline_html(pieces)}</h{level}>")
+        self.md_parts.append(f"{'#' * level} {self._inline_md(pieces)}")
         if toc is not None and anchor:
             self.toc.append((anchor, toc))
 
