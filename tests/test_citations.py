@@ -42,6 +42,8 @@ def test_format_value():
     assert format_value(0.7612, "%") == "76.1 %"
     assert format_value(0.7612, ".1%") == "76.1 %"  # a percentage reads the same whatever its spec
     assert format_value(0.76123, ".2%") == "76.12 %"
+    assert format_value(1537807.4, ".0f") == "1,537,807" and format_value(269318.06, ".1f") == "269,318.1"
+    assert format_value(12, "d") == "12" and format_value(0.1234, ".2e") == "1.23e-01"
     assert format_value(98362432) == "98,362,432"
     assert format_value(True) == "yes"
     assert format_value([7.0, -1.0]) == "[7, -1]"

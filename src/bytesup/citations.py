@@ -22,6 +22,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -113,6 +114,8 @@ def _format(value: Any, fmt: str | None) -> str:
         digits = fmt[1:-1] if fmt.startswith(".") else "1"
         return f"{100 * float(value):,.{digits}f} %"
     if fmt:
+        if isinstance(value, (int, float)) and re.fullmatch(r"\.\d+f|d", fmt):
+            fmt = "," + fmt  # thousands separated, as every count and byte size in the report
         return format(value, fmt)
     if isinstance(value, int):
         return f"{value:,}"

@@ -325,7 +325,8 @@ def _lesson(doc: Doc, lesson: str, files: dict, refused: str | None, notebook: s
     spec = registry().get(lesson)
     doc.heading(2, _title(lesson), anchor=lesson, toc=_title(lesson))
     if spec is not None:
-        doc.para(f"From {spec.source}.")
+        source = spec.source[0].lower() + spec.source[1:] if spec.source.startswith("The ") else spec.source
+        doc.para(f"From {source}.")
     if refused:
         doc.para(f"Not run for this model: {refused}.")
         return
