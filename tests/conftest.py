@@ -146,3 +146,18 @@ def hf(default_gguf):
     model = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     model.eval()
     return torch, tokenizer, model
+
+
+@pytest.fixture(scope="session")
+def gemma_hf(gemma_gguf):
+    """(torch, tokenizer, model): transformers loading the Gemma 3 GGUF on CPU in float32, offline,
+    once per session (several minutes on a loaded machine: the 262,144-piece tokenizer is converted)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    torch.set_num_threads(2)
+    folder, name = str(gemma_gguf.parent), gemma_gguf.name
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    model.eval()
+    return torch, tokenizer, model

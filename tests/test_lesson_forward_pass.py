@@ -7,6 +7,8 @@
   bytes against gguf-py's own tensor sizes;
 * the default model (slow): the top-5 next tokens and their logits, and the residual stream after
   every block, against Hugging Face transformers loading the same GGUF in float32;
+* Gemma 3 through the same table: a tiny synthetic gemma3 (prompt longer than its window) against an
+  independent float64 Gemma, its notebook; the real Gemma 3 270M (slow) against transformers;
 * the notebook end to end with papermill, on a tiny model and on the default model.
 """
 
@@ -20,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from gguf import GGUFReader
-from reference_llama import reference_pass
+from reference_llama import reference_gemma3, reference_pass
 from workflow_helpers import run_lesson_notebook
 
 from bytesup import claims
@@ -28,7 +30,8 @@ from bytesup.gguf_file import GGUFFile
 from bytesup.lessons import forward_pass as lesson
 from bytesup.lessons import plain
 from bytesup.model.forward import Model, Trace
-from bytesup.synthetic import write_tiny_llama
+from bytesup.model.arch import ARCHITECTURES
+from bytesup.synthetic import write_tiny_gemma3, write_tiny_llama
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "workflow" / "notebooks" / "04_the_forward_pass.ipynb"
@@ -161,10 +164,12 @@ def test_bad_input_is_one_line_before_the_model_is_opened(tiny_gguf, tmp_path, p
 
 
 def test_other_architectures_and_broken_metadata_are_refused_in_one_line(tmp_path):
-    path = write_tiny_llama(tmp_path / "g.gguf", arch="gemma3")
+    assert lesson.SPEC.architectures == tuple(ARCHITECTURES) and "gemma3" in lesson.SPEC.architectures
+    path = write_tiny_llama(tmp_path / "p.gguf", arch="phi3")  # an architecture the table lacks
     with GGUFFile(path) as f:
         meta = dict(f.metadata)
-    with pytest.raises(lesson.ForwardPassError, match=r"^04_the_forward_pass: .*llama.*'gemma3'.*general\.architecture") as e:
+    with pytest.raises(lesson.ForwardPassError,
+                       match=r"^04_the_forward_pass: it follows llama, qwen2, gemma3 only, .*'phi3'.*general\.architecture") as e:
         lesson.prepare(meta, PROMPT)
     one_line(e)
     path = write_tiny_llama(tmp_path / "t.gguf")
@@ -190,10 +195,15 @@ def notebook_parameters() -> list[str]:
 def test_the_notebook_declares_exactly_its_parameters_and_does_the_steps_in_cells():
     assert notebook_parameters() == lesson.SPEC.parameter_names()
     code = "\n".join("".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code")
-    for step in ("x = embed(W, np.array(ids))", "xn = rms_norm(x, w0.attn_norm, eps)", "q = matmul(xn, w0.wq)",
-                 "q, k = rope(q, cos, sin), rope(k, cos, sin)", "scores[future] = -np.inf", "weights = softmax(scores)",
-                 "attn_out = matmul(att.reshape(N, spec.q_dim), w0.wo)", "x_mid = x + attn_out",
-                 "h_ffn = silu(g) * u", "x_block0 = x_mid + ffn_out", "logits = unembed(x_final, W, spec)[0]"):
+    for step in ("x = embed(W, np.array(ids))", "xn = rms_norm(x, w0.attn_norm, eps)",
+                 "q, k, v = matmul(xn, w0.wq), matmul(xn, w0.wk), matmul(xn, w0.wv)",
+                 "q, k = rms_norm(q, w0.q_norm, eps), rms_norm(k, w0.k_norm, eps)",
+                 "q, k = rope(q, cos, sin, spec.rope_layout), rope(k, cos, sin, spec.rope_layout)",
+                 "scores[future] = -np.inf", "weights = softmax(scores)",
+                 "attn_out = matmul(att.reshape(N, spec.q_dim), w0.wo)",
+                 "attn_out = rms_norm(attn_out, w0.post_attn_norm, eps)", "x_mid = x + attn_out",
+                 "h_ffn = activation(spec.activation)(g) * u", "x_block0 = x_mid + ffn_out",
+                 "logits = unembed(x_final, W, spec)[0]"):
         assert step in code, step
 
 
@@ -218,6 +228,83 @@ def test_notebook_on_a_tiny_model(tmp_path):
         assert [int(r["top_id"]) for r in csv.DictReader(f)] == got["logit_lens_top_ids"]
     for png in lesson.SPEC.figures:
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# -- Gemma 3 through the same table --------------------------------------------------------------------------
+
+GEMMA_TINY_PROMPT = "the cat sat on the mat, a kitten ran"  # 13 tokens, past the tiny file's window of 4
+
+
+@pytest.fixture
+def tiny_gemma(tmp_path):
+    path = write_tiny_gemma3(tmp_path / "tiny-gemma3.gguf")
+    with GGUFFile(path) as f:
+        return path, dict(f.metadata)
+
+
+def test_tiny_gemma3_next_token_residuals_lens_and_costs_match_a_float64_gemma(tiny_gemma):
+    path, meta = tiny_gemma
+    m, tables = lesson.compute(path, meta, GEMMA_TINY_PROMPT)
+    ids = m["prompt_ids"]
+    assert len(ids) == 13 and ids[0] == 2  # BOS, then SentencePiece pieces; longer than the window
+    ref = reference_gemma3(path, ids)
+    logits = ref["logits"][-1]
+    want = np.argsort(-logits, kind="stable")[:5]
+    assert [r["id"] for r in m["top5"]] == want.tolist()
+    np.testing.assert_allclose(tables["logits"], logits, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(m["residual_norms"], [np.linalg.norm(r) for r in ref["stream"]], rtol=1e-5)
+    assert m["logit_lens_top_ids"] == [int(np.argmax(lg)) for lg in ref["lens"]]
+    assert (m["architecture"], m["activation"], m["sliding_window"], m["global_layers"]) == ("gemma3", "gelu_tanh", 4, [5])
+    assert m["architecture_recipe"].startswith("gemma3: embedding x sqrt(d_model)")
+    assert m["head_tensor"] == "token_embd.weight" and m["tied"] is True
+    # costs: the q/k and post norms are read (bytes) but multiply nothing; every row adds up
+    assert m["costs_agree"] is True
+    elements, n_bytes = tensor_sizes(path)
+    d, vocab = meta["gemma3.embedding_length"], len(meta["tokenizer.ggml.tokens"])
+    named = [k for k in n_bytes if k.startswith("blk.")] + ["output_norm.weight", "token_embd.weight"]
+    assert m["weight_bytes_per_token_float32"] == 4 * (sum(elements[k] for k in named) + d)
+    assert m["weight_bytes_per_token_file"] == sum(n_bytes[k] for k in named) + n_bytes["token_embd.weight"] // vocab
+    extra = [r for r in tables["cost"] if r["step"] == "gemma3's extra norms and biases"]
+    assert len(extra) == 1 and extra[0]["flops"] == 0
+    assert extra[0]["float32_bytes"] == 4 * sum(elements[k] for k in named if "_norm" in k and
+                                                 ("attn_q_norm" in k or "attn_k_norm" in k or "post_" in k))
+    assert sum(r["float32_bytes"] for r in tables["cost"]) == m["weight_bytes_per_token_float32"]
+    assert sum(r["flops"] for r in tables["cost"]) == m["flops_per_token_metadata"]
+
+
+@pytest.mark.slow  # about 25 s (papermill) on the loaded machine
+def test_notebook_on_a_tiny_gemma3(tmp_path):
+    """The notebook's block 0 by hand follows the table (embedding scale, q/k norms, NeoX rope at the
+    local base, the window, post norms, GELU-tanh) and lands on the package's block."""
+    gguf = write_tiny_gemma3(tmp_path / "tiny-gemma3.gguf")
+    got, out = run_lesson_notebook(lesson.SPEC, gguf, tmp_path, model="tiny-gemma3", prompt=GEMMA_TINY_PROMPT)
+    with GGUFFile(gguf) as f:
+        want = plain(lesson.compute(gguf, dict(f.metadata), GEMMA_TINY_PROMPT)[0])
+    for key in ("prompt_ids", "top5", "next_token_id", "residual_norms", "logit_lens_top_ids", "flops_per_token_traced"):
+        assert got[key] == want[key], key
+    assert got["block0_by_hand_max_abs_diff"] <= 1e-5 and got["block0_by_hand_vs_trace_max_abs_diff"] <= 1e-5
+
+
+@pytest.mark.slow
+def test_gemma3_270m_logits_match_transformers_over_the_whole_vocabulary(gemma_gguf, gemma_hf):
+    """Lesson 4's pass on the real Gemma 3 270M (Q4_K_M) against transformers loading the same GGUF in
+    float32: the same prompt ids, every one of the 262,144 logits within 1e-2, the same top 5."""
+    torch, tokenizer, hf_model = gemma_hf
+    with GGUFFile(gemma_gguf) as f:
+        meta = dict(f.metadata)
+    m, tables = lesson.compute(gemma_gguf, meta, PROMPT)
+    ids = tokenizer(PROMPT)["input_ids"]
+    assert m["prompt_ids"] == ids and ids[0] == 2
+    with torch.no_grad():
+        out = hf_model(torch.tensor([ids]), output_hidden_states=True)
+    logits = out.logits[0, -1].double().numpy()
+    assert tables["logits"].shape == logits.shape == (262144,)
+    assert np.abs(tables["logits"] - logits).max() <= 1e-2
+    assert [r["id"] for r in m["top5"]] == np.argsort(-logits, kind="stable")[:5].tolist()
+    # hidden_states[0] is the scaled embedding, [i] the input of layer i
+    hidden = [h[0, -1].double().numpy() for h in out.hidden_states]
+    np.testing.assert_allclose(m["residual_norms"][:18], [np.linalg.norm(h) for h in hidden[:18]], rtol=1e-4)
+    assert m["global_layers"] == [5, 11, 17] and m["weights_mode"] == "resident"
 
 
 # -- the default model (slow): one notebook run, transformers once ------------------------------------------

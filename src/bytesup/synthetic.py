@@ -1,6 +1,7 @@
 """Tiny llama-style GGUF files for tests, written with gguf.GGUFWriter.
 
     path = write_tiny_llama(tmp_path / "tiny.gguf")   # 2 blocks, width 32, FFN 64
+    path = write_tiny_gemma3(tmp_path / "g.gguf")     # 6 blocks (block 5 global), window 4, head 16
 
 Same tensor names and metadata keys as a real llama GGUF, a GPT-2 style vocabulary
 (leading space = 'Ġ') with 'Ġcat' and its neighbours, and a mix of tensor types:
@@ -120,6 +121,7 @@ def write_tiny_llama(
     tokens: list[str] | None = None,
     types: dict[str, str] | None = None,
     arch: str = "llama",
+    qkv_bias: bool = False,
 ) -> Path:
     """Write a tiny llama GGUF to `path` and return the path.
 
@@ -130,6 +132,8 @@ def write_tiny_llama(
     arch: general.architecture, and the prefix of the model's keys ("gemma3" gives gemma3.block_count
         ...): the same llama-shaped tensors under another architecture's name, to test that lessons
         which follow llama refuse it.
+    qkv_bias: add F32 biases attn_q.bias, attn_k.bias, attn_v.bias to every block (with arch="qwen2":
+        a tiny Qwen2, whose table row adds them after the Q, K, V matmuls).
     extra_metadata: key -> value (type inferred: str, bool, int -> INT32 / INT64 when large,
         float -> FLOAT32, list -> ARRAY), or key -> (value, "UINT64") to name the GGUF type.
         Empty strings are written too (GGUFWriter.add_string would skip them); empty arrays
@@ -177,6 +181,16 @@ def write_tiny_llama(
     layout = Architecture("tiny", d_model=n_embd, d_ff=n_ff, n_layers=n_layers, vocab=n_vocab, n_heads=n_head,
                           n_kv_heads=n_head_kv, head_dim=n_embd // n_head, tied=tied)
     shapes = llama_tensor_shapes(layout)
+    if qkv_bias:  # after each block's attn_v.weight: its attn_q, attn_k, attn_v biases
+        q, kv = n_embd, n_head_kv * (n_embd // n_head)
+        with_bias = []
+        for name, shape in shapes:
+            with_bias.append((name, shape))
+            if name.endswith("attn_v.weight"):
+                block = name.removesuffix("attn_v.weight")
+                with_bias += [(f"{block}attn_q.bias", (q,)), (f"{block}attn_k.bias", (kv,)), (f"{block}attn_v.bias", (kv,))]
+        shapes = with_bias
+        all_types = {"blk.*.bias": "F32", **all_types}
     for name, shape in shapes:  # numpy order: rows x row length
         if name == "token_embd.weight":
             data = _embeddings(rng, tokens, n_embd)
@@ -187,6 +201,127 @@ def write_tiny_llama(
         encoded, raw_dtype = _encode(data, _type_for(name, all_types))
         writer.add_tensor(name, encoded, raw_dtype=raw_dtype)
 
+    try:
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+    finally:
+        writer.close()
+    os.replace(tmp, path)
+    return path
+
+
+# A tiny Gemma 3: SentencePiece-style vocabulary ('▁' for a space, a score per piece, byte fallback).
+GEMMA_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>"]  # ids 0..3, as in Gemma's vocabulary
+GEMMA_WORDS = ["▁the", "▁cat", "▁cats", "▁kitten", "▁dog", "▁sat", "▁on", "▁mat", "▁a", "▁ran", "ing"]
+TOKEN_TYPE_UNKNOWN, TOKEN_TYPE_BYTE = 2, 6
+
+GEMMA3_TYPES: dict[str, str] = {
+    "token_embd.weight": "Q8_0",
+    "blk.*.attn_q.weight": "Q5_0",
+    "blk.*.attn_k.weight": "Q5_0",
+    "blk.*.attn_v.weight": "Q8_0",
+    "blk.*.attn_output.weight": "Q4_1",
+    "blk.*.ffn_gate.weight": "Q5_0",
+    "blk.*.ffn_up.weight": "Q5_0",
+    "blk.*.ffn_down.weight": "Q8_0",
+    "*": "F32",  # norms, q/k norms, post norms
+}
+
+
+def gemma_tokens() -> tuple[list[str], list[float], list[int]]:
+    """(pieces, scores, token types): specials, the 256 byte pieces, '▁' and letters, then every
+    prefix of every word (longer pieces score higher, so SentencePiece merges build whole words)."""
+    pieces = list(GEMMA_SPECIALS) + [f"<0x{b:02X}>" for b in range(256)]
+    types = [TOKEN_TYPE_CONTROL, TOKEN_TYPE_CONTROL, TOKEN_TYPE_CONTROL, TOKEN_TYPE_UNKNOWN] + [TOKEN_TYPE_BYTE] * 256
+    for piece in ["▁"] + [chr(c) for c in range(ord("a"), ord("z") + 1)] + [".", ","]:
+        pieces.append(piece)
+        types.append(TOKEN_TYPE_NORMAL)
+    for word in GEMMA_WORDS:
+        for k in range(2, len(word) + 1):
+            if word[:k] not in pieces:
+                pieces.append(word[:k])
+                types.append(TOKEN_TYPE_NORMAL)
+    scores = [0.0 if t == TOKEN_TYPE_NORMAL else -1000.0 for t in types]
+    scores = [float(len(p)) - i / 1000 if t == TOKEN_TYPE_NORMAL else s for i, (p, t, s) in
+              enumerate(zip(pieces, types, scores))]  # fmt: skip
+    return pieces, scores, types
+
+
+def write_tiny_gemma3(
+    path: str | os.PathLike,
+    *,
+    n_embd: int = 32,
+    n_ff: int = 64,
+    n_layers: int = 6,
+    n_head: int = 4,
+    n_head_kv: int = 1,
+    head_dim: int = 16,
+    sliding_window: int = 4,
+    n_ctx: int = 128,
+    rope_base: float = 1e6,
+    seed: int = 0,
+    extra_metadata: dict[str, Any] | None = None,
+    types: dict[str, str] | None = None,
+) -> Path:
+    """Write a tiny Gemma 3 GGUF (general.architecture gemma3) and return the path.
+
+    Its tensors are the ones bytesup.model.arch's gemma3 row expects (q/k norms, post norms, no
+    output.weight); head_dim is gemma3.attention.key_length (here 16, so q is 64 wide for a 32-wide
+    model, not 32 / 4); layers 5, 11, ... are global, the others attend to the last
+    `sliding_window` positions. Norm weights are stored as 1 + w, as in the real files. The
+    tokenizer is SentencePiece-style ('llama', add_bos_token, no space prefix) with byte fallback.
+    """
+    from bytesup.model.arch import spec_from_metadata
+
+    path = Path(path)
+    if n_embd % 32 or n_ff % 32 or (n_head * head_dim) % 32:
+        raise ValueError("n_embd, n_ff and n_head * head_dim must be multiples of 32 (the quantization block size)")
+    if n_head % n_head_kv:
+        raise ValueError("n_head must divide by n_head_kv")
+    rng = np.random.default_rng(seed)
+    tokens, scores, token_types = gemma_tokens()
+    all_types = dict(types or {})
+    all_types.update((k, v) for k, v in GEMMA3_TYPES.items() if k not in all_types)
+    arch = "gemma3"
+    model_keys = {
+        f"{arch}.context_length": n_ctx, f"{arch}.embedding_length": n_embd, f"{arch}.block_count": n_layers,
+        f"{arch}.feed_forward_length": n_ff, f"{arch}.attention.head_count": n_head,
+        f"{arch}.attention.head_count_kv": n_head_kv, f"{arch}.attention.key_length": head_dim,
+        f"{arch}.attention.value_length": head_dim, f"{arch}.attention.layer_norm_rms_epsilon": 1e-6,
+        f"{arch}.rope.freq_base": float(rope_base), f"{arch}.attention.sliding_window": sliding_window,
+    }  # fmt: skip
+    spec = spec_from_metadata({"general.architecture": arch, **model_keys, "tokenizer.ggml.tokens": tokens})
+
+    tmp = path.with_name(path.name + ".tmp")
+    writer = GGUFWriter(tmp, arch)
+    writer.add_name("tiny-gemma3")
+    for key, value in model_keys.items():
+        vtype = GGUFValueType.FLOAT32 if isinstance(value, float) else GGUFValueType.UINT32
+        writer.add_key_value(key, value, vtype)
+    writer.add_tokenizer_model("llama")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_scores(scores)
+    writer.add_token_types(token_types)
+    writer.add_bos_token_id(2)
+    writer.add_eos_token_id(1)
+    writer.add_unk_token_id(3)
+    writer.add_pad_token_id(0)
+    writer.add_add_bos_token(True)
+    writer.add_add_eos_token(False)
+    writer.add_add_space_prefix(False)
+    for key, value in (extra_metadata or {}).items():
+        _add_value(writer, key, value)
+    for name, shape in spec.tensor_shapes():  # numpy order: rows x row length
+        if name == spec.tensor_name("token_embd"):
+            data = rng.standard_normal(shape).astype(np.float32) * 0.5
+        elif len(shape) == 1:
+            data = 1.0 + 0.1 * rng.standard_normal(shape).astype(np.float32)  # 1 + w, as stored
+        else:
+            data = rng.standard_normal(shape).astype(np.float32) / np.sqrt(shape[1])
+        encoded, raw_dtype = _encode(data, _type_for(name, all_types))
+        writer.add_tensor(name, encoded, raw_dtype=raw_dtype)
     try:
         writer.write_header_to_file()
         writer.write_kv_data_to_file()

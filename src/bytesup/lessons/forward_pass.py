@@ -34,9 +34,12 @@ from bytesup import claims as claims_mod
 from bytesup.lessons import LessonInputError, figure
 from bytesup.lessons.spec import SERIES, Headline, LessonSpec
 from bytesup.model.arch import (
+    ARCHITECTURES,
+    OPTIONAL_ROLES,
     ArchMetadataError,
     ArchSpec,
     UnsupportedArchitectureError,
+    recipe_summary,
     spec_from_metadata,
 )
 from bytesup.model.forward import (
@@ -89,7 +92,7 @@ SPEC = LessonSpec(
         Headline("flops_per_file_byte", "FLOPs per weight byte read (file)", fmt=".2f"),
     ),
     config_keys=("prompt", "forward"),
-    architectures=("llama",),
+    architectures=tuple(ARCHITECTURES),  # every row of the forward pass's architecture table
     runs_model=True,
 )
 
@@ -262,6 +265,12 @@ def cost_table(spec: ArchSpec, per_tensor: Mapping, context_len: int) -> list[di
         ("FFN norms", "ffn_norm", 0, block_bytes("ffn_norm")),
         ("FFN gate, up, down", "ffn_gate, ffn_up, ffn_down", L * 3 * d * spec.d_ff,
          block_bytes("w_gate", "w_up", "w_down")),
+    ]
+    extras = [r for r in spec.roles if r in OPTIONAL_ROLES]  # gemma3's q/k and post norms, qwen2's biases
+    if extras:
+        files = ", ".join(spec.tensor_name(r, 0).removeprefix("blk.0.") for r in extras)
+        rows.append((f"{spec.arch}'s extra norms and biases", files, 0, block_bytes(*extras)))
+    rows += [
         ("final norm", "output_norm", 0, per_tensor[spec.tensor_name("output_norm")]),
         ("unembedding", f"{head}{' (tied)' if spec.tied else ''}", spec.vocab * d, per_tensor[head]),
     ]
@@ -331,6 +340,12 @@ def run(model: Model, plan: Plan) -> tuple[dict, dict]:
         "prompt_tokens": [tok.token_text(i) for i in ids],
         "n_prompt_tokens": n,
         "weights_mode": model.mode,
+        "architecture": spec.arch,
+        "architecture_recipe": recipe_summary(spec.arch),
+        "activation": spec.activation,
+        "embed_scale": spec.embed_scale,
+        "sliding_window": spec.sliding_window,
+        "global_layers": [i for i in range(spec.n_layers) if not spec.is_sliding(i)],
         "n_layers": spec.n_layers,
         "d_model": spec.d_model,
         "n_heads": spec.n_heads,

@@ -42,6 +42,7 @@ from bytesup import claims as claims_mod
 from bytesup import llama_cpp_ref
 from bytesup.lessons import LessonInputError, figure
 from bytesup.lessons.spec import SERIES, Headline, LessonSpec
+from bytesup.model.arch import ARCHITECTURES
 from bytesup.model.chat import TEMPLATE_KEY, ChatTemplateError, render_chat_from_metadata
 from bytesup.model.forward import Model
 from bytesup.model.generate import Generation, filter_probs, generate, softmax
@@ -81,7 +82,7 @@ SPEC = LessonSpec(
                  "largest |logit difference|, llama.cpp vs ours, after the prompt", fmt=".3f"),
     ),
     config_keys=("prompt", "generate", "seed", "forward"),
-    architectures=("llama",),
+    architectures=tuple(ARCHITECTURES),  # every row of the forward pass's architecture table
     runs_model=True,
 )
 

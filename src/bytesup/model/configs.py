@@ -78,21 +78,16 @@ def type_bytes(type_name: str, elements: int) -> int:
 
 
 def llama_tensor_shapes(a: Architecture) -> list[tuple[str, tuple[int, ...]]]:
-    """(GGUF tensor name, numpy shape) of every tensor a llama-style model of this configuration holds."""
+    """(GGUF tensor name, numpy shape) of every tensor a llama-style model of this configuration holds,
+    from the architecture table's llama row (bytesup.model.arch.ArchSpec.tensor_shapes)."""
+    from bytesup.model.arch import ArchSpec
+
     if a.biases or a.n_positions or not a.gated_ffn:
         raise ValueError(f"{a.name}: only llama-style layouts (no biases, rotary positions, SwiGLU)")
-    q, kv = a.n_heads * a.head_dim, a.n_kv_heads * a.head_dim
-    per_block = {
-        "attn_norm": (a.d_model,), "attn_q": (q, a.d_model), "attn_k": (kv, a.d_model), "attn_v": (kv, a.d_model),
-        "attn_output": (a.d_model, q), "ffn_norm": (a.d_model,), "ffn_gate": (a.d_ff, a.d_model),
-        "ffn_up": (a.d_ff, a.d_model), "ffn_down": (a.d_model, a.d_ff),
-    }
-    shapes = [("token_embd.weight", (a.vocab, a.d_model))]
-    shapes += [(f"blk.{i}.{part}.weight", shape) for i in range(a.n_layers) for part, shape in per_block.items()]
-    shapes.append(("output_norm.weight", (a.d_model,)))
-    if not a.tied:
-        shapes.append(("output.weight", (a.vocab, a.d_model)))
-    return shapes
+    spec = ArchSpec(arch="llama", n_layers=a.n_layers, d_model=a.d_model, d_ff=a.d_ff, n_heads=a.n_heads,
+                    n_kv_heads=a.n_kv_heads, head_dim=a.head_dim, n_rot=a.head_dim, vocab=a.vocab,
+                    context_length=a.context_length, rope_base=10000.0, rms_eps=1e-5, tied=a.tied)  # shapes only
+    return spec.tensor_shapes()
 
 
 def kv_bytes_per_token(a: Architecture, cache_type: str = "F16") -> int:

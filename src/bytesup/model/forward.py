@@ -1,4 +1,4 @@
-"""The model, by hand: a llama forward pass in NumPy, one step per function, with a KV cache.
+"""The model, by hand: a forward pass in NumPy (llama, qwen2, gemma3), one step per function, with a KV cache.
 
     with Model.from_gguf("smollm2-135m.gguf") as model:
         cache = model.new_cache()
@@ -8,6 +8,10 @@
 `transformer()` is the whole network, step by step in the lesson's order (as llama2.c's
 transformer()): embed -> for each block: RMSNorm, Q K V, rope, grouped-query attention with a
 causal mask, output projection, residual; RMSNorm, gated FFN, residual -> final norm -> unembed.
+What differs between architectures comes from the one table in bytesup.model.arch, read through
+`spec`: the gate's activation (SiLU, GELU-tanh), the rope layout, Q K V biases (qwen2), and
+gemma3's embedding scale, per-head q/k norms, post-attention/post-FFN norms and sliding-window
+layers with their own rope base.
 
 Arithmetic is float32 throughout, like the model. Activations are (tokens, features): a batch of
 N new tokens multiplies x @ W.T once per matrix (prefill); one token is a matvec (decode), where
@@ -16,7 +20,6 @@ the time goes into reading the weights (memory-bound: 4 bytes per multiply-add).
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
 from typing import Self
@@ -24,8 +27,8 @@ from typing import Self
 import numpy as np
 
 from bytesup.gguf_file import GGUFFile
+from bytesup.layers import gelu, silu
 from bytesup.layers import rms_norm as rms_norm_vector
-from bytesup.layers import silu
 from bytesup.model.arch import ArchSpec, spec_from_metadata
 from bytesup.model.weights import (
     DEFAULT_RESIDENT_BUDGET,
@@ -39,6 +42,23 @@ from bytesup.model.weights import (
 
 class ForwardInputError(ValueError):
     """Token ids the model cannot take (empty, out of range, too many); one line."""
+
+
+def gelu_tanh(z):
+    """GELU with the tanh approximation (Gemma's gate): 0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3)))."""
+    return gelu(z, approximate="tanh")
+
+
+# The FFN gate's non-linearity by the name the architecture table gives (spec.activation).
+ACTIVATIONS = {"silu": silu, "gelu_tanh": gelu_tanh}
+
+
+def activation(name: str):
+    """The function for an activation name of the table ('silu', 'gelu_tanh'); one line if unknown."""
+    try:
+        return ACTIVATIONS[name]
+    except KeyError:
+        raise ValueError(f"activation {name!r} is not known (known: {', '.join(ACTIVATIONS)})") from None
 
 
 # -- what a token costs, from the metadata alone --------------------------------------------
@@ -192,18 +212,26 @@ def rope_angles(positions: np.ndarray, n_rot: int, base: float) -> tuple[np.ndar
     return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
 
 
-def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
-    """Rotate each head's adjacent pairs (x0, x1), (x2, x3), ... by its position's angles.
+def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str = "adjacent") -> np.ndarray:
+    """Rotate pairs of each head's dimensions by its position's angles.
 
+    layout "adjacent" (llama GGUFs): pairs (x0, x1), (x2, x3), ...; "neox" (qwen2, gemma3):
+    pairs (x0, x_{n_rot/2}), (x1, x_{n_rot/2+1}), ... (Hugging Face's rotate_half).
     x is (N, heads, head_dim); pair i of token t turns by angle t_pos * base^(-2i/n_rot).
     Only the first n_rot dimensions rotate (all of them for llama). Returns a new array.
     """
     n_rot = 2 * cos.shape[-1]
-    x0, x1 = x[..., 0:n_rot:2], x[..., 1:n_rot:2]  # first and second of each pair
+    if layout == "adjacent":
+        first, second = slice(0, n_rot, 2), slice(1, n_rot, 2)
+    elif layout == "neox":
+        first, second = slice(0, n_rot // 2), slice(n_rot // 2, n_rot)
+    else:
+        raise ValueError(f"rope layout {layout!r} is not known (known: adjacent, neox)")
+    x0, x1 = x[..., first], x[..., second]  # first and second of each pair
     c, s = cos[:, None, :], sin[:, None, :]  # the same angles for every head
     out = x.copy()
-    out[..., 0:n_rot:2] = x0 * c - x1 * s
-    out[..., 1:n_rot:2] = x0 * s + x1 * c
+    out[..., first] = x0 * c - x1 * s
+    out[..., second] = x0 * s + x1 * c
     return out
 
 
@@ -213,11 +241,12 @@ def softmax(scores: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def attention(q, k, v, start: int, spec: ArchSpec, trace: Trace | None = None) -> np.ndarray:
+def attention(q, k, v, start: int, spec: ArchSpec, trace: Trace | None = None, window: int | None = None):
     """Grouped-query causal attention for N new queries against all T keys so far.
 
     q: (N, n_heads, head_dim); k, v: (n_kv_heads, T, head_dim). Query head h reads K/V head
-    h // group. Returns (N, n_heads * head_dim).
+    h // group. window: a sliding layer's query sees only the last `window` positions, itself
+    included. Returns (N, n_heads * head_dim).
     """
     n, t = q.shape[0], k.shape[1]
     kv, g, hd = spec.n_kv_heads, spec.group, spec.head_dim
@@ -225,12 +254,16 @@ def attention(q, k, v, start: int, spec: ArchSpec, trace: Trace | None = None) -
     qg = q.reshape(n, kv, g, hd).transpose(1, 2, 0, 3).reshape(kv, g * n, hd)
     # scores: every query against every key, / sqrt(head_dim)
     scores = qg @ k.transpose(0, 2, 1)  # (kv, g*N, T)
-    scores *= np.float32(1.0 / math.sqrt(hd))
+    scores *= np.float32(spec.attn_scale)
     # causal mask: query at position start+i sees keys 0..start+i
     scores = scores.reshape(kv, g, n, t)
     if n > 1:
         future = np.arange(t)[None, :] > (start + np.arange(n))[:, None]  # (N, T)
         scores[:, :, future] = -np.inf
+    # sliding window: ... and only keys start+i-window+1 .. start+i
+    if window is not None and t > window:
+        too_old = np.arange(t)[None, :] <= (start + np.arange(n))[:, None] - window  # (N, T)
+        scores[:, :, too_old] = -np.inf
     # softmax over the keys: attention weights, each row sums to 1
     weights = softmax(scores)
     # weighted sum of the values
@@ -243,36 +276,65 @@ def attention(q, k, v, start: int, spec: ArchSpec, trace: Trace | None = None) -
 
 
 def attention_block(x, w: BlockWeights, layer: int, start: int, cos, sin, spec, cache, trace=None):
-    """The attention half of a block, residual included: x + W_o · attention(rope(Q), rope(K), V)."""
+    """The attention half of a block, residual included: x + W_o · attention(rope(Q), rope(K), V).
+
+    Steps the table switches on: Q K V biases (qwen2), per-head norms of q and k and a norm of
+    the output before the residual add (gemma3), a sliding window on some layers (gemma3).
+    """
     n = x.shape[0]
     # attention rmsnorm
     xn = rms_norm(x, w.attn_norm, spec.rms_eps)
     # Q, K, V: one matmul with the fused (q_dim + 2 kv_dim, d_model) matrix
     qkv = matmul(xn, w.wqkv, trace)
+    if w.bqkv is not None:  # qwen2: a bias on each of Q, K, V
+        qkv = qkv + w.bqkv
     q = qkv[:, : spec.q_dim].reshape(n, spec.n_heads, spec.head_dim)
     k = qkv[:, spec.q_dim : spec.q_dim + spec.kv_dim].reshape(n, spec.n_kv_heads, spec.head_dim)
     v = qkv[:, spec.q_dim + spec.kv_dim :].reshape(n, spec.n_kv_heads, spec.head_dim)
+    if w.q_norm is not None:  # gemma3: RMSNorm of each head's q and k (over head_dim)
+        q, k = rms_norm(q, w.q_norm, spec.rms_eps), rms_norm(k, w.k_norm, spec.rms_eps)
     # rope: rotate Q and K by their positions (V is not rotated)
-    q, k = rope(q, cos, sin), rope(k, cos, sin)
+    q, k = rope(q, cos, sin, spec.rope_layout), rope(k, cos, sin, spec.rope_layout)
     # KV cache: append this batch's keys and values, read back all positions so far
     k_all, v_all = cache.append(layer, k.transpose(1, 0, 2), v.transpose(1, 0, 2), start)
-    # grouped-query causal attention
-    a = attention(q, k_all, v_all, start, spec, trace)
-    # output projection, then the residual connection
-    return x + matmul(a, w.wo, trace)
+    # grouped-query causal attention (within the window on a sliding layer)
+    a = attention(q, k_all, v_all, start, spec, trace, window=spec.layer_window(layer))
+    # output projection
+    out = matmul(a, w.wo, trace)
+    if w.post_attn_norm is not None:  # gemma3: normalize what attention adds
+        out = rms_norm(out, w.post_attn_norm, spec.rms_eps)
+    # the residual connection
+    return x + out
+
+
+def ffn(xn, w_gate, w_up, w_down, spec: ArchSpec, trace=None):
+    """The gated FFN on normalized input: W_down(act(W_gate xn) * W_up xn), act from spec.activation.
+
+    w_gate, w_up: (d_ff, d_model) (or one fused (2 d_ff, d_model) matrix passed as w_gate with
+    w_up None); w_down: (d_model, d_ff). xn is (N, d_model); returns (N, d_model).
+    """
+    if w_up is None:  # gate and up: one matmul with the fused (2 d_ff, d_model) matrix
+        gu = matmul(xn, w_gate, trace)
+        g, u = gu[:, : spec.d_ff], gu[:, spec.d_ff :]
+    else:
+        g, u = matmul(xn, w_gate, trace), matmul(xn, w_up, trace)
+    # the gate decides how much of each up value passes: SiLU (SwiGLU) or GELU-tanh (GeGLU)
+    h = activation(spec.activation)(g) * u
+    # down projection
+    return matmul(h, w_down, trace)
 
 
 def ffn_block(x, w: BlockWeights, spec: ArchSpec, trace=None):
-    """The FFN half, residual included: x + W_down(SiLU(W_gate xn) * W_up xn)."""
+    """The FFN half, residual included: x + W_down(act(W_gate xn) * W_up xn) (gemma3 normalizes
+    that before the add)."""
     # ffn rmsnorm
     xn = rms_norm(x, w.ffn_norm, spec.rms_eps)
-    # gate and up: one matmul with the fused (2 d_ff, d_model) matrix
-    gu = matmul(xn, w.w_gate_up, trace)
-    g, u = gu[:, : spec.d_ff], gu[:, spec.d_ff :]
-    # SwiGLU: the gate decides how much of each up value passes
-    h = silu(g) * u
-    # down projection, then the residual connection
-    return x + matmul(h, w.w_down, trace)
+    # gate and up (fused), activation, down
+    out = ffn(xn, w.w_gate_up, None, w.w_down, spec, trace)
+    if w.post_ffn_norm is not None:  # gemma3: normalize what the FFN adds
+        out = rms_norm(out, w.post_ffn_norm, spec.rms_eps)
+    # the residual connection
+    return x + out
 
 
 def unembed(x: np.ndarray, weights, spec: ArchSpec, trace=None) -> np.ndarray:
@@ -289,17 +351,23 @@ def transformer(ids: np.ndarray, weights, spec: ArchSpec, cache: KVCache, trace:
     # embedding: copy each token's row of token_embd into the residual stream x
     x = embed(weights, ids)
     if trace is not None:
-        trace.keep(x)
         trace.weight_bytes += x.nbytes
         trace.weight_file_bytes += n * weights.row_file_bytes()
-    # rope angles for these positions, shared by every block
-    cos, sin = rope_angles(np.arange(start, start + n), spec.n_rot, spec.rope_base)
+    if spec.embed_scale != 1.0:  # gemma3: the row times sqrt(d_model)
+        x = x * np.float32(spec.embed_scale)
+    if trace is not None:
+        trace.keep(x)
+    # rope angles for these positions, shared by every block with the same rope base
+    angles = {}
+    for base in {spec.layer_rope_base(i) for i in range(spec.n_layers)}:
+        angles[base] = rope_angles(np.arange(start, start + n), spec.n_rot, base)
     # forward all the layers
     for layer in range(spec.n_layers):
         w = weights.block(layer)
+        cos, sin = angles[spec.layer_rope_base(layer)]
         # attention half: norm, Q K V, rope, grouped-query attention, output projection, residual
         x = attention_block(x, w, layer, start, cos, sin, spec, cache, trace)
-        # FFN half: norm, gate and up, SiLU(gate) * up, down, residual
+        # FFN half: norm, gate and up, act(gate) * up, down, residual
         x = ffn_block(x, w, spec, trace)
         if trace is not None:
             trace.keep(x)

@@ -1,4 +1,4 @@
-"""The same llama forward pass in torch, on any device: the GPU twin of bytesup.model.forward.
+"""The same forward pass in torch, on any device: the GPU twin of bytesup.model.forward.
 
     with Model.from_gguf("smollm2-135m.gguf", mode="resident") as numpy_model:
         model = TorchModel.from_model(numpy_model, "cuda")    # weights copied to the device once
@@ -9,7 +9,9 @@
 `transformer()` here is forward.py's `transformer()` step for step, in the same order and under
 the same names: embed -> for each block: RMSNorm, Q K V (one fused matrix), rope on adjacent
 pairs, grouped-query attention with a causal mask, output projection, residual; RMSNorm, gate
-and up (one fused matrix), SiLU(gate) * up, down, residual -> final norm -> unembed.
+and up (one fused matrix), act(gate) * up, down, residual -> final norm -> unembed; the steps an
+architecture adds (biases, q/k norms, post norms, embedding scale, sliding windows) as forward.py
+reads them from the architecture table.
 
 The weights are the float32 arrays of forward.py's resident provider (the project's own
 dequantizers, fused QKV and gate|up), moved to the device once: there is no second dequantizer.
@@ -63,14 +65,20 @@ class TorchBlock:
     ffn_norm: torch.Tensor  # (d_model,)
     w_gate_up: torch.Tensor  # (2 d_ff, d_model): gate rows, then up rows
     w_down: torch.Tensor  # (d_model, d_ff)
+    # optional roles (None where the architecture has none), as weights.BlockWeights
+    bqkv: torch.Tensor | None = None
+    q_norm: torch.Tensor | None = None
+    k_norm: torch.Tensor | None = None
+    post_attn_norm: torch.Tensor | None = None
+    post_ffn_norm: torch.Tensor | None = None
 
 
 class TorchWeights:
     """forward.py's resident weights, each array moved to `device` once."""
 
     def __init__(self, resident, spec: ArchSpec, device):
-        def move(a: np.ndarray) -> torch.Tensor:
-            return torch.as_tensor(a, device=device)  # on 'cpu': no copy, the same memory
+        def move(a: np.ndarray | None) -> torch.Tensor | None:
+            return None if a is None else torch.as_tensor(a, device=device)  # on 'cpu': no copy
 
         self.token_embd = move(resident.token_embd)
         # a tied head is the embedding itself: one tensor on the device, not two
@@ -78,7 +86,8 @@ class TorchWeights:
         self.output_norm = move(resident.output_norm)
         self.blocks = [
             TorchBlock(move(b.attn_norm), move(b.wqkv), move(b.wo), move(b.ffn_norm), move(b.w_gate_up),
-                       move(b.w_down))
+                       move(b.w_down), move(b.bqkv), move(b.q_norm), move(b.k_norm), move(b.post_attn_norm),
+                       move(b.post_ffn_norm))
             for b in resident.blocks
         ]  # fmt: skip
 
@@ -89,7 +98,7 @@ class TorchWeights:
     def nbytes(self) -> int:
         """Bytes the weights occupy on the device (a tied head counted once)."""
         tensors = [self.token_embd, self.output_norm] + ([] if self.head is self.token_embd else [self.head])
-        tensors += [t for b in self.blocks for t in vars(b).values()]
+        tensors += [t for b in self.blocks for t in vars(b).values() if t is not None]
         return sum(t.numel() * t.element_size() for t in tensors)
 
 
@@ -168,38 +177,49 @@ def rope_angles(start: int, n: int, n_rot: int, base: float, device):
     return torch.cos(angles).float(), torch.sin(angles).float()
 
 
-def rope(x, cos, sin):
-    """Rotate each head's adjacent pairs (x0, x1), (x2, x3), ... by its position's angles.
+def rope(x, cos, sin, layout: str = "adjacent"):
+    """Rotate pairs of each head's dimensions by its position's angles: adjacent pairs (x0, x1),
+    (x2, x3), ... (llama GGUFs) or, layout "neox", (x0, x_{n_rot/2}), (x1, x_{n_rot/2+1}), ...
 
     x is (N, heads, head_dim); only the first n_rot dimensions rotate (all of them for llama).
     Returns a new tensor.
     """
     n_rot = 2 * cos.shape[-1]
-    pairs = x[..., :n_rot].reshape(*x.shape[:-1], n_rot // 2, 2)
-    x0, x1 = pairs[..., 0], pairs[..., 1]
     c, s = cos[:, None, :], sin[:, None, :]  # the same angles for every head
-    rotated = torch.stack((x0 * c - x1 * s, x0 * s + x1 * c), dim=-1).reshape(*x.shape[:-1], n_rot)
+    if layout == "adjacent":
+        pairs = x[..., :n_rot].reshape(*x.shape[:-1], n_rot // 2, 2)
+        x0, x1 = pairs[..., 0], pairs[..., 1]
+        rotated = torch.stack((x0 * c - x1 * s, x0 * s + x1 * c), dim=-1).reshape(*x.shape[:-1], n_rot)
+    elif layout == "neox":
+        x0, x1 = x[..., : n_rot // 2], x[..., n_rot // 2 : n_rot]
+        rotated = torch.cat((x0 * c - x1 * s, x0 * s + x1 * c), dim=-1)
+    else:
+        raise ValueError(f"rope layout {layout!r} is not known (known: adjacent, neox)")
     return torch.cat((rotated, x[..., n_rot:]), dim=-1) if n_rot < x.shape[-1] else rotated
 
 
-def attention(q, k, v, start: int, spec: ArchSpec):
+def attention(q, k, v, start: int, spec: ArchSpec, window: int | None = None):
     """Grouped-query causal attention for N new queries against all T keys so far.
 
     q: (N, n_heads, head_dim); k, v: (n_kv_heads, T, head_dim). Query head h reads K/V head
-    h // group. Returns (N, n_heads * head_dim).
+    h // group. window: a sliding layer's query sees only the last `window` positions, itself
+    included. Returns (N, n_heads * head_dim).
     """
     n, t = q.shape[0], k.shape[1]
     kv, g, hd = spec.n_kv_heads, spec.group, spec.head_dim
     # group the query heads under the K/V head they share: (kv, g*N, hd), no Python loop over heads
     qg = q.reshape(n, kv, g, hd).permute(1, 2, 0, 3).reshape(kv, g * n, hd)
     # scores: every query against every key, / sqrt(head_dim)
-    scores = (qg @ k.transpose(1, 2)) * (1.0 / math.sqrt(hd))  # (kv, g*N, T)
+    scores = (qg @ k.transpose(1, 2)) * spec.attn_scale  # (kv, g*N, T)
     # causal mask: query at position start+i sees keys 0..start+i
     scores = scores.reshape(kv, g, n, t)
+    keys = torch.arange(t, device=q.device)
+    queries = start + torch.arange(n, device=q.device)
     if n > 1:
-        keys = torch.arange(t, device=q.device)
-        queries = start + torch.arange(n, device=q.device)
         scores = scores.masked_fill(keys[None, :] > queries[:, None], -math.inf)
+    # sliding window: ... and only keys start+i-window+1 .. start+i
+    if window is not None and t > window:
+        scores = scores.masked_fill(keys[None, :] <= queries[:, None] - window, -math.inf)
     # softmax over the keys: attention weights, each row sums to 1 (-inf gives exactly 0)
     weights = torch.softmax(scores, dim=-1)
     # weighted sum of the values
@@ -214,30 +234,50 @@ def attention_block(x, w: TorchBlock, layer: int, start: int, cos, sin, spec: Ar
     xn = rms_norm(x, w.attn_norm, spec.rms_eps)
     # Q, K, V: one matmul with the fused (q_dim + 2 kv_dim, d_model) matrix
     qkv = matmul(xn, w.wqkv)
+    if w.bqkv is not None:  # qwen2: a bias on each of Q, K, V
+        qkv = qkv + w.bqkv
     q = qkv[:, : spec.q_dim].reshape(n, spec.n_heads, spec.head_dim)
     k = qkv[:, spec.q_dim : spec.q_dim + spec.kv_dim].reshape(n, spec.n_kv_heads, spec.head_dim)
     v = qkv[:, spec.q_dim + spec.kv_dim :].reshape(n, spec.n_kv_heads, spec.head_dim)
+    if w.q_norm is not None:  # gemma3: RMSNorm of each head's q and k (over head_dim)
+        q, k = rms_norm(q, w.q_norm, spec.rms_eps), rms_norm(k, w.k_norm, spec.rms_eps)
     # rope: rotate Q and K by their positions (V is not rotated)
-    q, k = rope(q, cos, sin), rope(k, cos, sin)
+    q, k = rope(q, cos, sin, spec.rope_layout), rope(k, cos, sin, spec.rope_layout)
     # KV cache: append this batch's keys and values, read back all positions so far
     k_all, v_all = cache.append(layer, k.transpose(0, 1), v.transpose(0, 1), start)
-    # grouped-query causal attention
-    a = attention(q, k_all, v_all, start, spec)
-    # output projection, then the residual connection
-    return x + matmul(a, w.wo)
+    # grouped-query causal attention (within the window on a sliding layer)
+    a = attention(q, k_all, v_all, start, spec, window=spec.layer_window(layer))
+    # output projection
+    out = matmul(a, w.wo)
+    if w.post_attn_norm is not None:  # gemma3: normalize what attention adds
+        out = rms_norm(out, w.post_attn_norm, spec.rms_eps)
+    # the residual connection
+    return x + out
+
+
+# The FFN gate's non-linearity by the table's name (forward.ACTIVATIONS in torch).
+ACTIVATIONS = {
+    "silu": lambda z: z * torch.sigmoid(z),  # SiLU(z) = z * sigmoid(z)
+    "gelu_tanh": lambda z: torch.nn.functional.gelu(z, approximate="tanh"),
+}
 
 
 def ffn_block(x, w: TorchBlock, spec: ArchSpec):
-    """The FFN half, residual included: x + W_down(SiLU(W_gate xn) * W_up xn)."""
+    """The FFN half, residual included: x + W_down(act(W_gate xn) * W_up xn) (gemma3 normalizes
+    that before the add)."""
     # ffn rmsnorm
     xn = rms_norm(x, w.ffn_norm, spec.rms_eps)
     # gate and up: one matmul with the fused (2 d_ff, d_model) matrix
     gu = matmul(xn, w.w_gate_up)
     g, u = gu[:, : spec.d_ff], gu[:, spec.d_ff :]
-    # SwiGLU: the gate decides how much of each up value passes (SiLU(z) = z * sigmoid(z))
-    h = g * torch.sigmoid(g) * u
-    # down projection, then the residual connection
-    return x + matmul(h, w.w_down)
+    # the gate decides how much of each up value passes: SiLU (SwiGLU) or GELU-tanh (GeGLU)
+    h = ACTIVATIONS[spec.activation](g) * u
+    # down projection
+    out = matmul(h, w.w_down)
+    if w.post_ffn_norm is not None:  # gemma3: normalize what the FFN adds
+        out = rms_norm(out, w.post_ffn_norm, spec.rms_eps)
+    # the residual connection
+    return x + out
 
 
 def unembed(x, weights: TorchWeights):
@@ -250,14 +290,18 @@ def transformer(ids, weights: TorchWeights, spec: ArchSpec, cache: TorchKVCache)
     start, n = cache.n, ids.shape[0]
     # embedding: copy each token's row of token_embd into the residual stream x
     x = embed(weights, ids)
-    # rope angles for these positions, shared by every block
-    cos, sin = rope_angles(start, n, spec.n_rot, spec.rope_base, x.device)
+    if spec.embed_scale != 1.0:  # gemma3: the row times sqrt(d_model), rounded to float32
+        x = x * torch.tensor(spec.embed_scale, dtype=torch.float32)
+    # rope angles for these positions, shared by every block with the same rope base
+    angles = {base: rope_angles(start, n, spec.n_rot, base, x.device)
+              for base in {spec.layer_rope_base(i) for i in range(spec.n_layers)}}  # fmt: skip
     # forward all the layers
     for layer in range(spec.n_layers):
         w = weights.block(layer)
+        cos, sin = angles[spec.layer_rope_base(layer)]
         # attention half: norm, Q K V, rope, grouped-query attention, output projection, residual
         x = attention_block(x, w, layer, start, cos, sin, spec, cache)
-        # FFN half: norm, gate and up, SiLU(gate) * up, down, residual
+        # FFN half: norm, gate and up, act(gate) * up, down, residual
         x = ffn_block(x, w, spec)
     cache.n = start + n
     # final rmsnorm

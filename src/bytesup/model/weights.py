@@ -23,6 +23,7 @@ Two providers, one interface (forward.py uses only this):
 
 from __future__ import annotations
 
+import math
 import mmap
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -50,6 +51,12 @@ class BlockWeights:
     q_dim: int
     kv_dim: int
     file_bytes: int  # bytes these tensors occupy in the file, as stored
+    # optional roles, None where the architecture's table row has none (arch.OPTIONAL_ROLES)
+    bqkv: np.ndarray | None = None  # (q_dim + 2 kv_dim,): Q, K, V biases (qwen2)
+    q_norm: np.ndarray | None = None  # (head_dim,): per-head RMSNorm of q (gemma3)
+    k_norm: np.ndarray | None = None  # (head_dim,): per-head RMSNorm of k
+    post_attn_norm: np.ndarray | None = None  # (d_model,): on attention's output, before the residual add
+    post_ffn_norm: np.ndarray | None = None  # (d_model,): on the FFN's output, before the residual add
 
     @property
     def wq(self) -> np.ndarray:
@@ -72,17 +79,36 @@ class BlockWeights:
         return self.w_gate_up[self.w_gate_up.shape[0] // 2 :]
 
     @property
+    def bq(self) -> np.ndarray | None:
+        return None if self.bqkv is None else self.bqkv[: self.q_dim]
+
+    @property
+    def bk(self) -> np.ndarray | None:
+        return None if self.bqkv is None else self.bqkv[self.q_dim : self.q_dim + self.kv_dim]
+
+    @property
+    def bv(self) -> np.ndarray | None:
+        return None if self.bqkv is None else self.bqkv[self.q_dim + self.kv_dim :]
+
+    def arrays(self) -> list[np.ndarray]:
+        """Every array this block holds (fused ones once)."""
+        optional = (self.bqkv, self.q_norm, self.k_norm, self.post_attn_norm, self.post_ffn_norm)
+        return [self.attn_norm, self.wqkv, self.wo, self.ffn_norm, self.w_gate_up, self.w_down] + [
+            a for a in optional if a is not None
+        ]
+
+    @property
     def float32_bytes(self) -> int:
-        return sum(a.nbytes for a in (self.attn_norm, self.wqkv, self.wo, self.ffn_norm, self.w_gate_up, self.w_down))
+        return sum(a.nbytes for a in self.arrays())
 
 
 # -- what the weights cost --------------------------------------------------------------
 
 
 def block_float32_elements(spec: ArchSpec) -> int:
-    """float32 numbers in one block: two norms, Q K V O, gate up down."""
-    d = spec.d_model
-    return 2 * d + d * (spec.q_dim + 2 * spec.kv_dim) + spec.q_dim * d + 3 * d * spec.d_ff
+    """float32 numbers in one block: two norms, Q K V O, gate up down (and the architecture's
+    extra roles: biases, q/k norms, post norms)."""
+    return sum(math.prod(spec.role_shape(r)) for r in spec.roles)
 
 
 def float32_bytes(spec: ArchSpec) -> int:
@@ -181,6 +207,13 @@ class _Provider:
         n += _dequantize_into(self.gguf, s.tensor_name("w_gate", i), w.w_gate_up[:ff], (ff, d))
         n += _dequantize_into(self.gguf, s.tensor_name("w_up", i), w.w_gate_up[ff:], (ff, d))
         n += _dequantize_into(self.gguf, s.tensor_name("w_down", i), w.w_down, (d, ff))
+        if w.bqkv is not None:  # biases of Q, K, V into one fused vector, as the matrices
+            n += _dequantize_into(self.gguf, s.tensor_name("bq", i), w.bqkv[:q], (q,))
+            n += _dequantize_into(self.gguf, s.tensor_name("bk", i), w.bqkv[q : q + kv], (kv,))
+            n += _dequantize_into(self.gguf, s.tensor_name("bv", i), w.bqkv[q + kv :], (kv,))
+        for role in ("q_norm", "k_norm", "post_attn_norm", "post_ffn_norm"):
+            if getattr(w, role) is not None:
+                n += _dequantize_into(self.gguf, s.tensor_name(role, i), getattr(w, role), s.role_shape(role))
         w.file_bytes = n
         return w
 
@@ -196,7 +229,10 @@ class _Provider:
             q_dim=s.q_dim,
             kv_dim=s.kv_dim,
             file_bytes=0,
-        )
+            bqkv=np.empty(s.q_dim + 2 * s.kv_dim, np.float32) if s.has("bq") else None,
+            **{r: np.empty(s.role_shape(r), np.float32) for r in ("q_norm", "k_norm", "post_attn_norm",
+                                                                 "post_ffn_norm") if s.has(r)},
+        )  # fmt: skip
 
     def head_file_bytes(self) -> int:
         return self.gguf.tensor(self.spec.tensor_name("output")).n_bytes
