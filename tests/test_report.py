@@ -362,3 +362,31 @@ def test_every_lesson_has_its_narrative():
     for lesson in registry():
         template = report.narrative_template(lesson)
         assert template and "{" in template, lesson
+
+
+def test_the_summary_states_the_architecture_and_its_recipe(built):
+    from bytesup.model.arch import recipe_summary
+
+    _, _, report_dir = built
+    md = md_plain((report_dir / "report.md").read_text())
+    head = re.escape(esc_md("Architecture (general.architecture in the file): "))
+    assert re.search(head + r"llama\[\^\d+\]\. " + re.escape(esc_md(
+        f"The recipe the lessons that run the network follow: {recipe_summary('llama')}.")), md)
+    assert "Every lesson of the course ran for this model." in md
+
+
+def test_the_summary_lists_what_did_not_run_and_why(tmp_path):
+    root = tmp_path / "project"
+    run = fake_run(root)
+    why = "it follows llama only, and this model's architecture is 'gpt2'"
+    run["refused"] = {"04_the_forward_pass": why}
+    meta = root / run["sources"]["extract"]["metadata"]
+    data = json.loads(meta.read_text())
+    data["metadata"]["general.architecture"] = "gpt2"
+    meta.write_text(json.dumps(data))
+    report_dir = build_and_publish(root, run)
+    md = md_plain((report_dir / "report.md").read_text())
+    assert "bytesup.model.arch has no recipe for it" in md
+    assert f"What did not run, and why:\n\n- Lesson 4 · The forward pass: {esc_md(why)}." in md
+    assert f"Not run for this model: {esc_md(why)}." in md
+    assert verify_path(report_dir).ok

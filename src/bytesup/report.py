@@ -270,14 +270,11 @@ def _architecture(doc: Doc, run: dict) -> None:
 
 def _recipe(arch) -> str:
     """The one-line recipe bytesup.model.arch's table follows for an architecture, or why there is none."""
-    from bytesup.model import arch as arch_mod
+    from bytesup.model.arch import UnsupportedArchitectureError, recipe_summary
 
-    describe = getattr(arch_mod, "recipe_summary", None)
-    if describe is None:  # this version's table has no descriptions yet
-        return "The lessons that run the network follow the recipe of bytesup.model.arch's table for it."
     try:
-        return f"The recipe the lessons that run the network follow: {describe(str(arch))}."
-    except arch_mod.UnsupportedArchitectureError:
+        return f"The recipe the lessons that run the network follow: {recipe_summary(str(arch))}."
+    except UnsupportedArchitectureError:
         return ("bytesup.model.arch has no recipe for it: the lessons that run the network are not run for this"
                 " model (listed below).")
 
