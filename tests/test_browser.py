@@ -339,17 +339,17 @@ def test_a_cited_number_shows_its_key_and_hash_on_focus(hostile_report, browser)
 
 
 def test_hostile_gguf_report_markdown_and_verify(hostile_report):
-    import re
 
     from bytesup.report_doc import esc_md
     from bytesup.verify import verify_path
 
     md = (hostile_report / "report.md").read_text()
-    figure_links = re.findall(r"\]\(<\.\./\.\./results/(?:timing/)?hostile/[^<>()\s]+\.png>\)", md)
-    rest = md
-    for link in figure_links:
-        rest = rest.replace(link, "")
-    assert figure_links and "](" not in rest and "<" not in rest.replace("&lt;", "")
+    link = r'\]\(<([^<>\s]+)>(?: "(?:\\.|[^"\\])*")?\)'  # the report's own links: figures, numbers, contents
+    targets = re.findall(link, md)
+    figures = [t for t in targets if re.fullmatch(r"\.\./\.\./results/(?:timing/)?hostile/[^<>()\s]+\.png", t)]
+    assert figures and all(t.startswith("#") or not re.match(r"[a-zA-Z][a-zA-Z0-9+.-]*:|/", t) for t in targets)
+    rest = re.sub(link, "", md)
+    assert "](" not in rest and "<" not in rest.replace("&lt;", "")
     assert esc_md(HOSTILE[0]) in md and esc_md(HOSTILE[2]) in md
     result = verify_path(hostile_report.parent / "2026-01-05.zip")
     assert result.ok, result.problems[:5]

@@ -390,3 +390,34 @@ def test_the_summary_lists_what_did_not_run_and_why(tmp_path):
     assert f"What did not run, and why:\n\n- Lesson 4 · The forward pass: {esc_md(why)}." in md
     assert f"Not run for this model: {esc_md(why)}." in md
     assert verify_path(report_dir).ok
+
+
+def test_a_notebook_page_shows_cells_and_outputs_as_text_and_runs_nothing(tmp_path):
+    import base64
+
+    from bytesup import notebook_html
+    from report_helpers import png
+
+    figure = base64.b64encode(png()).decode()
+    nb = {"nbformat": 4, "cells": [
+        {"cell_type": "markdown", "source": ["# Step 1\n", HOSTILE]},
+        {"cell_type": "code", "execution_count": 3, "source": "g = W_gate @ xn\ng[0]",
+         "outputs": [{"output_type": "stream", "text": [HOSTILE + "\n", "line two"]},
+                     {"output_type": "execute_result", "data": {"text/plain": "-0.2639"}},
+                     {"output_type": "display_data", "data": {"image/png": figure, "text/plain": "<Figure>"}},
+                     {"output_type": "error", "ename": "E", "evalue": "x",
+                      "traceback": ["\x1b[31mValueError\x1b[0m: bad <b>"]}]},
+    ]}
+    path = tmp_path / "03_ffn_by_hand.ipynb"
+    path.write_text(json.dumps(nb))
+    page = notebook_html.render(path, "Lesson 3 · A layer is matrix multiplication")
+    assert page == notebook_html.render(path, "Lesson 3 · A layer is matrix multiplication")  # deterministic
+    assert "Content-Security-Policy" in page and "<script" not in page.lower() and "<b>" not in page
+    assert "g = W_gate @ xn\ng[0]" in page and "-0.2639" in page and "ValueError: bad &lt;b&gt;" in page
+    assert f'<img alt="figure" src="data:image/png;base64,{figure}">' in page and "\x1b" not in page
+    import html as html_lib
+
+    assert HOSTILE in html_lib.unescape(page)  # shown, as text
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="03_ffn_by_hand.ipynb: not a readable notebook"):
+        notebook_html.render(path, "x")
