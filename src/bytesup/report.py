@@ -613,8 +613,11 @@ def write_notebooks(lessons: dict, out_dir: Path) -> dict[str, str]:
 
 
 # Sections other modules add, after timing: each a function (doc, manifest) -> None that writes its
-# own heading (with an anchor and a toc entry) and cites what it shows through doc.ledger. The job
-# resources table (wall time and peak memory against each rule's declared resources) goes here.
+# own heading (doc.heading(2, title, anchor=..., toc=title)) and cites what it shows through
+# doc.ledger, reading only the manifest and files listed in manifest["sources"] (so verify, which
+# calls render(), draws it the same). List it here, in this module, not from outside: the report
+# job and `bytesup verify` must render the same sections. The job resources table (wall time and
+# peak memory against each rule's declared resources, bytesup.job_resources) goes here.
 EXTRA_SECTIONS: list[Callable[[Doc, dict], None]] = []
 
 
