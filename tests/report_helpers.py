@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 import zlib
 from contextlib import contextmanager
@@ -83,6 +84,9 @@ def fake_run(root: Path, date: str = DATE) -> dict:
                      "name,type,shape\ntoken_embd.weight,Q8_0,100x32\nblk.0.ffn_up.weight,Q4_0,64x32\n"
                      f"{HOSTILE},F32,32\n")
     sweep = _write(root, f"results/timing/{MODEL}/cpu/sweep.csv", "op,n,gbps\nmatvec,1,49.7\nmatmul,256,1.2\n")
+    decode = _write(root, f"results/timing/{MODEL}/cpu/decode.json", json.dumps({
+        "decode_tokens_per_s": 812.4, "decode_bytes_per_token": 538062336, "decode_ceiling_tokens_per_s": 1213.6,
+        "decode_fraction_of_ceiling": 0.669, "llama_cpp": {"skipped": "llama-cpp-python is not installed"}}))
     gpu = _write(root, f"results/timing/{MODEL}/gpu/summary.json",
                  json.dumps({"status": "skipped", "skipped": "no CUDA device"}))
     sources = {
@@ -90,6 +94,7 @@ def fake_run(root: Path, date: str = DATE) -> dict:
         "extract": {"metadata": meta, "index": index, "tensors_csv": tensors},
         "timing_cpu": {"summary": cpu, "sweep": sweep},
         "timing_gpu": {"summary": gpu},
+        "timing_decode": {"summary": decode},
         f"lesson_{LESSON}": {"metrics_json": metrics, "claims_csv": claims, "flops_per_token_csv": table,
                              "gate_histogram_png": figure},
     }
@@ -120,3 +125,11 @@ def build_and_publish(root: Path, run: dict) -> Path:
         report.build(run, stage)
         report.publish(stage, final, Path("report") / f"{run['date']}.zip")
     return root / "report" / run["date"]
+
+
+_MD_CITE = re.compile(r'\[((?:\\.|[^\]\\])*)\]\(<[^>]*> "(?:\\.|[^"\\])*"\)')
+
+
+def md_plain(md: str) -> str:
+    """report.md with each cited number's link taken off: '[2.051](<../../x.json> "tip")[^3]' -> '2.051[^3]'."""
+    return _MD_CITE.sub(lambda m: m.group(1), md)

@@ -16,12 +16,14 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import select
 import shutil
 import subprocess
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import unquote
 
 import numpy as np
 import pytest
@@ -259,29 +261,95 @@ def hostile_report(tmp_path_factory):
     return project / "report" / "2026-01-05"
 
 
+def assert_links_stay_in_the_archive(facts: dict, report_dir: Path) -> None:
+    """Every link that is no anchor is relative and lands on a file of the project (the archive)."""
+    project = report_dir.parent.parent.resolve()
+    for href in facts["hrefs"]:
+        assert not re.match(r"[a-zA-Z][a-zA-Z0-9+.-]*:|/", href), href
+        target = (report_dir / unquote(href)).resolve()
+        assert target.is_relative_to(project) and target.is_file(), href
+
+
 def test_hostile_gguf_report_runs_nothing_and_fetches_nothing(hostile_report, browser):
     facts = page_facts(browser, hostile_report)
     assert_quiet(browser)
     assert facts["pwned"] is None
-    assert (facts["scripts"], facts["frames"], facts["handlers"], facts["hrefs"]) == (0, 0, 0, [])
+    assert (facts["scripts"], facts["frames"], facts["handlers"]) == (0, 0, 0)
+    assert_links_stay_in_the_archive(facts, hostile_report)
     assert_figures_render(facts)
     # the hostile strings are there, as text
     for text in (HOSTILE[0], HOSTILE[2], HOSTILE[3], HOSTILE_TOKEN.replace(" ", "\u0120"), *HOSTILE_TENSORS):
         assert text in facts["text"], text
+    # each lesson's notebook page is as quiet (its outputs print the hostile metadata)
+    for page in sorted((hostile_report / "notebooks").glob("*.html")):
+        browser.open(page.resolve().as_uri())
+        assert_quiet(browser)
+        assert json.loads(browser.evaluate(PAGE_FACTS))["scripts"] == 0
+
+
+LAYOUT = """JSON.stringify({
+  page: [document.documentElement.scrollWidth, document.documentElement.clientWidth],
+  nav: document.querySelector('nav.toc').getBoundingClientRect().toJSON(),
+  main: document.querySelector('main').getBoundingClientRect().toJSON(),
+  navShown: getComputedStyle(document.querySelector('nav.toc')).display != 'none',
+  // a table wider than its box scrolls inside it; nothing is cut off without a way to reach it
+  unscrollable: Array.from(document.querySelectorAll('table')).filter(t => {
+      const box = t.parentElement, style = getComputedStyle(box);
+      return t.getBoundingClientRect().width > box.clientWidth + 1 && style.overflowX != 'auto';}).length,
+  tables: document.querySelectorAll('table').length,
+  inScroll: document.querySelectorAll('.scroll > table').length,
+  notesOpen: document.querySelector('details.notes').open,
+})"""
+
+
+def layout(browser: Browser, report_dir: Path, width: int, media: str = "screen") -> dict:
+    browser.open((report_dir / "index.html").resolve().as_uri())
+    browser.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": 900, "deviceScaleFactor": 1,
+                                                        "mobile": width < 600})
+    browser.send("Emulation.setEmulatedMedia", {"media": media})
+    time.sleep(0.3)
+    return json.loads(browser.evaluate(LAYOUT))
+
+
+def test_the_page_fits_narrow_and_wide_screens_and_prints(hostile_report, browser):
+    wide = layout(browser, hostile_report, 1400)
+    assert wide["page"][0] <= wide["page"][1]  # no sideways scrolling
+    assert wide["nav"]["right"] <= wide["main"]["left"] and wide["nav"]["top"] == wide["main"]["top"]  # a sidebar
+    assert wide["unscrollable"] == 0 and wide["tables"] == wide["inScroll"] > 0
+    assert wide["notesOpen"] is False  # the footnotes are folded
+    narrow = layout(browser, hostile_report, 400)
+    assert narrow["page"][0] <= 400, narrow["page"]
+    assert narrow["nav"]["bottom"] <= narrow["main"]["top"]  # the contents at the top
+    assert narrow["unscrollable"] == 0
+    printed = layout(browser, hostile_report, 800, media="print")
+    assert printed["navShown"] is False  # the print stylesheet drops the contents
+
+
+def test_a_cited_number_shows_its_key_and_hash_on_focus(hostile_report, browser):
+    browser.open((hostile_report / "index.html").resolve().as_uri())
+    tip = browser.evaluate("""(() => { const a = document.querySelector('main p a.cite'); a.focus();
+        return [document.activeElement === a, getComputedStyle(a, '::after').content, a.dataset.tip]; })()""")
+    focused, content, data = tip
+    assert focused  # a link: reachable by keyboard and by a tap
+    assert "sha256" in data and "\u2192" in data
+    assert content in ("attr(data-tip)", f'"{data}"'), content  # the tooltip shows on focus, not only on hover
+    unfocused = browser.evaluate("""(() => { document.activeElement.blur();
+        return getComputedStyle(document.querySelector('main p a.cite'), '::after').content; })()""")
+    assert unfocused in ("none", "normal")
 
 
 def test_hostile_gguf_report_markdown_and_verify(hostile_report):
-    import re
 
     from bytesup.report_doc import esc_md
     from bytesup.verify import verify_path
 
     md = (hostile_report / "report.md").read_text()
-    figure_links = re.findall(r"\]\(<\.\./\.\./results/(?:timing/)?hostile/[^<>()\s]+\.png>\)", md)
-    rest = md
-    for link in figure_links:
-        rest = rest.replace(link, "")
-    assert figure_links and "](" not in rest and "<" not in rest.replace("&lt;", "")
+    link = r'\]\(<([^<>\s]+)>(?: "(?:\\.|[^"\\])*")?\)'  # the report's own links: figures, numbers, contents
+    targets = re.findall(link, md)
+    figures = [t for t in targets if re.fullmatch(r"\.\./\.\./results/(?:timing/)?hostile/[^<>()\s]+\.png", t)]
+    assert figures and all(t.startswith("#") or not re.match(r"[a-zA-Z][a-zA-Z0-9+.-]*:|/", t) for t in targets)
+    rest = re.sub(link, "", md)
+    assert "](" not in rest and "<" not in rest.replace("&lt;", "")
     assert esc_md(HOSTILE[0]) in md and esc_md(HOSTILE[2]) in md
     result = verify_path(hostile_report.parent / "2026-01-05.zip")
     assert result.ok, result.problems[:5]
@@ -314,6 +382,11 @@ def test_default_model_report_renders_every_figure(default_gguf, tmp_path, brows
     assert_figures_render(facts)
     manifest = json.loads((report_dir / "manifest.json").read_text())
     assert facts["figures"] == len(manifest["figures"]) > 0
+    assert (report_dir / "index.html").stat().st_size <= 1_500_000  # small enough for snakemake --report to embed
+    assert_links_stay_in_the_archive(facts, report_dir)
+    for width in (400, 1400):
+        shown = layout(browser, report_dir, width)
+        assert shown["page"][0] <= shown["page"][1] and shown["unscrollable"] == 0, (width, shown)
     assert manifest["model"]["sha256"] == spec["sha256"]
     from bytesup.verify import verify_path
 

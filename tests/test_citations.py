@@ -1,6 +1,7 @@
 """Citations read numbers from files; the report's text escapes whatever a GGUF holds."""
 
 import json
+import re
 
 import pytest
 
@@ -35,12 +36,41 @@ def test_read_value_json_and_csv_keys(files):
 
 
 def test_format_value():
-    assert format_value(0.1708123) == "0.170812"
+    assert format_value(0.1708123) == "0.1708"  # the one rule: four significant digits
+    assert format_value(12.8349) == "12.83" and format_value(2.0507) == "2.051"
     assert format_value(0.1708123, ".4g") == "0.1708"
     assert format_value(0.7612, "%") == "76.1 %"
+    assert format_value(0.7612, ".1%") == "76.1 %"  # a percentage reads the same whatever its spec
+    assert format_value(0.76123, ".2%") == "76.12 %"
+    assert format_value(1537807.4, ".0f") == "1,537,807" and format_value(269318.06, ".1f") == "269,318.1"
+    assert format_value(12, "d") == "12" and format_value(0.1234, ".2e") == "1.23e-01"
     assert format_value(98362432) == "98,362,432"
     assert format_value(True) == "yes"
     assert format_value([7.0, -1.0]) == "[7, -1]"
+
+
+@pytest.mark.parametrize("value,text", [
+    (53084160.0, "53,084,160"),  # a whole float is a count: no 5.30842e+07
+    (123456.789, "123,457"), (1234.5678, "1,235"), (99.94, "99.94"), (-0.183733, "-0.1837"),
+    (0.0854512, "0.08545"), (1e-06, "1e-06"), (0.0, "0"), (float("nan"), "nan"),
+])
+def test_floats_without_a_format_follow_one_rule_and_no_scientific_notation_above_a_thousandth(value, text):
+    assert format_value(value) == text
+
+
+def test_one_format_per_quantity_wherever_it_is_cited(tmp_path):
+    lesson = tmp_path / "lesson"
+    lesson.mkdir()
+    (lesson / "metrics.json").write_text(json.dumps({"x_length": 12.8349}))
+    (lesson / "table.csv").write_text("step,x_length\n0,12.8349\n")
+    (tmp_path / "other.json").write_text(json.dumps({"x_length": 12.8349}))
+    ledger = Ledger(formats={"": {}, str(lesson): {"x_length": ".1f"}})
+    for name in ("metrics.json", "table.csv", "other.json"):
+        ledger.add_source(str(tmp_path / name) if name == "other.json" else str(lesson / name), "r")
+    assert ledger.cite(str(lesson / "metrics.json"), "x_length").text == "12.8"
+    assert ledger.cite(str(lesson / "table.csv"), "0/x_length").text == "12.8"  # the same quantity, the same rule
+    assert ledger.cite(str(tmp_path / "other.json"), "x_length").text == "12.83"  # another folder: the default
+    assert ledger.cite(str(lesson / "metrics.json"), "x_length", ".3f").text == "12.835"  # an explicit format wins
 
 
 def test_format_value_shows_non_printable_characters_escaped():
@@ -55,9 +85,11 @@ def test_format_value_shows_non_printable_characters_escaped():
 def test_ledger_records_sha_rule_and_each_citation(files):
     metrics, _ = files
     ledger = Ledger()
-    src = ledger.add_source(str(metrics), "lesson_03_ffn_by_hand")
-    assert len(src.sha256) == 64 and src.bytes == metrics.stat().st_size
+    ledger.add_source(str(metrics), "lesson_03_ffn_by_hand")
+    ledger.add_source("never_cited.json", "r")  # hashed when first cited: a file never cited need not exist
     c = ledger.cite(str(metrics), "x_rms", ".4g")
+    src = ledger.source(str(metrics))
+    assert len(src.sha256) == 64 and src.bytes == metrics.stat().st_size
     assert (c.id, c.text, c.value) == (1, "0.1708", 0.170812)
     with pytest.raises(CitationError, match="not an input of the report rule"):
         ledger.cite("elsewhere.json", "x")
@@ -76,17 +108,21 @@ HOSTILE = [
 @pytest.mark.parametrize("text", HOSTILE)
 def test_hostile_text_is_inert_in_html_and_markdown(files, text):
     metrics, _ = files
-    ledger = Ledger()
-    ledger.add_source(str(metrics), "r")
+    ledger = Ledger(root=metrics.parent)
+    ledger.add_source(metrics.name, "r")
     doc = Doc(ledger, text)
     doc.heading(2, text)
-    doc.para(text, ledger.cite(str(metrics), "x_rms"))
+    doc.para(text, ledger.cite(metrics.name, "x_rms"))
     doc.table([text], [[text]])
     html = doc.render_html()
     body = html.split("</style>", 1)[1]
     assert "<script" not in body and "<img" not in body and "<a href='javascript" not in body
     assert "Content-Security-Policy" in html and "default-src 'none'" in html
     md = doc.render_md()
-    assert "<" not in md.replace("&lt;", "")
-    assert "](" not in md  # no link or image survives
+    # the one link is the cited number's, to its file; no link or image of the hostile text survives
+    links = re.findall(r'\]\(<([^>]*)>(?: "(?:\\.|[^"\\])*")?\)', md)
+    assert links == ["../../metrics.json"], links
+    stripped = re.sub(r'\]\(<[^>]*>(?: "(?:\\.|[^"\\])*")?\)', "", md)
+    assert "<" not in stripped.replace("&lt;", "")
+    assert "](" not in stripped
     assert esc_md(text) in md

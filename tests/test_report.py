@@ -19,6 +19,7 @@ from report_helpers import (
     build_and_publish,
     chdir,
     fake_run,
+    md_plain,
 )
 
 from bytesup import provenance, report
@@ -49,7 +50,7 @@ class _Text(HTMLParser):
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
         cls = (a.get("class") or "").split()
-        mark = tag in self.SKIP or "cite" in cls or "ref" in cls or "notes" in cls
+        mark = tag in self.SKIP or "cite" in cls or "ref" in cls or "notes" in cls or "v" in cls or tag == "nav"
         self.stack.append("skip" if mark else tag)
 
     def handle_startendtag(self, tag, attrs):
@@ -77,6 +78,7 @@ def _root(report_dir: Path) -> Path:
 def labels() -> list[str]:
     """Words the report's code writes: quantity labels, titles, captions (numbers there name things)."""
     out = [label for label, _, _ in report.TIMING_HEADLINES + report.TIMING_CONTEXT + report.PROVENANCE_FACTS]
+    out += [part for label, _, _ in report.TIMING_HEADLINES for part in report._label_unit(label)]
     for spec in registry().values():
         out += [spec.heading, spec.source, spec.id, *(h.text for h in spec.headlines), *spec.figures.values()]
     return sorted(out, key=len, reverse=True)
@@ -87,8 +89,10 @@ def test_every_number_in_the_text_is_a_citation(built):
     text = uncited_text((report_dir / "index.html").read_text())
     metric_keys = list(json.loads((_root(report_dir) / run["sources"][f"lesson_{LESSON}"]["metrics_json"]).read_text()))
     # a lesson the registry does not know is labelled by its metric keys, names that may hold digits
+    from bytesup.model.arch import recipe_summary
+
     names = [LESSON, "gate_histogram.png", "flops_per_token.csv", "sha256", "manifest.json", "BLAS 0",
-             "files/<row>/<column>"]
+             "files/<row>/<column>", recipe_summary("llama")]  # the recipe: words of the architecture table
     for label in labels() + sorted(metric_keys, key=len, reverse=True) + names:
         text = text.replace(label, "")
     text = re.sub(r"[a-z_]+/[a-z_/0-9]+", "", text)  # manifest keys shown beside provenance values
@@ -100,7 +104,7 @@ def test_sections_and_their_numbers(built):
     html = (report_dir / "index.html").read_text()
     for anchor in ("summary", LESSON, "timing", "claims", "provenance", "notes"):
         assert f'id="{anchor}"' in html
-    md = (report_dir / "report.md").read_text()
+    md = md_plain((report_dir / "report.md").read_text())
     assert "No GPU on this run: no CUDA device[^" in md
     manifest = json.loads((report_dir / "manifest.json").read_text())
     texts = {(c["file"], c["key"]): c["text"] for c in manifest["citations"]}
@@ -109,7 +113,7 @@ def test_sections_and_their_numbers(built):
     assert texts[(claims, "count/status=specimen differs")] == "1"
     assert texts[(claims, "count/status=not reproduced")] == "0"
     assert texts[("claims.csv", "rows")] == "3"  # every lesson's claims, in the report's own claims.csv
-    assert texts[(f"results/{MODEL}/lessons/{LESSON}/metrics.json", "x_rms")] == "0.0854512"
+    assert texts[(f"results/{MODEL}/lessons/{LESSON}/metrics.json", "x_rms")] == "0.08545"  # no format given: four significant digits
     assert texts[(f"results/timing/{MODEL}/cpu/summary.json", "matvec_fraction_of_copy")] == "76.0 %"
     assert texts[(SELF, "machine/cpu_model")] == "Test CPU"
     gguf = f"results/{MODEL}/gguf"
@@ -123,20 +127,28 @@ def test_sections_and_their_numbers(built):
     assert (table, f"{report.TABLE_ROWS - 1}/flops") in texts and (table, f"{report.TABLE_ROWS}/flops") not in texts
 
 
-def test_citation_markup_names_file_key_sha_and_rule(built):
+def test_citation_markup_links_the_file_and_names_key_sha_and_rule(built):
     _, _, report_dir = built
     manifest = json.loads((report_dir / "manifest.json").read_text())
     html = (report_dir / "index.html").read_text()
     metrics = f"results/{MODEL}/lessons/{LESSON}/metrics.json"
     entry = next(f for f in manifest["files"] if f["path"] == metrics)
-    c = next(c for c in manifest["citations"] if c["file"] == metrics and c["key"] == "x_rms")
-    span = re.search(rf'<span class="cite" id="c{c["id"]}"[^>]*>', html).group(0)
-    assert f'title="{metrics} \u2192 x_rms \u00b7 sha256 {entry["sha256"][:12]} \u00b7 rule lesson_{LESSON}"' in span
-    assert f'data-file="{metrics}"' in span and 'data-key="x_rms"' in span
-    note = re.search(rf'<li id="n{c["note"]}"[^>]*>([^<]*)</li>', html).group(1)
+    tip = f"{metrics} \u2192 x_rms \u00b7 sha256 {entry['sha256'][:12]} \u00b7 rule lesson_{LESSON}"
+    # a number in running text (here the summary's table) links to its file, relative to index.html,
+    # shows file, key and hash on hover or focus (a link is focusable), and has its footnote
+    link = re.search(rf'<a class="cite" href="([^"]+)" data-tip="{re.escape(tip)}">0.08545</a>'
+                     r'<a class="ref" href="#n(\d+)">\2</a>', html)
+    assert link and link.group(1) == f"../../{metrics}"
+    assert (report_dir / link.group(1)).resolve() == (report_dir.parent.parent / metrics).resolve()
+    note = re.search(rf'<li id="n{link.group(2)}"[^>]*>([^<]*)</li>', html).group(1)
     assert note == f"{metrics} \u2192 x_rms (sha256 {entry['sha256'][:12]}, rule lesson_{LESSON})"
     md = (report_dir / "report.md").read_text()
-    assert f"[^{c['note']}]: {esc_md(note)}" in md and "x\\_rms" in esc_md(note)
+    assert f'[0.08545](<../../{metrics}> "{esc_md(tip)}")[^{link.group(2)}]' in md
+    assert f"[^{link.group(2)}]: {esc_md(note)}" in md and "x\\_rms" in esc_md(note)
+    # the footnotes are folded, the page has a table of contents in the course's order
+    assert re.search(r'<details class="notes"><summary>\d+ footnotes', html)
+    toc = re.search(r'<nav class="toc"[^>]*>(.*?)</nav>', html).group(1)
+    assert re.findall(r'href="#([^"]+)"', toc) == ["summary", LESSON, "timing", "claims", "provenance", "notes"]
 
 
 def test_manifest_holds_the_provenance(built):
@@ -180,19 +192,21 @@ def test_hostile_text_is_inert(built):
     tags = parser.tags
     assert {t for t, _ in tags} <= {"html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "p", "span",
                                      "a", "table", "caption", "thead", "tbody", "tr", "th", "td", "figure", "img",
-                                     "figcaption", "ol", "li", "ul"}
+                                     "figcaption", "ol", "li", "ul", "div", "nav", "main", "strong", "details",
+                                     "summary", "dl", "dt", "dd"}
     assert not [(t, a) for t, a in tags for name in a if name.startswith("on")]
-    assert all(a["href"].startswith("#") for t, a in tags if "href" in a)
+    hrefs = [a["href"] for t, a in tags if "href" in a]
+    # links go to an anchor or to a file beside the report, relative: no scheme, no host, no absolute path
+    assert hrefs and all(h.startswith("#") or not re.match(r"[a-zA-Z][a-zA-Z0-9+.-]*:|/", h) for h in hrefs)
     assert all(a["src"].startswith("data:image/png;base64,") for t, a in tags if "src" in a)
     assert [a.get("content") for t, a in tags if t == "meta" and a.get("http-equiv")] == [
         "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"]
     md = (report_dir / "report.md").read_text()
-    figure_links = re.findall(r"\]\(<[^>]+>\)", md)
-    stripped = md
-    for link in figure_links:
-        stripped = stripped.replace(link, "")
+    links = re.findall(r'\]\(<([^>]+)>(?: "(?:\\.|[^"\\])*")?\)', md)
+    assert links and not [t for t in links if re.match(r"[a-zA-Z][a-zA-Z0-9+.-]*:|/", t)]
+    stripped = re.sub(r'\]\(<[^>]+>(?: "(?:\\.|[^"\\])*")?\)', "", md)
     assert "<" not in stripped.replace("&lt;", "") and "](" not in stripped
-    assert len(figure_links) == 1
+    assert len(re.findall(r"!\[", md)) == 1  # the one figure
 
 
 def test_hostile_text_is_shown_not_dropped(built):
@@ -207,11 +221,15 @@ def test_archive_holds_the_report_and_every_cited_file(built):
     root, _, report_dir = built
     manifest = json.loads((report_dir / "manifest.json").read_text())
     with zipfile.ZipFile(root / "report" / f"{DATE}.zip") as zf:
-        names = set(zf.namelist())
-    assert {f"report/{DATE}/{name}" for name in report.REPORT_FILES} <= names
-    assert {f["path"] for f in manifest["files"] if not f["in_report"]} <= names
+        infos = zf.infolist()
+    names = {i.filename for i in infos}
+    top = f"llm-bytes-up-{DATE}"  # the archive unpacks into one folder, named after the report
+    assert {n.split("/")[0] for n in names} == {top}
+    assert all((i.external_attr >> 16) & 0o777 == 0o644 for i in infos)  # readable by whoever unpacks it
+    assert {f"{top}/report/{DATE}/{name}" for name in report.REPORT_FILES} <= names
+    assert {f"{top}/{f['path']}" for f in manifest["files"] if not f["in_report"]} <= names
     for fig in manifest["figures"]:
-        target = PurePosixPath(f"report/{DATE}") / fig["md_link"]
+        target = PurePosixPath(f"{top}/report/{DATE}") / fig["md_link"]
         parts = []
         for part in target.parts:
             parts = parts[:-1] if part == ".." else parts + [part]
@@ -274,7 +292,7 @@ def test_job_times_come_from_snakemakes_record(tmp_path):
 def test_build_paths_are_relative_to_the_project(built):
     root, _, report_dir = built
     md = (report_dir / "report.md").read_text()
-    link = re.search(r"\]\(<([^>]+)>\)", md).group(1)
+    link = re.search(r"!\[[^\]]*\]\(<([^>]+)>\)", md).group(1)  # the figure
     assert link == f"../../results/{MODEL}/lessons/{LESSON}/gate_histogram.png"
     assert (report_dir / link).resolve() == (root / f"results/{MODEL}/lessons/{LESSON}/gate_histogram.png").resolve()
     assert not Path(root / "report" / f".{DATE}.building").exists()
@@ -296,9 +314,9 @@ def test_a_measured_gpu_is_reported_and_verifies(tmp_path):
     run["sources"]["timing_gpu"]["sweep"] = sweep
     run["machine"]["gpus"] = [{"name": "NVIDIA H200", "driver": "550.54", "memory_mib": 143771}]
     report_dir = build_and_publish(root, run)
-    md = (report_dir / "report.md").read_text()
+    md = md_plain((report_dir / "report.md").read_text())
     assert "Device: NVIDIA H200[^" in md and "No GPU on this run" not in md
-    assert "| timing, GPU: matvec bandwidth as a fraction of device copy | 79.0 %[^" in md
+    assert "| Timing, GPU | matvec bandwidth as a fraction of device copy | 79.0 %[^" in md
     assert "GPU: NVIDIA H200[^" in md  # the summary's machine line, from the manifest
     assert "| decode, the project's decoder's torch twin \\(tokens/s\\) | 410.5[^" in md
     assert "| fraction of that ceiling reached | 5.7 %[^" in md
@@ -311,5 +329,97 @@ def test_a_measured_gpu_is_reported_and_verifies(tmp_path):
 
 def test_a_lessons_claims_are_counted_in_words_and_numbers(built):
     _, _, report_dir = built
+    md = md_plain((report_dir / "report.md").read_text())
+    assert re.search(r"prints: 2\[\^\d+\] reproduced, 1\[\^\d+\] specimen differs, 0\[\^\d+\] not reproduced\.", md)
+
+
+def test_a_narrative_cites_its_numbers_and_leaves_out_a_sentence_it_cannot_fill(tmp_path):
+    from bytesup.citations import Citation, Ledger
+
+    (tmp_path / "metrics.json").write_text(json.dumps({"x_rms": 0.0854512, "gone": None, "n": 22080}))
+    (tmp_path / "claims.csv").write_text("claim_id,status\na,reproduced\nb,not reproduced\n")
+    ledger = Ledger(root=tmp_path)
+    files = {"metrics_json": "metrics.json", "claims_csv": "claims.csv"}
+    for path in files.values():
+        ledger.add_source(path, "lesson_x")
+    template = ("# a comment\nThe embedding has RMS {x_rms}.\nThis one is gone: {gone}.\nNo such key: {missing}.\n"
+                "Both {n} and {missing}, or neither.\n"
+                "\nOf {claims_csv:rows} claims, {claims_csv:count/status=reproduced} reproduced; {n} bytes.\n")
+    paragraphs = report.narrative(template, files, ledger)
+    text = [["<" + p.text + ">" if isinstance(p, Citation) else p for p in para] for para in paragraphs]
+    assert ["".join(para) for para in text] == ["The embedding has RMS <0.08545>.",
+                                                "Of <2> claims, <1> reproduced; <22,080> bytes."]
+    assert [n.key for n in ledger.notes] == ["x_rms", "rows", "count/status=reproduced", "n"]  # none for dropped ones
+
+
+def test_each_footnote_has_one_marker_and_one_text(built):
+    _, _, report_dir = built
     md = (report_dir / "report.md").read_text()
-    assert re.search(r"claims: 2\[\^\d+\] reproduced, 1\[\^\d+\] specimen differs, 0\[\^\d+\] not reproduced\.", md)
+    manifest = json.loads((report_dir / "manifest.json").read_text())
+    for note in manifest["notes"]:
+        assert md.count(f"[^{note['id']}]") == 2, note  # its marker and its text
+
+
+def test_every_lesson_has_its_narrative():
+    for lesson in registry():
+        template = report.narrative_template(lesson)
+        assert template and "{" in template, lesson
+
+
+def test_the_summary_states_the_architecture_and_its_recipe(built):
+    from bytesup.model.arch import recipe_summary
+
+    _, _, report_dir = built
+    md = md_plain((report_dir / "report.md").read_text())
+    head = re.escape(esc_md("Architecture (general.architecture in the file): "))
+    assert re.search(head + r"llama\[\^\d+\]\. " + re.escape(esc_md(
+        f"The recipe the lessons that run the network follow: {recipe_summary('llama')}.")), md)
+    assert "Every lesson of the course ran for this model." in md
+
+
+def test_the_summary_lists_what_did_not_run_and_why(tmp_path):
+    root = tmp_path / "project"
+    run = fake_run(root)
+    why = "it follows llama only, and this model's architecture is 'gpt2'"
+    run["refused"] = {"04_the_forward_pass": why}
+    meta = root / run["sources"]["extract"]["metadata"]
+    data = json.loads(meta.read_text())
+    data["metadata"]["general.architecture"] = "gpt2"
+    meta.write_text(json.dumps(data))
+    report_dir = build_and_publish(root, run)
+    md = md_plain((report_dir / "report.md").read_text())
+    assert "bytesup.model.arch has no recipe for it" in md
+    assert f"What did not run, and why:\n\n- Lesson 4 · The forward pass: {esc_md(why)}." in md
+    assert f"Not run for this model: {esc_md(why)}." in md
+    assert verify_path(report_dir).ok
+
+
+def test_a_notebook_page_shows_cells_and_outputs_as_text_and_runs_nothing(tmp_path):
+    import base64
+
+    from bytesup import notebook_html
+    from report_helpers import png
+
+    figure = base64.b64encode(png()).decode()
+    nb = {"nbformat": 4, "cells": [
+        {"cell_type": "markdown", "source": ["# Step 1\n", HOSTILE]},
+        {"cell_type": "code", "execution_count": 3, "source": "g = W_gate @ xn\ng[0]",
+         "outputs": [{"output_type": "stream", "text": [HOSTILE + "\n", "line two"]},
+                     {"output_type": "execute_result", "data": {"text/plain": "-0.2639"}},
+                     {"output_type": "display_data", "data": {"image/png": figure, "text/plain": "<Figure>"}},
+                     {"output_type": "error", "ename": "E", "evalue": "x",
+                      "traceback": ["\x1b[31mValueError\x1b[0m: bad <b>"]}]},
+    ]}
+    path = tmp_path / "03_ffn_by_hand.ipynb"
+    path.write_text(json.dumps(nb))
+    page = notebook_html.render(path, "Lesson 3 · A layer is matrix multiplication")
+    assert page == notebook_html.render(path, "Lesson 3 · A layer is matrix multiplication")  # deterministic
+    assert "Content-Security-Policy" in page and "<script" not in page.lower() and "<b>" not in page
+    assert "g = W_gate @ xn\ng[0]" in page and "-0.2639" in page and "ValueError: bad &lt;b&gt;" in page
+    assert f'<img alt="figure" src="data:image/png;base64,{figure}">' in page and "\x1b" not in page
+    import html as html_lib
+
+    assert HOSTILE in html_lib.unescape(page)  # shown, as text
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="03_ffn_by_hand.ipynb: not a readable notebook"):
+        notebook_html.render(path, "x")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,21 +110,39 @@ def _format(value: Any, fmt: str | None) -> str:
         return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(", ", ": "))
     if isinstance(value, bool) or value is None:
         return {True: "yes", False: "no", None: "none"}[value]
-    if fmt == "%":
-        return f"{100 * float(value):.1f} %"
+    if fmt and fmt.endswith("%"):  # "%" and ".1%" alike: a fraction as a percentage, one way everywhere
+        digits = fmt[1:-1] if fmt.startswith(".") else "1"
+        return f"{100 * float(value):,.{digits}f} %"
     if fmt:
+        if isinstance(value, (int, float)) and re.fullmatch(r"\.\d+f|d", fmt):
+            fmt = "," + fmt  # thousands separated, as every count and byte size in the report
         return format(value, fmt)
     if isinstance(value, int):
         return f"{value:,}"
     if isinstance(value, float):
-        if math.isnan(value) or math.isinf(value):
-            return str(value)
-        return f"{value:.6g}"
+        return plain_float(value)
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(format_value(v) for v in value) + "]"
     if isinstance(value, dict):
         return format_value(value, "json")
     return str(value)
+
+
+def plain_float(value: float) -> str:
+    """The report's one rule for a float nobody gave a format: four significant digits, never
+    scientific notation where a person reads the number (a whole float is a count: 53,084,160;
+    12.83; 0.0854), thousands separated; only magnitudes below 0.001 keep an exponent (1e-06)."""
+    if math.isnan(value) or math.isinf(value):
+        return str(value)
+    if value == 0:
+        return "0"
+    if value.is_integer() or abs(value) >= 1e4:
+        return f"{round(value):,}"
+    if abs(value) < 1e-3:
+        return f"{value:.3g}"
+    digits = max(0, 3 - math.floor(math.log10(abs(value))))
+    text = f"{value:,.{digits}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 @dataclass
@@ -165,24 +184,29 @@ class Note:
 class Ledger:
     """The files a report may cite (with their producing rule), every citation and footnote made.
 
-    report_dir: where files written into the report folder (`in_report`) are read from.
+    report_dir: where files written into the report folder (`in_report`) are read from;
+    root: where project-relative paths start (the project, or an unpacked archive's folder).
+    formats: one format per quantity: {scope: {name: format}}, a name being the last part of a key
+    (a JSON key or a CSV column) and a scope a folder of cited files ("" for all), used wherever that
+    quantity is cited without a format of its own, so it reads the same everywhere it appears.
+    Files are hashed when first cited, so files that are never cited need not exist.
     """
 
     report_dir: str | Path = "."
+    root: str | Path = "."
+    formats: dict[str, dict[str, str]] = field(default_factory=dict)
     sources: dict[str, Source] = field(default_factory=dict)
     documents: dict[str, Any] = field(default_factory=dict)  # in-memory JSON (the manifest in the making)
     citations: list[Citation] = field(default_factory=list)
     notes: list[Note] = field(default_factory=list)
 
     def location(self, path: str) -> Path:
-        src = self.source(path)
-        return Path(self.report_dir) / src.path if src.in_report else Path(src.path)
+        src = self.sources.get(path) or self._unknown(path)
+        return Path(self.report_dir) / src.path if src.in_report else Path(self.root) / src.path
 
     def add_source(self, path: str, rule: str, in_report: bool = False) -> Source:
         if path not in self.sources:
-            src = Source(str(path), rule, in_report=in_report)
-            self.sources[path] = src
-            src.hash(self.location(path))
+            self.sources[path] = Source(str(path), rule, in_report=in_report)
         return self.sources[path]
 
     def add_document(self, name: str, data: Any, rule: str) -> Source:
@@ -191,11 +215,23 @@ class Ledger:
         self.sources[name] = Source(name, rule, sha256="", bytes=0, in_report=True)
         return self.sources[name]
 
+    @staticmethod
+    def _unknown(path: str):
+        raise CitationError(f"{path} is not an input of the report rule")
+
     def source(self, path: str) -> Source:
-        try:
-            return self.sources[path]
-        except KeyError:
-            raise CitationError(f"{path} is not an input of the report rule") from None
+        """The file's record, hashed on first use (the manifest, in memory, is not hashed)."""
+        src = self.sources.get(path) or self._unknown(path)
+        if not src.sha256 and path not in self.documents:
+            src.hash(self.location(path))
+        return src
+
+    def fmt_for(self, path: str, key: str) -> str | None:
+        name = key.rsplit("/", 1)[-1]
+        for scope in sorted(self.formats, key=len, reverse=True):
+            if (not scope or path.startswith(scope + "/")) and name in self.formats[scope]:
+                return self.formats[scope][name]
+        return None
 
     def read(self, path: str, key: str) -> Any:
         self.source(path)
@@ -212,6 +248,8 @@ class Ledger:
     def cite(self, path: str, key: str, fmt: str | None = None, note: Note | None = None) -> Citation:
         """A number in running text (its own footnote), or with `note`, a cell of that note's table."""
         value = self.read(path, key)
+        if fmt is None:
+            fmt = self.fmt_for(path, key)
         if note is None:
             note = self.note(path, key, "number")
         elif note.file != path:

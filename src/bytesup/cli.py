@@ -174,11 +174,14 @@ def _open(path: str) -> GGUFFile:
 def add_verify(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "verify", help="re-hash a report's files and re-read every number it cites",
-        description="Re-hash every file a dated report cites and re-read every cited number, comparing it"
-                    " with index.html, report.md and manifest.json. Exit 0 with one line when all agree;"
-                    " 1 with one line per difference otherwise; 2 when PATH is not a report.",
+        description="Re-hash every file a dated report cites, re-render index.html, report.md and the notebook"
+                    " pages from the manifest and those files, and compare them byte for byte with what was"
+                    " shared. Exit 0 with one line when all agree; 1 with one line per difference (the first"
+                    " place each page differs, each changed file and number, each added file) otherwise; 2 when"
+                    " PATH is not a report, the archive is damaged, or the folder was moved from its project.",
     )
-    p.add_argument("path", help="a report folder (report/<date>/) or its archive (report/<date>.zip)")
+    p.add_argument("path", help="a report folder (report/<date>/, or llm-bytes-up-<date>/report/<date>/ unpacked)"
+                                " or its archive (report/<date>.zip)")
     p.add_argument("--root", help="where the cited paths start (default: the archive's root, or two folders"
                                   " above a report folder: the project)")  # fmt: skip
     p.set_defaults(run=run_verify)

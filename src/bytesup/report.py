@@ -1,15 +1,23 @@
-"""The dated report: summary, one section per lesson, timing, course claims, provenance.
+"""The dated report: summary, one section per lesson in the course's order, timing, course claims,
+provenance.
 
-`build()` is given the run's outputs (each with the rule that wrote it) and writes
-index.html, report.md, manifest.json and claims.csv (every lesson's claims in one table)
-into a folder. Every number it prints is a Citation read from one of those files, or from
-the manifest itself for facts about the run (machine, versions, times); the manifest lists
-each cited file's sha256 and each citation, so `bytesup verify` can re-check both.
+`build()` is given the run's outputs (each with the rule that wrote it) and writes index.html,
+report.md, manifest.json, claims.csv (every lesson's claims in one table) and notebooks/<lesson>.html
+(each executed notebook, readable in a browser) into a folder. Every number it prints is a
+Citation read from one of those files, or from the manifest itself for facts about the run
+(machine, versions, times).
+
+The page is a pure function of the manifest and the cited files: `render(manifest, ...)` writes
+it, and `bytesup verify` calls the same function on what was shared and compares byte for byte,
+so no word, label, caption, link or number can change unnoticed. Everything the rendering reads
+besides the files is in the manifest; the words are this package's (its lesson specs and
+narrative templates, bytesup/lessons/narrative/<lesson>.md), so verify uses the version that
+wrote the report (the manifest records it).
 
 `publish()` moves the folder into place, keeps an earlier report of the same date aside
-(report/<date>.1/, .2/, ...; never overwritten), and writes the archive report/<date>.zip:
-the report folder plus every cited file at its path relative to the project, so the
-Markdown's relative figure links and `bytesup verify` work wherever it is unpacked.
+(report/<date>.1/, .2/, ...; never overwritten), and writes the archive report/<date>.zip: one
+folder, llm-bytes-up-<date>/, holding report/<date>/ and every cited file at its path relative
+to the project, so the links and `bytesup verify` work wherever it is unpacked.
 """
 
 from __future__ import annotations
@@ -18,20 +26,26 @@ import csv
 import datetime
 import json
 import os
+import re
+import stat
 import zipfile
+from collections.abc import Callable
+from importlib import resources
 from pathlib import Path, PurePosixPath
 
-from bytesup import job_resources, provenance
+from bytesup import job_resources, notebook_html, provenance
 from bytesup.citations import SELF, CitationError, Ledger
 from bytesup.claims import COLUMNS as CLAIM_COLUMNS
 from bytesup.claims import STATUSES as CLAIM_STATUSES
 from bytesup.files import plain
 from bytesup.lessons import registry
 from bytesup.lessons.spec import parameter
-from bytesup.report_doc import Doc
+from bytesup.report_doc import Doc, Link
 
-FORMAT = "bytesup-report/1"
-REPORT_FILES = ("index.html", "report.md", "manifest.json", "claims.csv")
+FORMAT = "bytesup-report/2"
+REPORT_FILES = ("index.html", "report.md", "manifest.json", "claims.csv")  # besides notebooks/<lesson>.html
+NOTEBOOKS = "notebooks"  # inside the report folder: each lesson's executed notebook as HTML
+OUTPUTS = ("citations", "notes", "tables", "figures")  # what rendering adds to the manifest
 CLAIMS_FILE = "claims.csv"  # inside the report folder: every lesson's claims, one table
 JOB_RESOURCES_FILE = "job_resources.csv"  # inside the report folder: each job's time and memory
 TABLE_ROWS = 40  # a long CSV shows its first rows (the file, in the archive, holds them all)
@@ -48,11 +62,19 @@ TIMING_HEADLINES = [
 DECODE_HEADLINES = [
     ("decode, the project's NumPy decoder (tokens/s)", "decode_tokens_per_s", ".1f"),
     ("bytes of weights read per token", "decode_bytes_per_token", ",d"),
-    ("ceiling at this job's STREAM copy (tokens/s)", "decode_ceiling_tokens_per_s", ".1f"),
+    ("tokens/s ceiling at this job's STREAM copy", "decode_ceiling_tokens_per_s", ".1f"),
     ("fraction of that ceiling reached", "decode_fraction_of_ceiling", "%"),
     ("llama.cpp decode on the same file (tokens/s)", "llama_cpp/decode_tokens_per_s", ".1f"),
     ("llama.cpp: fraction of the quantized file's ceiling", "llama_cpp/decode_fraction_of_ceiling", "%"),
 ]
+# What each claims verdict means, shown beside every table of claims (bytesup.claims defines them).
+VERDICTS = (
+    ("reproduced", "this run's number rounds to the number the course printed (or lies within the claim's"
+                   " stated tolerance)"),
+    ("specimen differs", "the course's number is about its own model or machine; this run used another one,"
+                         " so agreement is not expected (the measured column is still this run's)"),
+    ("not reproduced", "the number should have matched and did not, or nothing was measured"),
+)
 TIMING_CONTEXT = [
     ("other processes' share of the CPU during timing", "other_processes_cpu_fraction", "%"),
     ("machine shared with other work", "machine_shared", None),
@@ -99,13 +121,72 @@ def csv_table(doc: Doc, path: str, caption: str, max_rows: int | None = TABLE_RO
         doc.para("The table shows the first rows of ", L.cite(path, "rows"), "; the file holds all of them.")
 
 
-def _numbers_spec(lesson: str, metrics_path: str, ledger: Ledger) -> list[tuple[str, str, str | None]]:
-    """(label, key, format) of a lesson's headline numbers: its SPEC's, else every top-level scalar."""
+def _numbers_spec(lesson: str, metrics_path: str, ledger: Ledger) -> list[tuple[str, str, str]]:
+    """(label, key, unit) of a lesson's headline numbers present in its metrics.json: its SPEC's,
+    else every top-level scalar (a lesson the registry does not know is labelled by its keys)."""
     spec = registry().get(lesson)
-    if spec is not None and spec.headlines:
-        return [(h.text, h.key, h.fmt) for h in spec.headlines]
     data = _json(ledger.location(metrics_path))
-    return [(k, k, None) for k, v in data.items() if isinstance(v, (int, float, bool)) and v is not None]
+    if spec is not None and spec.headlines:
+        return [(h.label, h.key, h.unit) for h in spec.headlines if h.key in data]
+    return [(k, k, "") for k, v in data.items() if isinstance(v, (int, float, bool)) and v is not None]
+
+
+def quantity_formats(manifest: dict) -> dict[str, dict[str, str]]:
+    """One format per quantity (see citations.Ledger): a lesson's headline formats apply in its folder,
+    the timing tables' everywhere; the rest follow citations.format_value's one rule."""
+    formats: dict[str, dict[str, str]] = {"": {}}
+    for _, key, fmt in TIMING_HEADLINES + DECODE_HEADLINES + TIMING_CONTEXT:
+        if fmt:
+            formats[""][key.rsplit("/", 1)[-1]] = fmt
+    for rule, outputs in manifest["sources"].items():
+        spec = registry().get(rule.removeprefix("lesson_")) if rule.startswith("lesson_") else None
+        if spec is not None and "metrics_json" in outputs:
+            folder = str(PurePosixPath(outputs["metrics_json"]).parent)
+            formats[folder] = {h.key: h.fmt for h in spec.headlines if h.fmt}
+    return formats
+
+
+# -- the narrative: one template per lesson, its numbers cited inline -------------------------
+
+_SLOT = re.compile(r"\{([a-z0-9_]+:)?([^{}]+)\}")
+
+
+def narrative_template(lesson: str) -> str | None:
+    """bytesup/lessons/narrative/<lesson>.md, or None for a lesson without one."""
+    path = resources.files("bytesup.lessons") / "narrative" / f"{lesson}.md"
+    return path.read_text(encoding="utf-8") if path.is_file() else None
+
+
+def narrative(template: str, files: dict, ledger: Ledger) -> list[list]:
+    """Paragraphs of pieces from a template: one sentence a line, a blank line between paragraphs,
+    '#' lines are comments. {key} cites the lesson's metrics.json, {output:key} another of its files
+    (claims_csv:rows). A sentence whose number this run lacks is left out, whole."""
+    paragraphs, current = [], []
+    for line in template.splitlines() + [""]:
+        line = line.strip()
+        if line.startswith("#"):
+            continue
+        if not line:
+            if current:
+                paragraphs.append(current)
+            current = []
+            continue
+        slots = [((m.group(1) or "metrics_json:")[:-1], m.group(2), m) for m in _SLOT.finditer(line)]
+        try:  # every number first: a sentence left out leaves no footnote behind
+            for name, key, _ in slots:
+                if name not in files:
+                    raise CitationError(f"no {name}")
+                if ledger.read(files[name], key) is None:
+                    raise CitationError(f"{key} is null")
+        except CitationError:
+            continue
+        pieces, at = [], 0
+        for name, key, m in slots:
+            pieces += [line[at:m.start()], ledger.cite(files[name], key)]
+            at = m.end()
+        pieces.append(line[at:])
+        current += ([" "] if current else []) + [p for p in pieces if p != ""]
+    return paragraphs
 
 
 def _title(lesson: str) -> str:
@@ -116,41 +197,87 @@ def _title(lesson: str) -> str:
 def _summary(doc: Doc, run: dict, manifest: dict) -> None:
     L = doc.ledger
     rec = run["model_record"]
-    doc.heading(2, "Summary", anchor="summary")
+    doc.heading(2, "Summary", anchor="summary", toc="Summary")
     gpus = manifest["machine"].get("gpus") or []
     gpu = [L.cite(SELF, "machine/gpus/0/name")] if gpus else ["none on this machine"]
     doc.para(
-        "Model ", L.cite(rec, "name"), " (source ", L.cite(rec, "source"), ", ", L.cite(rec, "size"),
-        " bytes, sha256 ", L.cite(rec, "sha256"), "). Report of ", L.cite(SELF, "date"), ", written on ",
-        L.cite(SELF, "machine/cpu_model"), " with ", L.cite(SELF, "machine/cores"), " logical CPUs; GPU: ", *gpu,
-        ". Facts about the machine and the software are read from this report's manifest.json (see Provenance).",
+        "This report recomputes the numbers of the LLM Basics course from the weights of one model file, ",
+        L.cite(rec, "name"), " (from ", L.cite(rec, "source"), ", ", L.cite(rec, "size"),
+        " bytes, sha256 ", L.cite(rec, "sha256"), "), on ", L.cite(SELF, "machine/cpu_model"), " with ",
+        L.cite(SELF, "machine/cores"), " logical CPUs (GPU: ", *gpu, "), on ", L.cite(SELF, "date"), ".",
     )
+    doc.para("Every number is read from a file the workflow wrote: it links to that file (in the shared"
+             " archive), shows its key and sha256 when pointed at or focused, and has a footnote. The command"
+             " bytesup verify re-reads them all and re-renders this page, word for word.")
+    _architecture(doc, run)
     rows = []
     for lesson, files in run["lessons"].items():
         if "metrics_json" not in files:
             continue
-        for label, key, fmt in _numbers_spec(lesson, files["metrics_json"], L)[:SUMMARY_NUMBERS_PER_LESSON]:
-            rows.append([f"{_title(lesson)}: {label}", L.cite(files["metrics_json"], key, fmt)])
-    for lesson, why in run.get("refused", {}).items():
-        rows.append([f"{_title(lesson)}", f"not run: {why}"])
+        for label, key, unit in _numbers_spec(lesson, files["metrics_json"], L)[:SUMMARY_NUMBERS_PER_LESSON]:
+            rows.append([_title(lesson), label, L.cite(files["metrics_json"], key), unit])
     cpu = run["timing"].get("cpu_summary")
     if cpu:
         data = _json(L.location(cpu))
         for label, key, fmt in TIMING_HEADLINES:
             if data.get(key) is not None:
-                rows.append([f"timing, CPU: {label}", L.cite(cpu, key, fmt)])
+                quantity, unit = _label_unit(label)
+                rows.append(["Timing, CPU", quantity, L.cite(cpu, key, fmt), unit])
     gpu_summary = run["timing"].get("gpu_summary")
     if gpu_summary:
         data = _json(L.location(gpu_summary))
         if "skipped" in data:
-            rows.append(["timing, GPU", ["no GPU on this run: ", L.cite(gpu_summary, "skipped")]])
+            rows.append(["Timing, GPU", "not measured", L.cite(gpu_summary, "skipped"), ""])
         elif data.get("matvec_fraction_of_copy") is not None:
-            rows.append(["timing, GPU: matvec bandwidth as a fraction of device copy",
-                         L.cite(gpu_summary, "matvec_fraction_of_copy", "%")])
+            rows.append(["Timing, GPU", "matvec bandwidth as a fraction of device copy",
+                         L.cite(gpu_summary, "matvec_fraction_of_copy", "%"), ""])
     for status in CLAIM_STATUSES:
-        rows.append([f"course claims: {status}", L.cite(CLAIMS_FILE, f"count/status={status}")])
-    rows.append(["course claims: all", L.cite(CLAIMS_FILE, "rows")])
-    doc.table(["headline", "value"], rows)
+        rows.append(["Course claims", status, L.cite(CLAIMS_FILE, f"count/status={status}"), "claims"])
+    rows.append(["Course claims", "all", L.cite(CLAIMS_FILE, "rows"), "claims"])
+    for i in range(len(rows) - 1, 0, -1):  # each section named once, on its first row
+        if rows[i][0] == rows[i - 1][0]:
+            rows[i][0] = ""
+    doc.table(["section", "quantity", "value", "unit"], rows, caption="The main numbers")
+    refused = run.get("refused", {})
+    if refused:
+        doc.para("What did not run, and why:")
+        doc.raw_list([f"{_title(lesson)}: {why}." for lesson, why in refused.items()])
+    else:
+        doc.para("Every lesson of the course ran for this model.")
+
+
+_UNIT = re.compile(r"^(.*) \(([^()]*)\)$")
+
+
+def _label_unit(label: str) -> tuple[str, str]:
+    """"STREAM copy bandwidth (GB/s)" -> ("STREAM copy bandwidth", "GB/s")."""
+    m = _UNIT.match(label)
+    return (m.group(1), m.group(2)) if m else (label, "")
+
+
+def _architecture(doc: Doc, run: dict) -> None:
+    """The model's architecture as its file names it, and the recipe the lessons followed for it."""
+    L = doc.ledger
+    meta = run["sources"].get("extract", {}).get("metadata")
+    if not meta:
+        return
+    try:
+        arch = L.read(meta, "metadata/general.architecture")
+    except CitationError:
+        return
+    doc.para("Architecture (general.architecture in the file): ", L.cite(meta, "metadata/general.architecture"),
+             ". ", _recipe(arch))
+
+
+def _recipe(arch) -> str:
+    """The one-line recipe bytesup.model.arch's table follows for an architecture, or why there is none."""
+    from bytesup.model.arch import UnsupportedArchitectureError, recipe_summary
+
+    try:
+        return f"The recipe the lessons that run the network follow: {recipe_summary(str(arch))}."
+    except UnsupportedArchitectureError:
+        return ("bytesup.model.arch has no recipe for it: the lessons that run the network are not run for this"
+                " model (listed below).")
 
 
 def _model_file(doc: Doc, run: dict) -> None:
@@ -185,25 +312,29 @@ def _model_file(doc: Doc, run: dict) -> None:
             add(label, meta, f"metadata/{arch}.{key}")
     add("sha256 of the file the extract stage read", index, "gguf/sha256")
     if rows:
-        doc.heading(3, "The model file")
+        doc.heading(3, "The model file", anchor="model-file")
         doc.table(["quantity", "value"], rows)
 
 
-def _lesson(doc: Doc, lesson: str, files: dict, refused: str | None = None) -> None:
-    """One lesson's section: where its text comes from, its headline numbers, figures, tables, claims."""
+def _lesson(doc: Doc, lesson: str, files: dict, refused: str | None, notebook: str | None) -> None:
+    """One lesson's section: its source in words, its narrative with the numbers cited inline, its
+    figures, a table of its main numbers, its other tables, its claims and its executed notebook."""
     L = doc.ledger
     spec = registry().get(lesson)
-    doc.heading(2, _title(lesson), anchor=lesson)
+    doc.heading(2, _title(lesson), anchor=lesson, toc=_title(lesson))
     if spec is not None:
-        doc.para(f"From: {spec.source}. Lesson id {spec.id}; its notebook is workflow/notebooks/{spec.id}.ipynb.")
+        source = spec.source[0].lower() + spec.source[1:] if spec.source.startswith("The ") else spec.source
+        doc.para(f"From {source}.")
     if refused:
         doc.para(f"Not run for this model: {refused}.")
         return
-    metrics = files.get("metrics_json")
-    if metrics:
-        numbers = _numbers_spec(lesson, metrics, L)
-        if numbers:
-            doc.table(["quantity", "value"], [[label, L.cite(metrics, key, fmt)] for label, key, fmt in numbers])
+    template = narrative_template(lesson)
+    if template:
+        for paragraph in narrative(template, files, L):
+            doc.para(*paragraph)
+    if notebook:
+        doc.para("Every step of the arithmetic, in the executed notebook: ", *_file_ref(doc, notebook),
+                 " (a page rendered from ", *_file_ref(doc, files["notebook"]), ").")
     if spec is not None:
         figures = [(parameter(name), caption) for name, caption in spec.figures.items()]
         tables = [parameter(name) for name in spec.tables]
@@ -212,19 +343,40 @@ def _lesson(doc: Doc, lesson: str, files: dict, refused: str | None = None) -> N
         tables = [name for name in sorted(files) if name.endswith("_csv") and name != "claims_csv"]
     for name, caption in figures:
         if name in files:
-            doc.figure(files[name], caption, os.path.relpath(files[name], doc.out_dir))
+            doc.figure(files[name], caption)
+    metrics = files.get("metrics_json")
+    if metrics:
+        numbers = _numbers_spec(lesson, metrics, L)
+        if numbers:
+            note = L.note(metrics, None, "table")
+            doc.table(["quantity", "value", "unit"], [[label, L.cite(metrics, key, note=note), unit]
+                                                      for label, key, unit in numbers],
+                      note=note, caption="Its main numbers")
     for name in tables:
         if name in files:
-            csv_table(doc, files[name], f"Table {Path(files[name]).name}")
+            csv_table(doc, files[name], _table_caption(files[name]))
     if "claims_csv" in files:
         path = files["claims_csv"]
         doc.heading(3, "The course's numbers against this run")
         counts = []
         for status in CLAIM_STATUSES:
             counts += [", " if counts else "", L.cite(path, f"count/status={status}"), f" {status}"]
-        doc.para("Of ", L.cite(path, "rows"), " claims: ", *counts, ".")
-        csv_table(doc, path, "Claims", max_rows=None, cut=None,
+        doc.para("Of ", L.cite(path, "rows"), " numbers the course prints: ", *counts, ". The verdicts:")
+        doc.terms(list(VERDICTS))
+        csv_table(doc, path, "The course's numbers and this run's", max_rows=None, cut=None,
                   css=lambda col, raw: _css_status(raw) if col == "status" else "")
+
+
+def _file_ref(doc: Doc, path: str) -> list:
+    """A file named by a link and a footnote (a file the report cites whole, not a number in it)."""
+    note = doc.ledger.note(path, None, "file")
+    return [Link(PurePosixPath(path).name, doc.href(path)), note]
+
+
+def _table_caption(path: str) -> str:
+    """'byte_accounting.csv' -> 'Byte accounting'."""
+    words = PurePosixPath(path).stem.replace("_", " ")
+    return words[:1].upper() + words[1:]
 
 
 # The course's own measurements on its DGX Spark (lesson 3's claims), shown beside this run's.
@@ -253,11 +405,10 @@ def _course_machine(doc: Doc, lessons: dict) -> None:
 
 def _timing(doc: Doc, timing: dict, lessons: dict) -> None:
     L = doc.ledger
-    doc.heading(2, "Timing", anchor="timing")
+    doc.heading(2, "Timing on this machine", anchor="timing", toc="Timing on this machine")
     if timing.get("sweep_png"):
         doc.figure(timing["sweep_png"], "Matvec (N = 1) against matmul on real FFN weights: median time and GFLOP/s "
-                   "per N, with this run's STREAM copy bandwidth and best GFLOP/s as lines",
-                   os.path.relpath(timing["sweep_png"], doc.out_dir))
+                   "per N, with this run's STREAM copy bandwidth and best GFLOP/s as lines")
     _course_machine(doc, lessons)
     cpu = timing.get("cpu_summary")
     if cpu:
@@ -272,13 +423,13 @@ def _timing(doc: Doc, timing: dict, lessons: dict) -> None:
             rows, css = [], []
             for i, target in enumerate(targets):
                 rows.append([L.cite(cpu, f"targets/{i}/name"), L.cite(cpu, f"targets/{i}/target"),
-                             L.cite(cpu, f"targets/{i}/measured", ".3g") if target.get("measured") is not None
+                             L.cite(cpu, f"targets/{i}/measured") if target.get("measured") is not None
                              else "not measured", L.cite(cpu, f"targets/{i}/met")])
                 css.append(["", "", "", "met-yes" if target.get("met") else "met-no"])
             doc.table(["target", "goal", "measured", "met"], rows, css, caption="Targets")
         for name in ("sweep_csv", "stream_csv", "dequant_csv"):
             if timing.get(name):
-                csv_table(doc, timing[name], f"Table {Path(timing[name]).name}")
+                csv_table(doc, timing[name], _table_caption(timing[name]))
     decode = timing.get("decode_summary")
     if decode:
         _decode(doc, decode, timing.get("prefill_csv"))
@@ -301,7 +452,7 @@ def _timing(doc: Doc, timing: dict, lessons: dict) -> None:
                 doc.table(["quantity", "value"], rows)
             for name in ("gpu_sweep_csv", "gpu_stream_csv"):
                 if timing.get(name):
-                    csv_table(doc, timing[name], f"Table GPU {Path(timing[name]).name}")
+                    csv_table(doc, timing[name], "GPU: " + _table_caption(timing[name]).lower())
 
 
 def _decode(doc: Doc, decode: str, prefill: str | None) -> None:
@@ -325,7 +476,7 @@ def _decode(doc: Doc, decode: str, prefill: str | None) -> None:
     if present("llama_cpp/skipped"):
         doc.para("llama.cpp: ", L.cite(decode, "llama_cpp/skipped"), ".")
     if prefill:
-        csv_table(doc, prefill, f"Table {Path(prefill).name}")
+        csv_table(doc, prefill, _table_caption(prefill))
 
 
 def _job_resources(doc: Doc, path: str) -> None:
@@ -345,7 +496,7 @@ def _job_resources(doc: Doc, path: str) -> None:
 
 def _claims_overall(doc: Doc, lessons: dict) -> None:
     L = doc.ledger
-    doc.heading(2, "Course claims overall", anchor="claims")
+    doc.heading(2, "The course's numbers, all lessons", anchor="claims", toc="The course's numbers, all lessons")
     rows = []
     for lesson, files in lessons.items():
         if "claims_csv" in files:
@@ -354,7 +505,8 @@ def _claims_overall(doc: Doc, lessons: dict) -> None:
     rows.append(["all lessons"] + [L.cite(CLAIMS_FILE, f"count/status={s}") for s in CLAIM_STATUSES]
                 + [L.cite(CLAIMS_FILE, "rows")])
     doc.table(["lesson", *CLAIM_STATUSES, "claims"], rows)
-    doc.para("Every lesson's claims, in one table: ", CLAIMS_FILE, " in this report's folder.")
+    doc.terms(list(VERDICTS))
+    doc.para("Every lesson's claims, in one table: ", *_file_ref(doc, CLAIMS_FILE), " in this report's folder.")
 
 
 PROVENANCE_FACTS = [
@@ -382,7 +534,7 @@ PROVENANCE_FACTS = [
 
 def _provenance(doc: Doc, manifest: dict) -> None:
     L = doc.ledger
-    doc.heading(2, "Provenance", anchor="provenance")
+    doc.heading(2, "Provenance", anchor="provenance", toc="Provenance")
     doc.para("Every value below is read from this report's manifest.json, under the key shown.")
 
     def present(key: str) -> bool:
@@ -432,6 +584,7 @@ def write_claims(lessons: dict, path: Path) -> None:
         writer = csv.DictWriter(fh, columns, lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
+    os.chmod(path, READABLE)
 
 
 def _by_kind(sources: dict) -> dict:
@@ -458,27 +611,99 @@ def _span(times: list[str | None], pick) -> str | None:
     return pick(parsed).isoformat(timespec="seconds") if parsed else None
 
 
+def notebook_page(lesson: str) -> str:
+    """Where a lesson's executed notebook, as HTML, sits inside the report folder."""
+    return f"{NOTEBOOKS}/{lesson}.html"
+
+
+def write_notebooks(lessons: dict, out_dir: Path) -> dict[str, str]:
+    """Each lesson's executed notebook rendered as a page of its own; {lesson: path in the report folder}."""
+    pages = {}
+    for lesson, files in lessons.items():
+        if files.get("notebook"):
+            page = notebook_page(lesson)
+            (out_dir / NOTEBOOKS).mkdir(parents=True, exist_ok=True)
+            _write(out_dir / page, notebook_html.render(files["notebook"], _title(lesson)))
+            pages[lesson] = page
+    return pages
+
+
+# Sections other modules add, after timing: each a function (doc, manifest) -> None that writes its
+# own heading (doc.heading(2, title, anchor=..., toc=title)) and cites what it shows through
+# doc.ledger, reading only the manifest and files listed in manifest["sources"] (so verify, which
+# calls render(), draws it the same). List it here, in this module, not from outside: the report
+# job and `bytesup verify` must render the same sections. The job resources table (wall time and
+# peak memory against each rule's declared resources, bytesup.job_resources) goes here.
+
+
+def _job_resources_section(doc: Doc, manifest: dict) -> None:
+    if manifest.get("job_resources"):
+        _job_resources(doc, manifest["job_resources"])
+
+
+EXTRA_SECTIONS: list[Callable[[Doc, dict], None]] = [_job_resources_section]
+
+
+def render(manifest: dict, report_dir: str | Path, root: str | Path = ".") -> Doc:
+    """The whole page from the manifest and the files it names (report and verify both call this).
+
+    `report_dir` holds the files written into the report folder, `root` the project's (or an
+    unpacked archive's) files. Raises CitationError when a cited file or key is missing.
+    """
+    ledger = Ledger(report_dir=report_dir, root=root, formats=quantity_formats(manifest))
+    for rule, outputs in manifest["sources"].items():
+        for path in outputs.values():
+            ledger.add_source(path, rule)
+    ledger.add_source(CLAIMS_FILE, "report", in_report=True)
+    if manifest.get("job_resources"):
+        ledger.add_source(manifest["job_resources"], "report", in_report=True)
+    for page in manifest.get("notebooks", {}).values():
+        ledger.add_source(page, "report", in_report=True)
+    ledger.add_document(SELF, manifest, "report")
+    run = {**manifest, **_by_kind(manifest["sources"])}
+    doc = Doc(ledger, f"llm-bytes-up report \u00b7 {manifest['date']}")
+    doc.heading(1, "llm-bytes-up report \u00b7 ", ledger.cite(SELF, "date"))
+    _summary(doc, run, manifest)
+    _model_file(doc, run)
+    refused = manifest.get("refused", {})
+    for lesson in _course_order([*run["lessons"], *refused]):
+        _lesson(doc, lesson, run["lessons"].get(lesson, {}), refused.get(lesson), manifest.get("notebooks", {}).get(lesson))
+    _timing(doc, run["timing"], run["lessons"])
+    for section in EXTRA_SECTIONS:
+        section(doc, manifest)
+    _claims_overall(doc, run["lessons"])
+    if "files" in manifest:
+        _provenance(doc, manifest)
+    doc.notes()
+    return doc
+
+
+def rendered_outputs(doc: Doc) -> dict:
+    """What the rendering adds to the manifest: each citation (file, key, text), footnote, table, figure."""
+    return {
+        "citations": [{"id": c.id, "file": c.file, "key": c.key, "format": c.fmt, "text": c.text, "note": c.note}
+                      for c in doc.ledger.citations],
+        "notes": [{"id": n.id, "file": n.file, "key": n.key, "kind": n.kind} for n in doc.ledger.notes],
+        "tables": doc.tables,
+        "figures": doc.figures,
+    }
+
+
 def build(run: dict, out_dir: str | Path) -> dict:
-    """Write index.html, report.md, manifest.json and claims.csv for one run; returns the manifest.
+    """Write index.html, report.md, manifest.json, claims.csv and notebooks/ for one run; returns the manifest.
 
     `run` holds: date, started, config, machine, packages, git_describe, sources (every file that
     may be cited, by the rule that wrote it and its output name: {rule: {output name: path}},
     lesson rules named lesson_<lesson id>), refused ({lesson: why it did not run}), and optionally
     job_times ({path: {job_started, job_finished}}, from Snakemake's records).
-    Paths are relative to the current directory, the project root. Markdown figure links are
-    relative to `out_dir`, so it must sit where the report will be read (or at the same depth).
+    Paths are relative to the current directory, the project root; `out_dir` must sit at
+    report/<name>/ depth, as the links from the page to the cited files go two folders up.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    run = {**run, **_by_kind(run["sources"])}
-    ledger = Ledger(report_dir=out_dir)
-    for rule, outputs in run["sources"].items():
-        for path in outputs.values():
-            ledger.add_source(path, rule)
-    write_claims(run["lessons"], out_dir / CLAIMS_FILE)
-    ledger.add_source(CLAIMS_FILE, "report", in_report=True)
-
-    record = _json(run["model_record"])
+    lessons = _by_kind(run["sources"])["lessons"]
+    write_claims(lessons, out_dir / CLAIMS_FILE)
+    record = _json(run["sources"]["fetch"]["record"])
     manifest = plain({
         "format": FORMAT,
         "date": run["date"],
@@ -487,30 +712,22 @@ def build(run: dict, out_dir: str | Path) -> dict:
         "git_describe": run["git_describe"],
         "config": run["config"],
         "config_sha256": provenance.config_sha256(run["config"]),
-        "model": {"record": run["model_record"], **{k: record.get(k) for k in ("name", "source", "sha256", "size")}},
+        "model": {"record": run["sources"]["fetch"]["record"],
+                  **{k: record.get(k) for k in ("name", "source", "sha256", "size")}},
         "machine": run["machine"],
         "packages": run["packages"],
+        "sources": run["sources"],
+        "refused": run.get("refused", {}),
+        "notebooks": write_notebooks(lessons, out_dir),
     })
-    ledger.add_document(SELF, manifest, "report")
-    doc = Doc(ledger, f"llm-bytes-up report \u00b7 {run['date']}")
-    doc.out_dir = str(out_dir)
-
-    doc.heading(1, "llm-bytes-up report \u00b7 ", ledger.cite(SELF, "date"))
-    _summary(doc, run, manifest)
-    _model_file(doc, run)
-    for lesson in _course_order([*run["lessons"], *run.get("refused", {})]):
-        _lesson(doc, lesson, run["lessons"].get(lesson, {}), run.get("refused", {}).get(lesson))
-    _timing(doc, run["timing"], run["lessons"])
-    # --- job resources (bytesup.job_resources): each job's peak memory and wall time, declared beside
-    if run.get("job_resources"):
+    if run.get("job_resources"):  # each job's peak memory and wall time (bytesup.job_resources)
         job_resources.write_csv(run["job_resources"], out_dir / JOB_RESOURCES_FILE)
-        ledger.add_source(JOB_RESOURCES_FILE, "report", in_report=True)
-        _job_resources(doc, JOB_RESOURCES_FILE)
-    _claims_overall(doc, run["lessons"])
-
+        manifest["job_resources"] = JOB_RESOURCES_FILE
+    # first pass: which files the page cites
+    cited = render(manifest, out_dir).ledger.cited_files()
     job_times = run.get("job_times", {})
     files = []
-    for src in ledger.cited_files():
+    for src in cited:
         times = job_times.get(src.path, {})
         files.append({"path": src.path, "sha256": src.sha256, "bytes": src.bytes, "rule": src.rule,
                       "in_report": src.in_report, "job_started": times.get("job_started"),
@@ -521,28 +738,31 @@ def build(run: dict, out_dir: str | Path) -> dict:
         "outputs_finished": _span([f["job_finished"] for f in files], max),
     }
     every = {path for outputs in run["sources"].values() for path in outputs.values()}
-    uncited = sorted(every - {f["path"] for f in files})
-    manifest["inputs_not_cited"] = uncited
+    manifest["inputs_not_cited"] = sorted(every - {f["path"] for f in files})
     manifest["report"]["finished"] = provenance.now()
-    _provenance(doc, manifest)
-    doc.notes()
-
-    manifest["citations"] = [
-        {"id": c.id, "file": c.file, "key": c.key, "format": c.fmt, "text": c.text, "note": c.note}
-        for c in ledger.citations
-    ]
-    manifest["notes"] = [{"id": n.id, "file": n.file, "key": n.key, "kind": n.kind} for n in ledger.notes]
-    manifest["tables"] = doc.tables
-    manifest["figures"] = doc.figures
+    # the page itself, from the manifest as it will be read back (what verify renders from)
+    manifest = json.loads(manifest_text(manifest))
+    doc = render(manifest, out_dir)
+    if [s.path for s in doc.ledger.cited_files()] != [f["path"] for f in files]:
+        raise RuntimeError("the report cites other files on its second pass: its rendering is not deterministic")
+    manifest.update(rendered_outputs(doc))
     _write(out_dir / "index.html", doc.render_html())
     _write(out_dir / "report.md", doc.render_md())
-    _write(out_dir / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+    _write(out_dir / "manifest.json", manifest_text(manifest))
     return manifest
+
+
+def manifest_text(manifest: dict) -> str:
+    return json.dumps(manifest, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+READABLE = stat.S_IRUSR | stat.S_IWUSR | stat.S_IRGRP | stat.S_IROTH  # 0644: a shared report is readable
 
 
 def _write(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
+    os.chmod(tmp, READABLE)
     os.replace(tmp, path)
 
 
@@ -596,17 +816,33 @@ def _safe_member(path: str) -> str:
     return str(p)
 
 
+def archive_folder(report_dir: Path) -> str:
+    """The one folder an archive unpacks into, named after the report: llm-bytes-up-<date>."""
+    return f"llm-bytes-up-{report_dir.name}"
+
+
+def _add(zf: zipfile.ZipFile, source: Path, member: str) -> None:
+    """One file, readable by everyone who unpacks it (0644), whatever its mode here."""
+    info = zipfile.ZipInfo.from_file(source, member)
+    info.external_attr = (stat.S_IFREG | READABLE) << 16
+    info.compress_type = zipfile.ZIP_DEFLATED
+    with open(source, "rb") as src, zf.open(info, "w") as dst:
+        while block := src.read(1 << 20):
+            dst.write(block)
+
+
 def write_archive(report_dir: Path, archive: Path, root: Path = Path(".")) -> None:
-    """report/<date>/ (every file in it) plus every cited file at its project-relative path."""
+    """llm-bytes-up-<date>/: report/<date>/ (every file in it) plus every cited file at its project path."""
     manifest = _json(report_dir / "manifest.json")
-    prefix = PurePosixPath("report") / report_dir.name
+    top = PurePosixPath(archive_folder(report_dir))
+    prefix = top / "report" / report_dir.name
     tmp = archive.with_name(archive.name + ".tmp")
     with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        for path in sorted(report_dir.iterdir()):
-            if path.is_file():
-                zf.write(path, str(prefix / path.name))
+        for path in sorted(p for p in report_dir.rglob("*") if p.is_file()):
+            _add(zf, path, str(prefix / path.relative_to(report_dir).as_posix()))
         for entry in manifest["files"]:
             if not entry.get("in_report"):
                 member = _safe_member(entry["path"])
-                zf.write(root / member, member)
+                _add(zf, root / member, str(top / member))
+    os.chmod(tmp, READABLE)
     os.replace(tmp, archive)

@@ -7,6 +7,7 @@ from bytesup.config import ConfigError, model_spec, validate
 from bytesup.fetch import cached_model_problem
 from bytesup.lessons import read_metadata, registry
 from bytesup.runlock import clear_owner, record_owner, remove_stale_lock
+from snakemake.exceptions import WorkflowError
 
 LESSONS = registry()  # every lesson the package declares, in the course's order
 
@@ -221,6 +222,16 @@ def named_outputs(rule_name, **wildcards):
     }
 
 
+def every_core():
+    """The cores the run was given (the timing rules take them all, so nothing shares the machine).
+    None are given to `snakemake --report`, `--lint` or a dry run, which run no job: 1 then.
+    """
+    try:
+        return workflow.cores
+    except WorkflowError:
+        return 1
+
+
 def report_sources(wildcards):
     """Every file the report may cite, by the rule that writes it and that rule's output name."""
     m = MODEL
@@ -231,8 +242,8 @@ def report_sources(wildcards):
     extract.pop("tensors_dir")
     sources["extract"] = extract
     for lesson in lessons_run(m)[0]:
+        # the executed notebook too: the report renders it as a page of its own
         outs = named_outputs(f"lesson_{lesson}", model=m)
-        outs.pop("notebook")
         sources[f"lesson_{lesson}"] = outs
     # the model itself is cited by its record (name, size, sha256)
     sources["fetch"].pop("gguf")

@@ -1,5 +1,5 @@
 # Stage: timing. Is decode memory-bound on this machine? (bytesup.timing, bytesup.gpu)
-# Timing jobs never share the machine: `threads: workflow.cores` takes every core the run
+# Timing jobs never share the machine: `threads: every_core()` takes every core the run
 # was given, so Snakemake starts no other job beside them (nor the two beside each other).
 # The GPU job asks the scheduler for a GPU only under `gpu: on`; under `auto` it measures
 # when it lands where CUDA is visible and otherwise writes a 'skipped' record.
@@ -19,7 +19,7 @@ rule timing_cpu:
         "benchmarks/timing/{model}/cpu.tsv"
     conda:
         "../envs/bytesup.yaml"
-    threads: workflow.cores
+    threads: every_core()
     resources:
         mem_mb=2000,  # STREAM's 3 x 256 MB, then two FFN matrices as float32: 826 MB on the specimen
         runtime=30,
@@ -42,7 +42,7 @@ rule timing_decode:
         "benchmarks/timing/{model}/decode.tsv"
     conda:
         "../envs/bytesup.yaml"
-    threads: workflow.cores
+    threads: every_core()
     resources:
         mem_mb=config["forward"]["resident_budget_mb"] + 2000,
         runtime=60,
@@ -67,7 +67,7 @@ rule timing_gpu:
         "benchmarks/timing/{model}/gpu.tsv"
     conda:
         "../envs/bytesup.yaml"
-    threads: workflow.cores
+    threads: every_core()
     resources:
         mem_mb=8000,
         runtime=30,
