@@ -254,6 +254,43 @@ def test_a_second_report_of_the_same_date_keeps_the_first(tmp_path):
         assert verify_path(root / "report" / name).ok, name
 
 
+def test_a_full_disk_while_archiving_leaves_the_earlier_report_as_it_was(tmp_path, monkeypatch):
+    """ENOSPC in the middle of the archive: no .zip.tmp, no report/<date>.1/ kept aside for a report that
+    never arrived, the earlier report and archive untouched; the next run (space freed) publishes."""
+    import errno
+
+    from bytesup import report
+
+    root = tmp_path / "project"
+    run = fake_run(root)
+    first = build_and_publish(root, run)
+    first_html = (first / "index.html").read_text()
+    first_zip = (root / "report" / f"{DATE}.zip").read_bytes()
+    real_add, calls = report._add, []
+
+    def add_then_fill_the_disk(zf, source, member):
+        calls.append(member)
+        if len(calls) == 3:
+            raise OSError(errno.ENOSPC, "No space left on device", str(source))
+        real_add(zf, source, member)
+
+    monkeypatch.setattr(report, "_add", add_then_fill_the_disk)
+    run["started"] = "2026-01-02T11:00:00+00:00"
+    with pytest.raises(OSError, match="No space left"):
+        build_and_publish(root, run)
+    names = sorted(p.name for p in (root / "report").iterdir())
+    assert names == [f".{DATE}.building", DATE, f"{DATE}.zip"]  # the stage: the report job removes it
+    assert (first / "index.html").read_text() == first_html
+    assert (root / "report" / f"{DATE}.zip").read_bytes() == first_zip
+    monkeypatch.setattr(report, "_add", real_add)
+    import shutil
+
+    shutil.rmtree(root / "report" / f".{DATE}.building")
+    build_and_publish(root, run)
+    assert sorted(p.name for p in (root / "report").iterdir()) == [DATE, f"{DATE}.1", f"{DATE}.1.zip", f"{DATE}.zip"]
+    assert verify_path(root / "report" / f"{DATE}.zip").ok
+
+
 def test_an_empty_output_folder_is_replaced_not_kept(tmp_path):
     root = tmp_path / "project"
     run = fake_run(root)

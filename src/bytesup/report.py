@@ -799,13 +799,22 @@ def keep_aside(final: Path, archive: Path) -> Path | None:
 
 
 def publish(stage: Path, final: Path, archive: Path) -> Path | None:
-    """Put a built report (in `stage`, a sibling of `final`) in place and write its archive.
+    """Put a built report (in `stage`, a sibling of `final`) in place with its archive.
 
-    Returns where an earlier report of the same date was kept, or None.
+    The archive is written first, from `stage`, beside `archive` as .<name>.building; only once it
+    is whole is anything moved. So a failure (a full disk) leaves the earlier report, its archive
+    and the folder names as they were: no half-written archive, no report/<date>.<n>/ kept aside
+    for a report that never arrived. Returns where an earlier report of the same date was kept.
     """
-    kept = keep_aside(final, archive)
-    os.replace(stage, final)
-    write_archive(final, archive)
+    staged = archive.with_name(f".{archive.name}.building")
+    try:
+        write_archive(stage, staged, name=final.name)
+        kept = keep_aside(final, archive)
+        os.replace(stage, final)
+        os.replace(staged, archive)
+    except BaseException:
+        staged.unlink(missing_ok=True)
+        raise
     return kept
 
 
@@ -816,9 +825,9 @@ def _safe_member(path: str) -> str:
     return str(p)
 
 
-def archive_folder(report_dir: Path) -> str:
-    """The one folder an archive unpacks into, named after the report: llm-bytes-up-<date>."""
-    return f"llm-bytes-up-{report_dir.name}"
+def archive_folder(name: str) -> str:
+    """The one folder an archive unpacks into, named after the report (its date): llm-bytes-up-<date>."""
+    return f"llm-bytes-up-{name}"
 
 
 def _add(zf: zipfile.ZipFile, source: Path, member: str) -> None:
@@ -831,18 +840,25 @@ def _add(zf: zipfile.ZipFile, source: Path, member: str) -> None:
             dst.write(block)
 
 
-def write_archive(report_dir: Path, archive: Path, root: Path = Path(".")) -> None:
-    """llm-bytes-up-<date>/: report/<date>/ (every file in it) plus every cited file at its project path."""
+def write_archive(report_dir: Path, archive: Path, root: Path = Path("."), name: str | None = None) -> None:
+    """llm-bytes-up-<name>/: report/<name>/ (every file of `report_dir`) plus every cited file at its
+    project path. `name` is the report's folder name (default: report_dir's). Written to a .tmp
+    first, removed if anything fails."""
+    name = name or report_dir.name
     manifest = _json(report_dir / "manifest.json")
-    top = PurePosixPath(archive_folder(report_dir))
-    prefix = top / "report" / report_dir.name
+    top = PurePosixPath(archive_folder(name))
+    prefix = top / "report" / name
     tmp = archive.with_name(archive.name + ".tmp")
-    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        for path in sorted(p for p in report_dir.rglob("*") if p.is_file()):
-            _add(zf, path, str(prefix / path.relative_to(report_dir).as_posix()))
-        for entry in manifest["files"]:
-            if not entry.get("in_report"):
-                member = _safe_member(entry["path"])
-                _add(zf, root / member, str(top / member))
-    os.chmod(tmp, READABLE)
-    os.replace(tmp, archive)
+    try:
+        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+            for path in sorted(p for p in report_dir.rglob("*") if p.is_file()):
+                _add(zf, path, str(prefix / path.relative_to(report_dir).as_posix()))
+            for entry in manifest["files"]:
+                if not entry.get("in_report"):
+                    member = _safe_member(entry["path"])
+                    _add(zf, root / member, str(top / member))
+        os.chmod(tmp, READABLE)
+        os.replace(tmp, archive)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -7,12 +7,13 @@ overwriting it. The rule's outputs are flagged update(), so Snakemake leaves the
 report where it is until this script has moved it.
 """
 
+import errno
 import logging
 import shutil
 import sys
 from pathlib import Path
 
-from bytesup import job_resources, provenance, report
+from bytesup import job_resources, joblog, provenance, report
 
 sm = snakemake  # noqa: F821  (injected by Snakemake's script directive)
 logging.basicConfig(filename=sm.log[0], level=logging.INFO, format="%(message)s")
@@ -43,6 +44,13 @@ shutil.rmtree(stage, ignore_errors=True)
 try:
     manifest = report.build(run, stage)
     kept = report.publish(stage, final, Path(sm.output.archive))
+except OSError as err:
+    shutil.rmtree(stage, ignore_errors=True)
+    if err.errno != errno.ENOSPC:
+        raise
+    message = joblog.no_space_message("report", err)  # one line; nothing half-written is left
+    logging.error("%s", message)
+    sys.exit(f"error: {message}")
 except Exception:
     shutil.rmtree(stage, ignore_errors=True)
     raise
