@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from bytesup.extract import TensorSelectionError, extract, select_tensors, tensor_file_name
+from bytesup.files import sha256_file
 from bytesup.gguf_file import GGUFFile, GGUFFormatError
 from bytesup.synthetic import raw_gguf
 
@@ -182,8 +183,10 @@ def test_malformed_gguf_raises_format_error(tmp_path):
 
 def run_script(gguf: Path, out: Path, patterns: list[str]) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)  # Snakemake creates the log's directory
+    record = out.parent / "model.json"  # the fetch record: the sha256 extract takes instead of re-reading the model
+    record.write_text(json.dumps({"sha256": sha256_file(gguf)}))
     sm = SimpleNamespace(
-        input=SimpleNamespace(gguf=str(gguf)),
+        input=SimpleNamespace(gguf=str(gguf), record=str(record)),
         output=SimpleNamespace(
             metadata=str(out / "metadata.json"),
             tensors_csv=str(out / "tensors.csv"),
