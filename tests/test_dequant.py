@@ -221,21 +221,6 @@ def test_worker_threads_keep_the_callers_errstate(monkeypatch):
         dq.q8_0_fast(raw.reshape(-1), threads=2)
 
 
-def test_new_output_is_a_plain_writable_float32_array():
-    from bytesup.dequant import HUGE_PAGE, new_output
-
-    for n in (8, HUGE_PAGE // 4 - 1, HUGE_PAGE // 4, 3 * HUGE_PAGE // 8 + 5):
-        a = new_output(n)
-        assert a.shape == (n,) and a.dtype == np.float32 and a.flags.writeable and a.flags.c_contiguous
-        a[:] = np.arange(n, dtype=np.float32)
-        assert a[-1] == n - 1 and float(a[:3].sum()) == 3.0
-        if n * 4 >= HUGE_PAGE:  # mapped on its own, starting on a huge-page boundary
-            assert a.ctypes.data % HUGE_PAGE == 0 and not np.shares_memory(a, new_output(n))
-    q = finite_blocks("Q4_K", 4096, np.random.default_rng(5))  # 1M weights: a 4 MiB output
-    out = HAND_DEQUANTIZERS["Q4_K"][1](q.reshape(-1), threads=2)
-    assert out.ctypes.data % HUGE_PAGE == 0 and bit_equal(out, reference_dequantize(q, "Q4_K", (4096 * 256,)))
-
-
 def test_default_threads(monkeypatch):
     from bytesup.dequant import available_cpus, default_threads
 

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import mmap
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -329,35 +328,6 @@ def _pool(workers: int) -> ThreadPoolExecutor:
         return _POOLS[key]
 
 
-HUGE_PAGE = 2 << 20  # bytes in a transparent huge page on x86-64 and most arm64 Linux kernels
-ALIGNED_OUTPUT_MAX = 64 << 20
-
-
-def new_output(n: int) -> np.ndarray:
-    """A fresh float32 array of n elements for a dequantizer's output, its memory cheap to touch.
-
-    Fresh memory costs the kernel a page fault per 4 KiB on first touch, and for a tensor of a few
-    MiB those faults cost more than dequantizing it. So an output of at least one huge page is
-    mapped on its own (anonymous, private) with its start on a 2 MiB boundary, and the whole huge
-    pages inside it marked MADV_HUGEPAGE: one fault per 2 MiB. numpy itself marks arrays of 4 MiB
-    and more, without the alignment, which loses little once an array spans many huge pages: from
-    ALIGNED_OUTPUT_MAX bytes on (and below one huge page, or without MADV_HUGEPAGE: not Linux),
-    np.empty. Measured under load on 2 cores: 3.5 and 5 MiB outputs (Gemma 3's Q4_K and Q6_K
-    matrices) about 1.2-1.4x faster to dequantize; a 640 MiB one no faster.
-    """
-    nbytes = n * 4
-    if not HUGE_PAGE <= nbytes < ALIGNED_OUTPUT_MAX or not hasattr(mmap, "MADV_HUGEPAGE"):
-        return np.empty(n, np.float32)
-    m = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    whole = np.frombuffer(m, np.uint8)
-    start = -whole.ctypes.data % HUGE_PAGE
-    try:
-        m.madvise(mmap.MADV_HUGEPAGE, start, nbytes - nbytes % HUGE_PAGE)
-    except OSError:  # huge pages switched off for this process: plain pages, same result
-        pass
-    return whole[start : start + nbytes].view(np.float32)
-
-
 def _chunk_blocks(block_size: int) -> int:
     """Blocks per step: CHUNK_BLOCKS blocks of 32, or CHUNK_BLOCKS // 4 super-blocks of 256 (twice the
     weights: a K-quant step makes about twice as many numpy calls, each with its fixed cost)."""
@@ -374,7 +344,7 @@ def _fast_blocks(raw: np.ndarray, type_size: int, out: np.ndarray | None, step, 
     """
     rows = np.ascontiguousarray(raw, np.uint8).reshape(-1, type_size)
     n = rows.shape[0]
-    out = new_output(n * block_size) if out is None else out
+    out = np.empty(n * block_size, np.float32) if out is None else out
     o2 = out.reshape(n, block_size)
     workers = default_threads() if threads is None else max(1, int(threads))
     chunks = -(-n // _chunk_blocks(block_size))
