@@ -407,6 +407,10 @@ def test_a_notebook_page_renders_markdown_code_and_outputs_and_runs_nothing(tmp_
     from report_helpers import png
 
     figure = base64.b64encode(png()).decode()
+    # a pandas DataFrame's HTML, with the <style scoped> pandas puts first
+    table = ('<div><style scoped>\n    .dataframe tbody tr th {\n        vertical-align: top;\n    }\n</style>'
+             '<table border="1" class="dataframe"><thead><tr><th>rows</th></tr></thead>'
+             '<tbody><tr><td>576</td></tr></tbody></table></div>')
     nb = _notebook([
         {"cell_type": "markdown", "source": "# Step 1\n\nThe gate is **g**, a `<|im_start|>` token.\n\n## Step 2"},
         {"cell_type": "code", "execution_count": 3, "source": "g = W_gate @ xn\ng[0]",
@@ -415,6 +419,8 @@ def test_a_notebook_page_renders_markdown_code_and_outputs_and_runs_nothing(tmp_
                       "data": {"text/plain": "-0.2639"}},
                      {"output_type": "display_data", "metadata": {},
                       "data": {"image/png": figure, "text/plain": "<Figure>"}},
+                     {"output_type": "display_data", "metadata": {},
+                      "data": {"text/plain": "   rows\n0  576", "text/html": table}},
                      {"output_type": "error", "ename": "E", "evalue": "x",
                       "traceback": ["\x1b[31mValueError\x1b[0m: bad <b>"]}]},
     ])
@@ -433,6 +439,9 @@ def test_a_notebook_page_renders_markdown_code_and_outputs_and_runs_nothing(tmp_
     assert "<pre>576 rows\nline two</pre>" in page and "<pre>-0.2639</pre>" in page
     assert f'<img alt="figure" src="data:image/png;base64,{figure}"/>' in page
     assert "ValueError</span>: bad &lt;b&gt;" in page and "\x1b" not in page
+    # the table stays a table; its CSS is dropped, not shown as text
+    assert '<table class="dataframe"><thead><tr><th>rows</th></tr></thead><tbody><tr><td>576</td>' in page
+    assert "vertical-align" not in page and "style scoped" not in page
     # self-contained, script-free
     assert "Content-Security-Policy" in page and "<script" not in page.lower()
     assert "@import" not in page and "http://" not in page and "https://" not in page

@@ -27,13 +27,15 @@ from pygments.formatters import HtmlFormatter
 
 from bytesup.report_doc import CSP, esc_html
 
-# Tags the rendered Markdown, the highlighted code and sanitized text/html outputs may keep;
-# anything else is escaped, so it shows as text. No img: figures come from image/png outputs.
+# Tags the rendered Markdown and text/html (or text/markdown) outputs may keep: this allowlist replaces
+# nbconvert's own `clean_html` filter, which sanitize_html=True applies to them but which escapes headings
+# and paragraphs too. Anything else is escaped, so it shows as text. No img: figures come from PNG outputs.
 _TAGS = ["a", "abbr", "b", "blockquote", "br", "code", "del", "div", "em", "h1", "h2", "h3", "h4", "h5",
          "h6", "hr", "i", "li", "ol", "p", "pre", "span", "strong", "sub", "sup", "table", "tbody", "td",
          "th", "thead", "tr", "ul"]
 _ATTRIBUTES = {"*": ["class", "id", "title"], "a": ["href", "title", "class"], "td": ["align"], "th": ["align"]}
 _BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")
+_STYLE_BLOCK = re.compile(r"<style\b[^>]*>.*?</style\s*>", re.IGNORECASE | re.DOTALL)
 
 # The cell template: nbconvert's classic cells, with the blocks that could emit a script, a frame or
 # a random id replaced by nothing (JavaScript, widgets) or by a sanitized version (HTML outputs).
@@ -66,7 +68,7 @@ pre{overflow-x:auto;padding:.4rem .6rem;margin:0;font-size:13px;white-space:pre}
 .cell{margin:.6rem 0} .prompt{color:#888;font-size:12px;font-family:monospace}
 .input_area{background:#f5f5f5;border-left:3px solid #89a} .output_area pre{border-left:3px solid #ddd}
 .output_error pre,.output_stderr pre{border-left-color:#b00} .output_error pre{color:#900}
-.rendered_html table{border-collapse:collapse} .rendered_html td,.rendered_html th{border:1px solid #ccc;padding:.2rem .5rem}
+.output_html{overflow-x:auto} .rendered_html table{border-collapse:collapse} .rendered_html td,.rendered_html th{border:1px solid #ccc;padding:.2rem .5rem}
 a.anchor-link{visibility:hidden;margin-left:.3rem;text-decoration:none} :hover>a.anchor-link{visibility:visible}
 .ansi-red-fg,.ansi-red-intense-fg{color:#b00} .ansi-green-fg,.ansi-green-intense-fg{color:#070}
 .ansi-blue-fg,.ansi-blue-intense-fg{color:#00a} .ansi-cyan-fg{color:#077} .ansi-yellow-fg{color:#860} .ansi-bold{font-weight:bold}
@@ -76,8 +78,10 @@ img{max-width:100%;height:auto} .n{color:#888;font-size:12px}
 
 
 def _clean(html: str) -> str:
-    """Keep the allowlisted tags and attributes; escape every other tag; drop comments."""
+    """Keep the allowlisted tags and attributes; escape every other tag; drop comments and <style> blocks."""
     html = html.decode() if isinstance(html, bytes) else str(html)
+    # a pandas table brings its own <style scoped>: dropped whole (escaped, its CSS would show as text)
+    html = _STYLE_BLOCK.sub("", html)
     return bleach.clean(html, tags=_TAGS, attributes=_ATTRIBUTES, protocols=["http", "https", "mailto"],
                         strip=False, strip_comments=True)
 
