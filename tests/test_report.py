@@ -431,32 +431,112 @@ def test_the_summary_lists_what_did_not_run_and_why(tmp_path):
     assert verify_path(report_dir).ok
 
 
-def test_a_notebook_page_shows_cells_and_outputs_as_text_and_runs_nothing(tmp_path):
+def _notebook(cells: list[dict]) -> dict:
+    return {"nbformat": 4, "nbformat_minor": 5, "metadata": {"language_info": {"name": "python"}},
+            "cells": [{"id": f"c{i}", "metadata": {}, **cell} for i, cell in enumerate(cells)]}
+
+
+def test_a_notebook_page_renders_markdown_code_and_outputs_and_runs_nothing(tmp_path):
     import base64
+    import html as html_lib
 
     from bytesup import notebook_html
     from report_helpers import png
 
     figure = base64.b64encode(png()).decode()
-    nb = {"nbformat": 4, "cells": [
-        {"cell_type": "markdown", "source": ["# Step 1\n", HOSTILE]},
+    # a pandas DataFrame's HTML, with the <style scoped> pandas puts first
+    table = ('<div><style scoped>\n    .dataframe tbody tr th {\n        vertical-align: top;\n    }\n</style>'
+             '<table border="1" class="dataframe"><thead><tr><th>rows</th></tr></thead>'
+             '<tbody><tr><td>576</td></tr></tbody></table></div>')
+    nb = _notebook([
+        {"cell_type": "markdown", "source": "# Step 1\n\nThe gate is **g**, a `<|im_start|>` token.\n\n## Step 2"},
         {"cell_type": "code", "execution_count": 3, "source": "g = W_gate @ xn\ng[0]",
-         "outputs": [{"output_type": "stream", "text": [HOSTILE + "\n", "line two"]},
-                     {"output_type": "execute_result", "data": {"text/plain": "-0.2639"}},
-                     {"output_type": "display_data", "data": {"image/png": figure, "text/plain": "<Figure>"}},
+         "outputs": [{"output_type": "stream", "name": "stdout", "text": "576 rows\nline two"},
+                     {"output_type": "execute_result", "execution_count": 3, "metadata": {},
+                      "data": {"text/plain": "-0.2639"}},
+                     {"output_type": "display_data", "metadata": {},
+                      "data": {"image/png": figure, "text/plain": "<Figure>"}},
+                     {"output_type": "display_data", "metadata": {},
+                      "data": {"text/plain": "   rows\n0  576", "text/html": table}},
                      {"output_type": "error", "ename": "E", "evalue": "x",
                       "traceback": ["\x1b[31mValueError\x1b[0m: bad <b>"]}]},
-    ]}
+    ])
     path = tmp_path / "03_ffn_by_hand.ipynb"
     path.write_text(json.dumps(nb))
     page = notebook_html.render(path, "Lesson 3 · A layer is matrix multiplication")
-    assert page == notebook_html.render(path, "Lesson 3 · A layer is matrix multiplication")  # deterministic
-    assert "Content-Security-Policy" in page and "<script" not in page.lower() and "<b>" not in page
-    assert "g = W_gate @ xn\ng[0]" in page and "-0.2639" in page and "ValueError: bad &lt;b&gt;" in page
-    assert f'<img alt="figure" src="data:image/png;base64,{figure}">' in page and "\x1b" not in page
-    import html as html_lib
-
-    assert HOSTILE in html_lib.unescape(page)  # shown, as text
+    assert page.startswith("<!DOCTYPE html>") and page.endswith("</body></html>\n")
+    assert "<title>Lesson 3 · A layer is matrix multiplication</title>" in page
+    # Markdown is rendered: headings, emphasis, code spans (escaped)
+    assert re.search(r'<h1 id="Step-1">Step 1<a class="anchor-link" href="#Step-1">', page)
+    assert re.search(r'<h2 id="Step-2">Step 2', page)
+    assert "The gate is <strong>g</strong>, a <code>&lt;|im_start|&gt;</code> token." in page
+    # the code input (highlighted: its text survives once the colour spans are removed) and the outputs
+    text = html_lib.unescape(re.sub(r"<[^>]+>", "", page))
+    assert "g = W_gate @ xn\ng[0]" in text and "In\xa0[3]:" in text and "Out[3]:" in text
+    assert "<pre>576 rows\nline two</pre>" in page and "<pre>-0.2639</pre>" in page
+    assert f'<img alt="figure" src="data:image/png;base64,{figure}"/>' in page
+    assert "ValueError</span>: bad &lt;b&gt;" in page and "\x1b" not in page
+    # the table stays a table; its CSS is dropped, not shown as text
+    assert '<table class="dataframe"><thead><tr><th>rows</th></tr></thead><tbody><tr><td>576</td>' in page
+    assert "vertical-align" not in page and "style scoped" not in page
+    # self-contained, script-free
+    assert "Content-Security-Policy" in page and "<script" not in page.lower()
+    assert "@import" not in page and "http://" not in page and "https://" not in page
+    assert re.findall(r'src="([^"]{0,22})', page) == ["data:image/png;base64,"]
     path.write_text("{not json")
     with pytest.raises(ValueError, match="03_ffn_by_hand.ipynb: not a readable notebook"):
         notebook_html.render(path, "x")
+    path.write_text(json.dumps({"nbformat": 4, "cells": "no"}))
+    with pytest.raises(ValueError, match="03_ffn_by_hand.ipynb: not a readable notebook"):
+        notebook_html.render(path, "x")
+
+
+def test_a_notebook_page_shows_hostile_markdown_and_outputs_as_text(tmp_path):
+    import html as html_lib
+
+    from bytesup import notebook_html
+
+    onerror = '<img src=x onerror="alert(9)">'
+    nb = _notebook([
+        {"cell_type": "markdown", "source": f"# Title\n\n{HOSTILE}\n\n{onerror}\n\n[y](javascript:alert(4))"},
+        {"cell_type": "code", "execution_count": 1, "source": "print(name)",
+         "outputs": [{"output_type": "stream", "name": "stdout", "text": HOSTILE},
+                     {"output_type": "execute_result", "execution_count": 1, "metadata": {},
+                      "data": {"text/plain": HOSTILE, "text/html": f"{HOSTILE}{onerror}<b>kept</b>"}},
+                     {"output_type": "display_data", "metadata": {},
+                      "data": {"application/javascript": "alert(5)", "text/plain": "js"}},
+                     {"output_type": "display_data", "metadata": {},
+                      "data": {"image/png": '"><script>alert(6)</script>', "text/plain": "not a png"}}]},
+    ])
+    path = tmp_path / "hostile.ipynb"
+    path.write_text(json.dumps(nb))
+    page = notebook_html.render(path, HOSTILE)
+    lower = page.lower()
+    # no active content: no script, no event handler, no javascript: URL, no image at all
+    assert "<script" not in lower and "<img" not in lower and "<iframe" not in lower
+    assert not re.search(r"<[^>]*\son\w+\s*=", lower) and 'href="javascript' not in lower
+    assert "alert(5)" not in page and "not a png" in page  # a JavaScript output is not shown; a bad PNG falls back
+    assert "<b>kept</b>" in page  # harmless HTML in an HTML output stays HTML
+    text = html_lib.unescape(page)
+    assert text.count(HOSTILE) >= 4 and onerror in text  # shown, as text: title, markdown, stream, HTML output
+
+
+def test_a_notebook_page_is_the_same_bytes_every_time_and_in_every_process(tmp_path):
+    import subprocess
+    import sys
+
+    from bytesup import notebook_html
+
+    nb = _notebook([{"cell_type": "markdown", "source": "# Same"},
+                    {"cell_type": "code", "execution_count": 1, "source": "x = 1\nx",
+                     "outputs": [{"output_type": "execute_result", "execution_count": 1, "metadata": {},
+                                  "data": {"text/plain": "1"}}]}])
+    nb["cells"][0].pop("id")  # a cell without an id must not get a random one
+    path = tmp_path / "same.ipynb"
+    path.write_text(json.dumps(nb))
+    page = notebook_html.render(path, "Same")
+    assert page == notebook_html.render(path, "Same")
+    other = subprocess.run([sys.executable, "-c", "import sys; from bytesup import notebook_html; "
+                            "sys.stdout.write(notebook_html.render(sys.argv[1], 'Same'))", str(path)],
+                           capture_output=True, text=True, check=True, encoding="utf-8").stdout
+    assert other == page

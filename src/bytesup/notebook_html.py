@@ -1,83 +1,132 @@
 """An executed notebook as one HTML page a browser opens from the report's archive.
 
-The page shows each cell in order: Markdown cells as their text, code cells as their source,
-then their outputs (text, tables as text, PNG figures inline, errors without colour codes).
-Like index.html it carries a Content Security Policy that forbids scripts and every request,
-and escapes everything it shows: notebook outputs print GGUF metadata and token strings,
-hostile until proven otherwise. It is written here rather than by nbconvert, whose pages load
-scripts (require.js, MathJax) and whose output changes with its templates' versions; this
-rendering depends only on the notebook, so `bytesup verify` can redo it and compare bytes.
+nbconvert's HTMLExporter renders the cells (Markdown as HTML, code with its syntax colours, then
+the outputs: text, PNG figures as embedded data, errors without colour codes) through its small
+`classic` cell template; this module wraps them in a page of its own instead of nbconvert's
+index templates, which load require.js and MathJax and embed ~270 KB of CSS. Like index.html the
+page carries a Content Security Policy that forbids scripts and every request, and everything
+HTML it shows passes one allowlist (`_clean`): notebook outputs print GGUF metadata and token
+strings, hostile until proven otherwise, so a `<script>` or an `onerror=` shows as text or is
+dropped, never runs. JavaScript and widget outputs are not rendered at all. The page depends
+only on the notebook (and the installed nbconvert/Pygments versions: no dates, no random ids),
+so `bytesup verify` can redo it and compare bytes.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from functools import lru_cache
 from pathlib import Path
+
+import bleach
+import nbformat
+from jinja2 import DictLoader, TemplateError
+from nbconvert import HTMLExporter
+from pygments.formatters import HtmlFormatter
 
 from bytesup.report_doc import CSP, esc_html
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# Tags the rendered Markdown and text/html (or text/markdown) outputs may keep: this allowlist replaces
+# nbconvert's own `clean_html` filter, which sanitize_html=True applies to them but which escapes headings
+# and paragraphs too. Anything else is escaped, so it shows as text. No img: figures come from PNG outputs.
+_TAGS = ["a", "abbr", "b", "blockquote", "br", "code", "del", "div", "em", "h1", "h2", "h3", "h4", "h5",
+         "h6", "hr", "i", "li", "ol", "p", "pre", "span", "strong", "sub", "sup", "table", "tbody", "td",
+         "th", "thead", "tr", "ul"]
+_ATTRIBUTES = {"*": ["class", "id", "title"], "a": ["href", "title", "class"], "td": ["align"], "th": ["align"]}
+_BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")
+_STYLE_BLOCK = re.compile(r"<style\b[^>]*>.*?</style\s*>", re.IGNORECASE | re.DOTALL)
+
+# The cell template: nbconvert's classic cells, with the blocks that could emit a script, a frame or
+# a random id replaced by nothing (JavaScript, widgets) or by a sanitized version (HTML outputs).
+# Code inputs skip the allowlist: Pygments escapes the source itself, and bleach on every
+# highlighted cell was most of the rendering time.
+_TEMPLATE = r"""{%- extends 'classic/base.html.j2' -%}
+{%- block input -%}
+<div class="inner_cell"><div class="input_area">
+{{ cell.source | highlight_code(metadata=cell.metadata) }}
+</div></div>
+{%- endblock input -%}
+{%- block data_png scoped -%}
+<div class="output_png output_subarea {{ extra_class }}">
+<img alt="{{ ((output | get_metadata('alt', 'image/png')) or 'figure') | escape_html }}" src="data:image/png;base64,{{ output.data['image/png'] | replace('\n', '') | escape_html }}">
+</div>
+{%- endblock data_png -%}
+{%- block data_javascript scoped -%}{%- endblock -%}
+{%- block data_widget_view scoped -%}{%- endblock -%}
+{%- block data_html scoped -%}
+<div class="output_html rendered_html output_subarea {{ extra_class }}">
+{{ output.data['text/html'] | clean_html }}
+</div>
+{%- endblock data_html -%}
+"""
 
 STYLE = """
 *{box-sizing:border-box} body{font:15px/1.5 system-ui,-apple-system,'Segoe UI',sans-serif;max-width:60rem;
 margin:2rem auto;padding:0 1rem;color:#222;overflow-wrap:break-word}
-pre{overflow-x:auto;padding:.4rem .6rem;margin:.3rem 0;font-size:13px;white-space:pre}
-pre.in{background:#f5f5f5;border-left:3px solid #89a} pre.out{border-left:3px solid #ddd}
-pre.err{border-left:3px solid #b00;color:#900} div.md{white-space:pre-wrap;margin:1rem 0}
+pre{overflow-x:auto;padding:.4rem .6rem;margin:0;font-size:13px;white-space:pre}
+.cell{margin:.6rem 0} .prompt{color:#888;font-size:12px;font-family:monospace}
+.input_area{background:#f5f5f5;border-left:3px solid #89a} .output_area pre{border-left:3px solid #ddd}
+.output_error pre,.output_stderr pre{border-left-color:#b00} .output_error pre{color:#900}
+.output_html{overflow-x:auto} .rendered_html table{border-collapse:collapse} .rendered_html td,.rendered_html th{border:1px solid #ccc;padding:.2rem .5rem}
+a.anchor-link{visibility:hidden;margin-left:.3rem;text-decoration:none} :hover>a.anchor-link{visibility:visible}
+.ansi-red-fg,.ansi-red-intense-fg{color:#b00} .ansi-green-fg,.ansi-green-intense-fg{color:#070}
+.ansi-blue-fg,.ansi-blue-intense-fg{color:#00a} .ansi-cyan-fg{color:#077} .ansi-yellow-fg{color:#860} .ansi-bold{font-weight:bold}
 img{max-width:100%;height:auto} .n{color:#888;font-size:12px}
 @media print{pre{white-space:pre-wrap}}
 """
 
 
-def _text(value) -> str:
-    return "".join(value) if isinstance(value, list) else str(value or "")
+def _clean(html: str) -> str:
+    """Keep the allowlisted tags and attributes; escape every other tag; drop comments and <style> blocks."""
+    html = html.decode() if isinstance(html, bytes) else str(html)
+    # a pandas table brings its own <style scoped>: dropped whole (escaped, its CSS would show as text)
+    html = _STYLE_BLOCK.sub("", html)
+    return bleach.clean(html, tags=_TAGS, attributes=_ATTRIBUTES, protocols=["http", "https", "mailto"],
+                        strip=False, strip_comments=True)
 
 
-def _pre(cls: str, text: str) -> str:
-    # newlines stay newlines inside <pre>; every other character goes through esc_html
-    return f'<pre class="{cls}">' + "\n".join(esc_html(line) for line in text.split("\n")) + "</pre>"
+@lru_cache(maxsize=1)
+def _exporter() -> HTMLExporter:
+    # built once per process: loading nbconvert's templates is most of a page's rendering time
+    return HTMLExporter(template_name="basic", extra_loaders=[DictLoader({"bytesup_cells.html.j2": _TEMPLATE})],
+                        template_file="bytesup_cells.html.j2", sanitize_html=True,
+                        filters={"clean_html": _clean})
 
 
-def _output(out: dict) -> str:
-    kind = out.get("output_type")
-    if kind == "stream":
-        return _pre("out", _text(out.get("text")))
-    if kind == "error":
-        trace = "\n".join(_ANSI.sub("", line) for line in out.get("traceback") or [])
-        return _pre("err", trace or f"{out.get('ename')}: {out.get('evalue')}")
-    data = out.get("data") or {}
-    if "image/png" in data:
-        png = _text(data["image/png"]).replace("\n", "")
-        if re.fullmatch(r"[A-Za-z0-9+/=]*", png):
-            return f'<img alt="figure" src="data:image/png;base64,{png}">'
-    if "text/plain" in data:
-        return _pre("out", _text(data["text/plain"]))
-    return ""
+def _drop_unsafe_images(nb) -> None:
+    # a PNG output goes into an <img src="data:..."> attribute; only base64 may get there
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            data = out.get("data") or {}
+            for key in ("image/png", "image/jpeg"):
+                if key in data and not _BASE64.fullmatch(str(data[key])):
+                    del data[key]
 
 
 def render(path: str | Path, title: str) -> str:
     """The page of one executed notebook (.ipynb, nbformat 4)."""
     try:
-        nb = json.loads(Path(path).read_text(encoding="utf-8"))
-        cells = nb["cells"]
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise ValueError(f"{path}: not a readable notebook ({err}); rerun its lesson") from None
-    body = [f"<h1>{esc_html(title)}</h1>",
-            f'<p class="n">The executed notebook {esc_html(Path(path).name)}, as the workflow ran it.</p>']
-    for i, cell in enumerate(cells):
-        source = _text(cell.get("source"))
-        if cell.get("cell_type") == "markdown":
-            body.append('<div class="md">' + "\n".join(esc_html(line) for line in source.split("\n")) + "</div>")
-        elif cell.get("cell_type") == "code":
-            count = cell.get("execution_count")
-            body.append(f'<div class="n">In [{esc_html(count if count is not None else " ")}]</div>')
-            body.append(_pre("in", source))
-            body += [_output(out) for out in cell.get("outputs") or []]
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+        # nbformat gives a cell without an id a random one; give it its position instead
+        if isinstance(raw, dict) and isinstance(raw.get("cells"), list) and raw.get("nbformat") == 4:
+            for i, cell in enumerate(raw["cells"]):
+                if isinstance(cell, dict) and "id" not in cell:
+                    cell["id"] = f"cell-{i}"
+            raw["nbformat_minor"] = max(raw.get("nbformat_minor", 0), 5)
+        nb = nbformat.reads(json.dumps(raw), as_version=4)
+        _drop_unsafe_images(nb)
+        cells, _ = _exporter().from_notebook_node(nb)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, nbformat.ValidationError, TemplateError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(f"{path}: not a readable notebook ({first}); rerun its lesson") from None
+    code_css = HtmlFormatter(style="default").get_style_defs(".highlight")
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         '<meta name="referrer" content="no-referrer">'
         f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{esc_html(title)}</title>'
-        f"<style>{STYLE}</style></head><body>\n" + "\n".join(b for b in body if b) + "\n</body></html>\n"
+        f"<style>{STYLE}{code_css}\n</style></head><body>\n<h1>{esc_html(title)}</h1>\n"
+        f'<p class="n">The executed notebook {esc_html(Path(path).name)}, as the workflow ran it.</p>\n'
+        + cells.strip() + "\n</body></html>\n"
     )
