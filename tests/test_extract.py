@@ -193,7 +193,7 @@ def run_script(gguf: Path, out: Path, patterns: list[str]) -> None:
             index=str(out / "extract.json"),
             tensors_dir=str(out / "tensors"),
         ),  # fmt: skip
-        params=SimpleNamespace(patterns=patterns),
+        params=SimpleNamespace(patterns=patterns, shown=str(gguf), needed_by={}),
         log=[str(out.parent / "extract.log")],
     )
     runpy.run_path(str(ROOT / "workflow" / "scripts" / "extract.py"), init_globals={"snakemake": sm})
