@@ -61,9 +61,17 @@ class _WriterWithHostileTensors(synthetic.GGUFWriter):
     """gguf's writer, adding small F32 tensors with hostile names to what write_tiny_llama writes."""
 
     def write_header_to_file(self, *args, **kwargs):
-        for i, name in enumerate(HOSTILE_TENSORS):
-            self.add_tensor(name, np.full(32, i, dtype=np.float32))
+        # listed after the model's tensors, so their data goes last (write_tiny_llama writes tensor by tensor)
+        self._hostile = [np.full(32, i, dtype=np.float32) for i in range(len(HOSTILE_TENSORS))]
+        for name, data in zip(HOSTILE_TENSORS, self._hostile):
+            self.add_tensor_info(name, data.shape, data.dtype, data.nbytes)
         return super().write_header_to_file(*args, **kwargs)
+
+    def close(self):
+        for data in getattr(self, "_hostile", []):
+            self.write_tensor_data(data)
+        self._hostile = []
+        super().close()
 
 
 def chromium() -> str:

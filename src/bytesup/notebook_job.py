@@ -70,7 +70,11 @@ def run_notebook(source, partial, *, lesson: str, parameters: dict, cwd: str, ke
                     ) from None
                 raise
             started = _cells_started(partial)
-            where = f" in cell {started[-1][0]} (execution count {started[-1][1]})" if started else " before its first cell"
+            if not started:
+                where = " before its first cell"
+            else:  # a cell killed at once may not have received its execution count yet
+                cell, count = started[-1]
+                where = f" in cell {cell}" + (f" (execution count {count})" if count is not None else "")
             raise NotebookFailed(
                 f"lesson {lesson} failed{where}: its kernel died, most likely out of memory (the OOM killer "
                 f"ends the biggest process; `dmesg` says so) or killed; give the job more memory or lower "
