@@ -133,31 +133,27 @@ def copy_finished(finished: Path, dest: Path) -> Path:
     return dest
 
 
-@pytest.fixture(scope="session")
-def hf(default_gguf):
-    """(torch, tokenizer, model): transformers loading the default GGUF on torch's CPU in float32,
-    offline (no hub), once for every test that compares with it."""
+def _transformers_on(gguf: Path):
+    """(torch, tokenizer, model): transformers loading a GGUF on torch's CPU in float32, offline (no hub)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     torch.set_num_threads(2)
-    folder, name = str(default_gguf.parent), default_gguf.name
+    folder, name = str(gguf.parent), gguf.name
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
     model = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     model.eval()
     return torch, tokenizer, model
+
+
+@pytest.fixture(scope="session")
+def hf(default_gguf):
+    """transformers on the default GGUF, once for every test that compares with it."""
+    return _transformers_on(default_gguf)
 
 
 @pytest.fixture(scope="session")
 def gemma_hf(gemma_gguf):
-    """(torch, tokenizer, model): transformers loading the Gemma 3 GGUF on CPU in float32, offline,
-    once per session (several minutes on a loaded machine: the 262,144-piece tokenizer is converted)."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    torch.set_num_threads(2)
-    folder, name = str(gemma_gguf.parent), gemma_gguf.name
-    tokenizer = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    model = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
-    model.eval()
-    return torch, tokenizer, model
+    """transformers on the Gemma 3 GGUF, once per session (minutes on a loaded machine: the
+    262,144-piece tokenizer is converted)."""
+    return _transformers_on(gemma_gguf)
