@@ -71,6 +71,8 @@ def test_each_lesson_has_its_notebook_declaring_exactly_its_parameters(lesson):
 @pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("*.ipynb")), ids=lambda p: p.name)
 def test_committed_notebooks_carry_no_outputs_and_belong_to_a_lesson(path):
     nb = json.loads(path.read_text())
+    ids = [cell.get("id") for cell in nb["cells"]]  # nbformat 4.5: every cell has one (else a random one per run)
+    assert None not in ids and len(set(ids)) == len(ids), path.name
     for cell in nb["cells"]:
         if cell["cell_type"] == "code":
             assert cell.get("outputs") == [] and cell.get("execution_count") is None, path.name
