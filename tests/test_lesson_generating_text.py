@@ -277,6 +277,17 @@ def test_llama_cpp_skipped_in_one_line_when_it_cannot_run(tiny, monkeypatch):
     assert {h.key for h in lesson.SPEC.headlines} >= {"llama_cpp_parts_at", "llama_cpp_first_step_max_abs_logit_diff"}
 
 
+def test_llama_cpp_not_run_beside_streamed_weights(tiny, monkeypatch):
+    """Weights over the resident budget are streamed; llama.cpp would map the whole file into the same
+    job (7 GB resident at the specimen's size), so it is skipped in one line without being probed."""
+    gguf, metadata = tiny
+    monkeypatch.setattr(llama_cpp_ref, "status", lambda path: pytest.fail("probed llama.cpp beside streamed weights"))
+    m, tables = lesson.compute(gguf, metadata, TINY_PROMPT, TINY_GENERATE, 0, {"resident_budget_mb": 0.001})
+    assert m["weights_mode"] == "streaming"
+    assert m["llama_cpp_skipped"] == lesson.STREAMING_SKIP and "\n" not in m["llama_cpp_skipped"]
+    assert all(m[key] is None for key in lesson.LLAMA_CPP_KEYS) and tables["llama_cpp"] == []
+
+
 def test_side_by_side_on_a_stand_in_llama_cpp(tiny, monkeypatch):
     """llama.cpp replaced by a stand-in: our logits, nudged by 0.01 everywhere, and at step 3 our runner-up
     lifted 0.05 above our top token. The lesson must find step 3 and the margins that made it part there."""

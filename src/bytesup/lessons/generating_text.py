@@ -492,6 +492,10 @@ def llama_cpp_nulls(why: str | None) -> dict:
     return {**dict.fromkeys(LLAMA_CPP_KEYS), "llama_cpp_skipped": why}
 
 
+STREAMING_SKIP = ("this run streams the weights (their float32 size is over forward.resident_budget_mb); llama.cpp "
+                  "would map the whole file into the job's memory beside them, so it is not run (as in the decode timing)")
+
+
 def llama_cpp_side(model_gguf, plan: Plan, metrics: Mapping, tables: Mapping) -> tuple[dict, list[dict], list]:
     """llama.cpp beside our greedy run (``run``'s metrics and tables): (metrics, rows, its logits per step).
 
@@ -500,6 +504,8 @@ def llama_cpp_side(model_gguf, plan: Plan, metrics: Mapping, tables: Mapping) ->
     largest |logit difference| over the vocabulary. Where llama.cpp cannot run here, the metrics
     are null, ``llama_cpp_skipped`` holds the one-line reason, and rows and logits are empty.
     """
+    if metrics.get("weights_mode") == "streaming":  # llama.cpp would map the whole file into this job
+        return llama_cpp_nulls(STREAMING_SKIP), [], []
     usable, why = llama_cpp_ref.status(model_gguf)
     if not usable:
         return llama_cpp_nulls(why), [], []
