@@ -11,6 +11,7 @@ import struct
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 from pathlib import Path
 
 
@@ -481,3 +482,38 @@ def test_a_job_that_fills_the_disk_ends_with_one_line_naming_its_stage(tmp_path,
                         rf"\(\d+\.\d MiB free in {tmp_path}\); free some space and run again \(its unfinished "
                         r"outputs are redone\)", line), line
     assert log.read_text().strip() == line
+
+
+def test_a_failing_lesson_names_the_users_local_file_not_the_link(tmp_path, monkeypatch):
+    """The lesson script's one line names the model as the user knows it (params.shown), not
+    resources/models/<model>.gguf, the link the workflow reads through."""
+    import runpy
+
+    from bytesup import notebook_job
+    from workflow_helpers import ROOT
+
+    link = "resources/models/mine.gguf"
+
+    def fails(source, partial, **kwargs):
+        raise notebook_job.NotebookFailed(f"lesson 03_ffn_by_hand failed in cell 4: GGUFFormatError: {link}: bad")
+
+    monkeypatch.setattr(notebook_job, "run_notebook", fails)
+    record = tmp_path / "mine.json"
+    record.write_text(json.dumps({"sha256": "0" * 64}))
+    sm = SimpleNamespace(
+        input=_Named(notebook="nb.ipynb", model_gguf=link, model_record=str(record)),
+        output=_Named(notebook=str(tmp_path / "out" / "nb.ipynb")),
+        wildcards=SimpleNamespace(model="mine"),
+        params=SimpleNamespace(settings={}, lesson="03_ffn_by_hand", shown="/home/me/models/mine.gguf"),
+        log=SimpleNamespace(notebook=str(tmp_path / "logs" / "nb.ipynb")),
+    )
+    with pytest.raises(SystemExit) as err:
+        runpy.run_path(str(ROOT / "workflow" / "scripts" / "run_notebook.py"), init_globals={"snakemake": sm})
+    assert str(err.value) == "lesson 03_ffn_by_hand failed in cell 4: GGUFFormatError: /home/me/models/mine.gguf: bad"
+
+
+class _Named(SimpleNamespace):
+    """Just enough of Snakemake's named lists for the script: attributes and items()."""
+
+    def items(self):
+        return vars(self).items()

@@ -51,5 +51,6 @@ for _spec in LESSONS.values():
             heading=_spec.heading,
             captions=_spec.figures,
             settings={key: config[key] for key in _spec.config_keys},
+            shown=lambda wc: shown_model_path(wc.model),
         script:
             "../scripts/run_notebook.py"

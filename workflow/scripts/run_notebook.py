@@ -37,5 +37,7 @@ Path(sm.output.notebook).parent.mkdir(parents=True, exist_ok=True)
 try:
     run_notebook(sm.input.notebook, partial, lesson=sm.params.lesson, parameters=parameters, cwd=os.getcwd())
 except NotebookFailed as err:
-    sys.exit(str(err))
+    # a local model's messages name the user's file, not the link or copy under resources/
+    internal = files.get("model_gguf")
+    sys.exit(str(err).replace(str(internal), sm.params.shown) if internal else str(err))
 shutil.copyfile(partial, sm.output.notebook)
