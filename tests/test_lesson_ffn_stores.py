@@ -395,6 +395,21 @@ def test_notebook_runs_standalone_from_its_folder(tmp_path):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_notebook_on_a_tiny_gemma3(tmp_path):
+    """The notebook's in-cell checks on Gemma 3's layout: its block holds q/k norms and post norms too,
+    and the notebook's count of a block by hand includes them (parameters counted in one home agree)."""
+    pytest.importorskip("papermill")
+    from bytesup.synthetic import write_tiny_gemma3
+
+    base = extracted_project(tmp_path, write_tiny_gemma3(tmp_path / "g.gguf"))
+    run_notebook(NOTEBOOK, tmp_path / "executed.ipynb", cwd=tmp_path / "workflow" / "notebooks")
+    got = json.loads((tmp_path / "results/smollm2-135m/lessons/03b_what_the_ffn_stores/metrics.json").read_text())
+    rows = pc.read_tensor_table(base / "tensors.csv")
+    block0_norms = sum(r["elements"] for r in rows if r["name"].startswith("blk.0.") and pc.role(r["name"]) == "norms")
+    assert got["model_block_norms"] == block0_norms == 4 * 32 + 2 * 16  # 4 norms of d, q/k norms of head_dim
+    assert got["model_counts_match_table"] is True
+
+
 @pytest.mark.slow  # a second notebook run; the workflow run checks the same paths
 def test_notebook_writes_where_its_parameters_say(tmp_path):
     """Every output path comes from a parameter, as the rule passes them; nothing lands at the defaults."""
