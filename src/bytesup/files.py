@@ -1,9 +1,11 @@
-"""Two facts every stage needs, in one place: a file's sha256, and a value made safe for strict JSON."""
+"""Facts every stage needs, in one place: a file's sha256, a value made safe for strict JSON, and letting go
+of a memory map's pages."""
 
 from __future__ import annotations
 
 import hashlib
 import math
+import mmap
 import os
 from collections.abc import Mapping
 
@@ -17,6 +19,21 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
         while block := fh.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+def release_mapped_pages(mm, start: int = 0, length: int = 0) -> None:
+    """Tell the kernel this process is done with pages of a memory map (from `start`, `length` bytes;
+    0: to the end). They stay in the page cache, but no longer count as the job's resident memory.
+    A no-op for a missing map or where madvise is unavailable."""
+    if mm is None or not hasattr(mm, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    if length:
+        length += start % mmap.PAGESIZE  # madvise takes a page-aligned start
+    start -= start % mmap.PAGESIZE
+    try:
+        mm.madvise(mmap.MADV_DONTNEED, start, length)
+    except (OSError, ValueError):
+        pass
 
 
 NONFINITE_TEXT = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}

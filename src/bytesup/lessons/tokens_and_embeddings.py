@@ -30,6 +30,7 @@ import numpy as np
 
 from bytesup import claims as claims_mod
 from bytesup.dequant import HAND_DEQUANTIZERS, bit_equal, expected_bytes, reference_dequantize
+from bytesup.files import release_mapped_pages
 from bytesup.gguf_file import GGUFFile
 from bytesup.layers import rms
 from bytesup.lessons.spec import SERIES, Headline, LessonSpec
@@ -207,9 +208,7 @@ def release_pages(E: np.ndarray) -> None:
 
     They stay in the page cache (a second pass reads them from there), but no longer count as
     this job's resident memory. Plain arrays are left alone."""
-    mm = getattr(E, "_mmap", None)
-    if mm is not None and hasattr(mm, "madvise") and hasattr(mmap_mod, "MADV_DONTNEED"):
-        mm.madvise(mmap_mod.MADV_DONTNEED)
+    release_mapped_pages(getattr(E, "_mmap", None))
 
 
 def row_chunks(E: np.ndarray, chunk: int | None = None):

@@ -24,13 +24,13 @@ Two providers, one interface (forward.py uses only this):
 from __future__ import annotations
 
 import math
-import mmap
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
 from bytesup.dequant import HAND_DEQUANTIZERS, dequantize, expected_bytes
+from bytesup.files import release_mapped_pages
 from bytesup.gguf_file import GGUFFile
 from bytesup.model.arch import ArchMetadataError, ArchSpec
 
@@ -139,14 +139,9 @@ def weight_bytes_per_token(gguf: GGUFFile, spec: ArchSpec) -> WeightBytes:
 
     per_tensor keys: tensor names, 'token_embd.weight[row]' for the embedding row.
     """
-    from bytesup.param_counts import per_token_reads
+    from bytesup.param_counts import per_token_reads, tensor_rows
 
-    names = [spec.tensor_name("token_embd")]
-    names += [spec.tensor_name(r, i) for i in range(spec.n_layers) for r in spec.facts.tensors]
-    names += [spec.tensor_name("output_norm")] + ([] if spec.tied else [spec.tensor_name("output")])
-    infos = [gguf.tensor(name) for name in names]
-    rows = [{"name": t.name, "type": t.type_name, "shape": t.shape, "bytes": t.n_bytes, "elements": t.n_elements}
-            for t in infos]
+    rows = tensor_rows(gguf.tensor(name) for name, _ in spec.tensor_shapes())  # every tensor the recipe reads
     per: dict[str, tuple[int, int]] = {}
     for r in per_token_reads(rows):
         key = r["name"]
@@ -271,18 +266,10 @@ class ResidentWeights(_Provider):
 
 
 def _release_pages(gguf: GGUFFile, name: str) -> None:
-    """Tell the kernel this process is done with a tensor's pages of the map (RSS drops; the
-    page cache keeps them). Uses GGUFFile's map; a no-op where madvise is unavailable."""
-    mm = getattr(gguf, "_mm", None)
-    if mm is None or not hasattr(mm, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
-        return
+    """Tell the kernel this process is done with a tensor's pages of GGUFFile's map (RSS drops; the
+    page cache keeps them)."""
     info = gguf.tensor(name)
-    start = info.offset - info.offset % mmap.PAGESIZE
-    length = info.offset + info.n_bytes - start
-    try:
-        mm.madvise(mmap.MADV_DONTNEED, start, length)
-    except (OSError, ValueError):
-        pass
+    release_mapped_pages(getattr(gguf, "_mm", None), info.offset, info.n_bytes)
 
 
 class StreamingWeights(_Provider):
