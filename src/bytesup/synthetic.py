@@ -135,9 +135,9 @@ def write_tiny_llama(
     tied: leave out output.weight (the output projection reuses token_embd, as in SmolLM2).
     tokens: your own vocabulary (any strings, hostile ones included).
     types: tensor-name patterns -> ggml type names, consulted before DEFAULT_TYPES.
-    arch: general.architecture, and the prefix of the model's keys ("gemma3" gives gemma3.block_count
+    arch: general.architecture, and the prefix of the model's keys ("mamba" gives mamba.block_count
         ...): the same llama-shaped tensors under another architecture's name, to test that lessons
-        which follow llama refuse it.
+        which follow the architecture table refuse one it has no row for.
     qkv_bias: add F32 biases attn_q.bias, attn_k.bias, attn_v.bias to every block (with arch="qwen2":
         a tiny Qwen2, whose table row adds them after the Q, K, V matmuls).
     extra_metadata: key -> value (type inferred: str, bool, int -> INT32 / INT64 when large,
