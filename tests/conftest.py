@@ -1,6 +1,6 @@
 """Shared fixtures.
 
-tiny_gguf       a fresh synthetic llama GGUF (bytesup.synthetic defaults) in tmp_path
+tiny_gguf       a fresh synthetic llama GGUF (bytesup.model.synthetic defaults) in tmp_path
 tiny_gguf_tied  the same without output.weight (embeddings tied, as in SmolLM2)
 finished_tiny   ONE finished workflow run on a tiny synthetic model (session-wide; read it, never
                 edit it: tests that change things work on `copy_finished(finished_tiny, dest)`)
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from bytesup.synthetic import write_tiny_llama
+from bytesup.model.synthetic import write_tiny_llama
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_GGUF_ENV = "BYTESUP_DEFAULT_GGUF"
@@ -59,7 +59,7 @@ def default_gguf() -> Path:
         pytest.skip(f"default model not found and BYTESUP_OFFLINE=1 (looked for {DEFAULT_GGUF_IN_REPO})")
     import yaml
 
-    from bytesup.fetch import fetch_model, write_record
+    from bytesup.run.fetch import fetch_model, write_record
 
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     name = "smollm2-135m"
@@ -89,7 +89,7 @@ def gemma_gguf() -> Path:
         pytest.skip(f"Gemma 3 model not found and BYTESUP_OFFLINE=1 (looked for {GEMMA_GGUF_IN_REPO})")
     import yaml
 
-    from bytesup.fetch import fetch_model, write_record
+    from bytesup.run.fetch import fetch_model, write_record
 
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     if GEMMA_NAME not in config["models"]:

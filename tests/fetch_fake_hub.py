@@ -1,4 +1,4 @@
-"""A local stand-in for the Hugging Face hub, just enough for bytesup.fetch's hf source.
+"""A local stand-in for the Hugging Face hub, just enough for bytesup.run.fetch's hf source.
 
 What the real hub does for a GGUF (an LFS file), and what this server copies:
 

@@ -117,7 +117,7 @@ def fake_run(root: Path, date: str = DATE) -> dict:
 
 def build_and_publish(root: Path, run: dict) -> Path:
     """Build the report as the report rule does; returns report/<date>/ (absolute)."""
-    from bytesup import report
+    from bytesup.report import build as report
 
     with chdir(root):
         final = Path("report") / run["date"]

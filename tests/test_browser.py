@@ -29,8 +29,8 @@ import numpy as np
 import pytest
 import yaml
 
-from bytesup import synthetic
-from bytesup.synthetic import default_tokens, write_tiny_llama
+from bytesup.model import synthetic
+from bytesup.model.synthetic import default_tokens, write_tiny_llama
 from workflow_helpers import QUICK_TIMING, ROOT, copy_project, sha256, snakemake, write_config
 
 CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
@@ -348,8 +348,8 @@ def test_a_cited_number_shows_its_key_and_hash_on_focus(hostile_report, browser)
 
 def test_hostile_gguf_report_markdown_and_verify(hostile_report):
 
-    from bytesup.report_doc import esc_md
-    from bytesup.verify import verify_path
+    from bytesup.report.doc import esc_md
+    from bytesup.report.verify import verify_path
 
     md = (hostile_report / "report.md").read_text()
     link = r'\]\(<([^<>\s]+)>(?: "(?:\\.|[^"\\])*")?\)'  # the report's own links: figures, numbers, contents
@@ -396,7 +396,7 @@ def test_default_model_report_renders_every_figure(default_gguf, tmp_path, brows
         shown = layout(browser, report_dir, width)
         assert shown["page"][0] <= shown["page"][1] and shown["unscrollable"] == 0, (width, shown)
     assert manifest["model"]["sha256"] == spec["sha256"]
-    from bytesup.verify import verify_path
+    from bytesup.report.verify import verify_path
 
     result = verify_path(report_dir.parent / "2026-01-06.zip")
     assert result.ok, result.problems[:5]

@@ -5,8 +5,8 @@ import re
 
 import pytest
 
-from bytesup.citations import CitationError, Ledger, format_value, read_value
-from bytesup.report_doc import Doc, esc_md
+from bytesup.report.citations import CitationError, Ledger, format_value, read_value
+from bytesup.report.doc import Doc, esc_md
 
 
 @pytest.fixture

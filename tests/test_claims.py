@@ -2,8 +2,8 @@ import csv
 
 import pytest
 
-from bytesup import claims
-from bytesup.claims import Claim, ClaimsError, check, check_all, parse_published, printed_tolerance
+from bytesup.lessons import claims
+from bytesup.lessons.claims import Claim, ClaimsError, check, check_all, parse_published, printed_tolerance
 
 
 def claim(published, metric="m", requires=(), **kw):

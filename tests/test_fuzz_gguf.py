@@ -24,8 +24,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bytesup.gguf_file import GGUFFile, GGUFFormatError
-from bytesup.synthetic import write_tiny_llama
+from bytesup.gguf.file import GGUFFile, GGUFFormatError
+from bytesup.model.synthetic import write_tiny_llama
 
 SEED = 20240531
 MAX_SECONDS_PER_CASE = 1.0

@@ -1,4 +1,4 @@
-"""bytesup.gguf_file: values read from synthetic and real files, checked against gguf-py and by hand."""
+"""bytesup.gguf.file: values read from synthetic and real files, checked against gguf-py and by hand."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import gguf
 import numpy as np
 import pytest
 
-from bytesup.gguf_file import (
+from bytesup.gguf.file import (
     GGUFFile,
     GGUFFormatError,
     TensorNotFoundError,
@@ -20,7 +20,7 @@ from bytesup.gguf_file import (
     numpy_to_gguf_shape,
     printable,
 )
-from bytesup.synthetic import default_tokens, raw_gguf, write_tiny_llama
+from bytesup.model.synthetic import default_tokens, raw_gguf, write_tiny_llama
 
 F32 = np.float32
 

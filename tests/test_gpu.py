@@ -1,4 +1,4 @@
-"""bytesup.gpu: the GPU job's decisions, and its CPU twin (CI has no GPU).
+"""bytesup.timing.gpu: the GPU job's decisions, and its CPU twin (CI has no GPU).
 
 The twin runs the very functions the GPU job runs, on torch device 'cpu'; it is skipped
 when torch is not installed. No test asserts a speed.
@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from bytesup import gpu, timing
-from bytesup.synthetic import write_tiny_llama
+from bytesup.timing import gpu, cpu as timing
+from bytesup.model.synthetic import write_tiny_llama
 
 TINY_CFG = {
     "batch_sizes": [1, 2, 256],

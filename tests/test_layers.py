@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bytesup.layers import (
+from bytesup.model.layers import (
     FFNTrace,
     ffn,
     gelu,

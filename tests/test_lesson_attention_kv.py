@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 from workflow_helpers import run_notebook
 
-from bytesup import claims
+from bytesup.lessons import claims
 from bytesup.lessons import LessonInputError, plain
 from bytesup.lessons import attention_kv as lesson
 from bytesup.lessons.spec import parameter
 from bytesup.model.arch import ARCHITECTURES
 from bytesup.model.forward import Model
-from bytesup.synthetic import write_tiny_llama
+from bytesup.model.synthetic import write_tiny_llama
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "workflow" / "notebooks" / "06_attention_and_the_kv_cache.ipynb"
 TINY_PROMPT = " the cat sat on the mat"
@@ -239,7 +239,7 @@ def test_gemma3_attention_by_hand_follows_its_recipe(tmp_path, block):
     """A tiny Gemma 3 (q/k norms, head size 16 != 32 / 4, NeoX rope, window 4 on blocks 0-4 with base 10,000,
     block 5 global with the file's base 1e6, post-attention norm, embedding x sqrt(d)): by hand against
     attention_block, rope measured on halves, the window hiding old keys, and the cache against a recompute."""
-    from bytesup.synthetic import write_tiny_gemma3
+    from bytesup.model.synthetic import write_tiny_gemma3
 
     path = write_tiny_gemma3(tmp_path / "g.gguf")
     with Model.from_gguf(path) as model:
@@ -333,7 +333,7 @@ def test_notebook_on_the_default_model(default_gguf, tmp_path):
     """papermill from workflow/notebooks/ of a project whose extract stage ran on SmolLM2-135M; the metrics
     against gguf-py + float64 and the published arithmetic."""
     pytest.importorskip("papermill")
-    from bytesup.extract import extract
+    from bytesup.gguf.extract import extract
 
     (tmp_path / "Snakefile").write_text("# project root marker\n")
     extract(default_gguf, tmp_path / "results" / "smollm2-135m" / "gguf", [])

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from workflow_helpers import run_notebook
 
-from bytesup import claims
-from bytesup import param_counts as pc
-from bytesup.extract import extract
+from bytesup.lessons import claims
+from bytesup.model import param_counts as pc
+from bytesup.gguf.extract import extract
 from bytesup.lessons import LessonInputError, plain, read_metadata
 from bytesup.lessons import decode_memory_bound as lesson
 from bytesup.model import configs
-from bytesup.synthetic import write_tiny_llama
+from bytesup.model.synthetic import write_tiny_llama
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "workflow" / "notebooks" / "capstone_decode_is_memory_bound.ipynb"
@@ -30,7 +30,7 @@ WRITES = sorted(["metrics.json", "claims.csv", "tensor_reads.csv", "bytes_per_to
 MODEL_INDEPENDENT = {c.claim_id for c in claims.load_claims(lesson.SPEC.id) if not c.requires}
 
 
-# --- synthetic timing files, shaped like bytesup.timing / bytesup.gpu write them -------------------
+# --- synthetic timing files, shaped like bytesup.timing.cpu / bytesup.timing.gpu write them -------------------
 
 
 def sweep_rows(bw_gbps, peak_gflops, dtype="fp32", rows=4096, cols=1024, sizes=(1, 2, 4, 8, 16, 32, 64, 128, 256)):
@@ -322,7 +322,7 @@ QUICK = {"repeats": 3, "warmup": 1, "decode_tokens": 4, "prefill_sizes": [1, 4, 
 
 def decode_files(tps=20.0, nbytes=500_000_000, copy=12.5, flops=270_000_000, arith_s=0.002, ns=(1, 8, 32, 128),
                  llama=None):
-    """A decode.json and prefill.csv shaped like bytesup.timing_decode writes them, whose prefill follows
+    """A decode.json and prefill.csv shaped like bytesup.timing.decode writes them, whose prefill follows
     seconds per token = memory floor / N + arithmetic exactly (memory floor = bytes / copy)."""
     mem = nbytes / (copy * 1e9)
     rows = [{"engine": "bytesup", "n": n, "median_s": n * (mem / n + arith_s), "tokens_per_s": 1 / (mem / n + arith_s),
@@ -444,7 +444,7 @@ def no_llama_cpp(monkeypatch):
 
 
 def test_a_real_tiny_run_gives_the_metrics_and_the_lessons_own_byte_count(tiny, no_llama_cpp):
-    from bytesup.timing_decode import run_decode
+    from bytesup.timing.decode import run_decode
 
     gguf, meta, rows = tiny
     result = run_decode(gguf, QUICK, threads=1)
@@ -464,7 +464,7 @@ def test_a_real_tiny_run_gives_the_metrics_and_the_lessons_own_byte_count(tiny, 
 
 
 def test_another_architecture_gives_null_metrics(tiny, tmp_path, no_llama_cpp):
-    from bytesup.timing_decode import run_decode
+    from bytesup.timing.decode import run_decode
 
     gguf, meta, rows = tiny
     other = tmp_path / "g.gguf"
@@ -486,7 +486,7 @@ def test_notebook_runs_standalone_from_its_folder(tmp_path, gpu, no_llama_cpp):
     """Default input paths; outputs at the defaults (GPU skipped) or where parameters say (GPU measured).
     The whole-model timing is a real run of our decoder on the tiny model with the GPU measured, a
     skipped record (another architecture) with the GPU skipped."""
-    from bytesup.timing_decode import run_decode, write_decode_results
+    from bytesup.timing.decode import run_decode, write_decode_results
 
     pytest.importorskip("papermill")
     (tmp_path / "Snakefile").write_text("# project root marker\n")

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bytesup import claims
+from bytesup.lessons import claims
 from bytesup.lessons import LessonInputError, TensorFiles, metadata_values, plain, read_metadata, write_metrics
 from bytesup.lessons import ffn_by_hand as lesson
 from bytesup.lessons.spec import parameter
@@ -263,8 +263,8 @@ def test_notebook_runs_standalone_from_its_folder(tmp_path):
 
 def test_on_a_tiny_gguf_through_the_extract_stage(tmp_path):
     """The real pipeline pieces: synthetic GGUF -> extract -> compute, checked in float64 on the same arrays."""
-    synthetic_mod = pytest.importorskip("bytesup.synthetic")
-    extract_mod = pytest.importorskip("bytesup.extract")
+    synthetic_mod = pytest.importorskip("bytesup.model.synthetic")
+    extract_mod = pytest.importorskip("bytesup.gguf.extract")
     gguf_path = synthetic_mod.write_tiny_llama(tmp_path / "tiny.gguf")
     extract_mod.extract(gguf_path, tmp_path / "gguf", lesson.tensor_names())
     meta = read_metadata(tmp_path / "gguf" / "metadata.json")
@@ -283,7 +283,7 @@ def test_on_a_tiny_gguf_through_the_extract_stage(tmp_path):
 
 
 def gemma_extract(gguf_path, folder):
-    from bytesup.extract import extract
+    from bytesup.gguf.extract import extract
 
     extract(gguf_path, folder, list(lesson.SPEC.tensors))
     return read_metadata(folder / "metadata.json"), TensorFiles(folder / "extract.json")
@@ -304,9 +304,9 @@ def check_against_reference(m, want):
 
 
 def test_gemma3_walk_follows_its_recipe_on_a_tiny_file(tmp_path):
-    """A tiny Gemma 3 file (bytesup.synthetic): scaled embedding, GELU-tanh gate, post_ffw_norm, residual,
+    """A tiny Gemma 3 file (bytesup.model.synthetic): scaled embedding, GELU-tanh gate, post_ffw_norm, residual,
     against the float64 recomputation in tests/reference_gemma.py (gguf-py only)."""
-    from bytesup.synthetic import write_tiny_gemma3
+    from bytesup.model.synthetic import write_tiny_gemma3
     from reference_gemma import lesson3_reference
 
     gguf = write_tiny_gemma3(tmp_path / "g.gguf")
@@ -355,7 +355,7 @@ def test_gemma3_270m_walk_matches_the_independent_float64_recipe(tmp_path, gemma
 
 
 def test_paths_resolve_against_the_project_root(tmp_path, monkeypatch):
-    from bytesup import paths
+    from bytesup.run import paths
 
     (tmp_path / "Snakefile").write_text("")
     deep = tmp_path / "workflow" / "notebooks"

@@ -7,14 +7,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bytesup import claims
-from bytesup import param_counts as pc
+from bytesup.lessons import claims
+from bytesup.model import param_counts as pc
 from bytesup.model import configs
-from bytesup.extract import extract
+from bytesup.gguf.extract import extract
 from bytesup.lessons import LessonInputError, TensorFiles, plain, read_json
 from bytesup.lessons import ffn_stores as lesson
-from bytesup.synthetic import write_tiny_llama
-from bytesup.tokens import TokenError
+from bytesup.model.synthetic import write_tiny_llama
+from bytesup.model.tokens import TokenError
 from workflow_helpers import run_notebook
 
 PATTERNS = ["token_embd.weight", "blk.0.*", "output_norm.weight", "?output.weight"]
@@ -217,7 +217,7 @@ def test_peak_memory_on_a_wide_block_is_within_the_formula(tmp_path):
     extract(gguf, tmp_path / "gguf", PATTERNS)
     code = (
         "import sys\n"
-        "from bytesup import param_counts as pc\n"
+        "from bytesup.model import param_counts as pc\n"
         "from bytesup.lessons import TensorFiles, read_json\n"
         "from bytesup.lessons import ffn_stores as lesson\n"
         "b = sys.argv[1]\n"
@@ -242,7 +242,7 @@ def test_peak_memory_on_a_wide_block_is_within_the_formula(tmp_path):
 def test_gemma3_coefficients_use_its_activation_and_scale(tmp_path):
     """On a tiny Gemma 3 file the slots' a_i are GELU-tanh(g) u of the sqrt(d)-scaled embedding (reference_gemma,
     float64, gguf-py only); the batched keys the edit uses are the same; the lesson runs through."""
-    from bytesup.synthetic import write_tiny_gemma3
+    from bytesup.model.synthetic import write_tiny_gemma3
     from reference_gemma import lesson3_reference
 
     gguf = write_tiny_gemma3(tmp_path / "g.gguf")
@@ -399,7 +399,7 @@ def test_notebook_on_a_tiny_gemma3(tmp_path):
     """The notebook's in-cell checks on Gemma 3's layout: its block holds q/k norms and post norms too,
     and the notebook's count of a block by hand includes them (parameters counted in one home agree)."""
     pytest.importorskip("papermill")
-    from bytesup.synthetic import write_tiny_gemma3
+    from bytesup.model.synthetic import write_tiny_gemma3
 
     base = extracted_project(tmp_path, write_tiny_gemma3(tmp_path / "g.gguf"))
     run_notebook(NOTEBOOK, tmp_path / "executed.ipynb", cwd=tmp_path / "workflow" / "notebooks")

@@ -25,13 +25,13 @@ from gguf import GGUFReader
 from reference_llama import reference_gemma3, reference_pass
 from workflow_helpers import run_lesson_notebook
 
-from bytesup import claims
-from bytesup.gguf_file import GGUFFile
+from bytesup.lessons import claims
+from bytesup.gguf.file import GGUFFile
 from bytesup.lessons import forward_pass as lesson
 from bytesup.lessons import plain
 from bytesup.model.forward import Model, Trace
 from bytesup.model.arch import ARCHITECTURES
-from bytesup.synthetic import write_tiny_gemma3, write_tiny_llama
+from bytesup.model.synthetic import write_tiny_gemma3, write_tiny_llama
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "workflow" / "notebooks" / "04_the_forward_pass.ipynb"

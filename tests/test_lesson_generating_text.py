@@ -23,14 +23,15 @@ import pytest
 import yaml
 from workflow_helpers import run_lesson_notebook
 
-from bytesup import claims, llama_cpp_ref
-from bytesup.gguf_file import GGUFFile
+from bytesup.lessons import claims
+from bytesup.model import llama_cpp_ref
+from bytesup.gguf.file import GGUFFile
 from bytesup.lessons import LessonInputError, plain
 from bytesup.lessons import generating_text as lesson
 from bytesup.model.forward import Model
 from bytesup.model.tokenizer import Tokenizer
 from bytesup.model.arch import ARCHITECTURES
-from bytesup.synthetic import write_tiny_gemma3, write_tiny_llama
+from bytesup.model.synthetic import write_tiny_gemma3, write_tiny_llama
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "workflow" / "notebooks" / "05_generating_text.ipynb"

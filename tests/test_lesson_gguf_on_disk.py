@@ -10,14 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bytesup import claims
-from bytesup import quant_blocks as qb
-from bytesup.dequant import reference_dequantize, unpack_scale_min_k4
-from bytesup.gguf_file import GGUFFile
+from bytesup.lessons import claims
+from bytesup.gguf import blocks as qb
+from bytesup.gguf.dequant import reference_dequantize, unpack_scale_min_k4
+from bytesup.gguf.file import GGUFFile
 from bytesup.lessons import gguf_on_disk as lesson
 from bytesup.lessons.spec import parameter
 from bytesup.model.configs import Architecture, llama_tensor_shapes
-from bytesup.synthetic import write_tiny_llama
+from bytesup.model.synthetic import write_tiny_llama
 from workflow_helpers import run_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -160,7 +160,7 @@ def test_q6_k_block_bit_placement():
     scales = struct.pack("<16b", *range(-8, 8))
     raw = bytes(ql) + bytes(qh) + scales + struct.pack("<H", 0x3C00)  # d = 1
     blk = qb.decode_q6_k(raw)
-    # q as bytesup.dequant.unpack_fields names it: stored 37, minus 32
+    # q as bytesup.gguf.dequant.unpack_fields names it: stored 37, minus 32
     assert blk.q[200] == blk.level[200] == 5 and blk.scale[200] == 200 // 16 - 8
     assert blk.stored_in[200] == "byte 72 high nibble + byte 168 bits 4-5"
     assert [blk.q[i] for i in range(256) if i != 200] == [-32] * 255
@@ -341,7 +341,7 @@ def test_layout_check_lists_missing_extra_and_reshaped_tensors(tmp_path):
 
 
 def test_tiny_gemma3_and_qwen2_files_are_predicted_tensor_for_tensor(tmp_path):
-    from bytesup.synthetic import write_tiny_gemma3
+    from bytesup.model.synthetic import write_tiny_gemma3
 
     with GGUFFile(write_tiny_gemma3(tmp_path / "g.gguf")) as f:
         m, tables = lesson.run(f, " cat")

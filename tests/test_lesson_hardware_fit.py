@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from workflow_helpers import run_notebook
 
-from bytesup import machine
-from bytesup import param_counts as pc
-from bytesup.extract import extract
+from bytesup.timing import machine
+from bytesup.model import param_counts as pc
+from bytesup.gguf.extract import extract
 from bytesup.lessons import LessonInputError, plain, read_metadata
 from bytesup.lessons import hardware_fit as lesson
 from bytesup.lessons.spec import parameter

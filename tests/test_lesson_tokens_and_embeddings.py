@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bytesup import claims
-from bytesup.extract import extract
-from bytesup.gguf_file import GGUFFile
+from bytesup.lessons import claims
+from bytesup.gguf.extract import extract
+from bytesup.gguf.file import GGUFFile
 from bytesup.lessons import LessonInputError, TensorFiles, read_json
 from bytesup.lessons import tokens_and_embeddings as lesson
 from bytesup.lessons.spec import parameter
-from bytesup.synthetic import write_tiny_llama
+from bytesup.model.synthetic import write_tiny_llama
 from workflow_helpers import run_notebook
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bytesup import claims
+from bytesup.lessons import claims
 from bytesup.lessons import plain
 from bytesup.lessons import vectors_neurons as lesson
 from bytesup.lessons.spec import parameter

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from bytesup import llama_cpp_ref
+from bytesup.model import llama_cpp_ref
 
 
 def test_not_installed_says_how_to_install(monkeypatch, tiny_gguf):

@@ -13,12 +13,12 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from bytesup import extract as extract_mod
-from bytesup import job_resources as jr
-from bytesup.gguf_file import GGUFFile
+from bytesup.gguf import extract as extract_mod
+from bytesup.report import job_resources as jr
+from bytesup.gguf.file import GGUFFile
 from bytesup.lessons import tokens_and_embeddings as lesson2
 from bytesup.model.configs import DEEPSEEK_CODER_6_7B, LLAMA3_70B, Architecture, llama_tensor_shapes
-from bytesup.synthetic import write_shaped, write_tiny_llama
+from bytesup.model.synthetic import write_shaped, write_tiny_llama
 
 BENCH_HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
 

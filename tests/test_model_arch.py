@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from bytesup.gguf_file import GGUFFile
+from bytesup.gguf.file import GGUFFile
 from bytesup.model.arch import (
     ARCHITECTURES,
     ArchMetadataError,

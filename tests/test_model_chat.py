@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from bytesup.gguf_file import GGUFFile
+from bytesup.gguf.file import GGUFFile
 from bytesup.model.chat import (
     ChatTemplateError,
     chat_template,

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bytesup.layers import rms_norm as rms_norm_vector
+from bytesup.model.layers import rms_norm as rms_norm_vector
 from bytesup.model.arch import (
     ArchMetadataError,
     UnsupportedArchitectureError,
@@ -35,7 +35,7 @@ from bytesup.model.forward import (
     weight_float32_bytes_per_token,
 )
 from bytesup.model.weights import choose_mode, float32_bytes
-from bytesup.synthetic import raw_gguf, write_tiny_llama
+from bytesup.model.synthetic import raw_gguf, write_tiny_llama
 from reference_llama import reference_pass
 
 
@@ -220,7 +220,7 @@ def test_unsupported_architecture_is_one_line_naming_it(tmp_path):
 
 
 def test_missing_metadata_key_and_tensor_are_named(tiny_gguf):
-    from bytesup.gguf_file import GGUFFile
+    from bytesup.gguf.file import GGUFFile
 
     with GGUFFile(tiny_gguf) as f:
         meta, names = dict(f.metadata), f.tensor_names
@@ -237,7 +237,7 @@ def test_missing_metadata_key_and_tensor_are_named(tiny_gguf):
 
 
 def test_spec_reads_the_head_size_rule(tiny_gguf):
-    from bytesup.gguf_file import GGUFFile
+    from bytesup.gguf.file import GGUFFile
 
     with GGUFFile(tiny_gguf) as f:
         meta, names = dict(f.metadata), f.tensor_names

@@ -18,7 +18,7 @@ from bytesup.model import forward_torch as ft
 from bytesup.model.forward import ForwardInputError, Model
 from bytesup.model.forward_torch import TorchModel, TorchUnavailable
 from bytesup.model.tokenizer import Tokenizer
-from bytesup.synthetic import write_tiny_gemma3, write_tiny_llama
+from bytesup.model.synthetic import write_tiny_gemma3, write_tiny_llama
 
 ATOL = 1e-4  # float32 against float32: different summation orders, nothing else
 

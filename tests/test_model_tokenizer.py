@@ -9,7 +9,7 @@ import random
 import pytest
 import regex
 
-from bytesup.gguf_file import GGUFFile
+from bytesup.gguf.file import GGUFFile
 from bytesup.model.tokenizer import (
     PRE_TOKENIZERS,
     Tokenizer,
@@ -17,7 +17,7 @@ from bytesup.model.tokenizer import (
     UnsupportedTokenizerError,
     pre_tokenize,
 )
-from bytesup.synthetic import write_tiny_llama
+from bytesup.model.synthetic import write_tiny_llama
 
 # --- deterministic test strings ------------------------------------------------------------
 
@@ -246,7 +246,7 @@ def test_pre_tokenizer_regexes_match_hf_tokenizers():
     from tokenizers import Regex
     from tokenizers import pre_tokenizers as pt
 
-    from bytesup.tokens import gpt2_byte_to_char
+    from bytesup.model.tokens import gpt2_byte_to_char
 
     table = gpt2_byte_to_char()
     byte_level = pt.ByteLevel(add_prefix_space=False, use_regex=True)

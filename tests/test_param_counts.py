@@ -1,4 +1,4 @@
-"""bytesup.param_counts: every tensor a file holds is counted, and a configuration predicts them all."""
+"""bytesup.model.param_counts: every tensor a file holds is counted, and a configuration predicts them all."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import math
 
 import pytest
 
-from bytesup import param_counts as pc
-from bytesup.gguf_file import GGUFFile
+from bytesup.model import param_counts as pc
+from bytesup.gguf.file import GGUFFile
 from bytesup.model.configs import Architecture, llama_tensor_shapes
-from bytesup.synthetic import write_tiny_llama
+from bytesup.model.synthetic import write_tiny_llama
 
 # Gemma 3 270M as its GGUF's metadata gives it (d 640, FFN 2048, 18 blocks, 4 heads, 1 KV head,
 # key_length 256, vocabulary 262,144, tied), with the q/k norms and post-norms of its blocks.

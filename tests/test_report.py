@@ -22,12 +22,12 @@ from report_helpers import (
     md_plain,
 )
 
-from bytesup import provenance, report
-from bytesup.citations import SELF
-from bytesup.files import sha256_file
+from bytesup.report import provenance, build as report
+from bytesup.report.citations import SELF
+from bytesup.run.files import sha256_file
 from bytesup.lessons import registry
-from bytesup.report_doc import esc_md
-from bytesup.verify import verify_path
+from bytesup.report.doc import esc_md
+from bytesup.report.verify import verify_path
 
 
 @pytest.fixture
@@ -259,7 +259,7 @@ def test_a_full_disk_while_archiving_leaves_the_earlier_report_as_it_was(tmp_pat
     never arrived, the earlier report and archive untouched; the next run (space freed) publishes."""
     import errno
 
-    from bytesup import report
+    from bytesup.report import build as report
 
     root = tmp_path / "project"
     run = fake_run(root)
@@ -371,7 +371,7 @@ def test_a_lessons_claims_are_counted_in_words_and_numbers(built):
 
 
 def test_a_narrative_cites_its_numbers_and_leaves_out_a_sentence_it_cannot_fill(tmp_path):
-    from bytesup.citations import Citation, Ledger
+    from bytesup.report.citations import Citation, Ledger
 
     (tmp_path / "metrics.json").write_text(json.dumps({"x_rms": 0.0854512, "gone": None, "n": 22080}))
     (tmp_path / "claims.csv").write_text("claim_id,status\na,reproduced\nb,not reproduced\n")
@@ -440,7 +440,7 @@ def test_a_notebook_page_renders_markdown_code_and_outputs_and_runs_nothing(tmp_
     import base64
     import html as html_lib
 
-    from bytesup import notebook_html
+    from bytesup.report import notebook_pages
     from report_helpers import png
 
     figure = base64.b64encode(png()).decode()
@@ -463,7 +463,7 @@ def test_a_notebook_page_renders_markdown_code_and_outputs_and_runs_nothing(tmp_
     ])
     path = tmp_path / "03_ffn_by_hand.ipynb"
     path.write_text(json.dumps(nb))
-    page = notebook_html.render(path, "Lesson 3 · A layer is matrix multiplication")
+    page = notebook_pages.render(path, "Lesson 3 · A layer is matrix multiplication")
     assert page.startswith("<!DOCTYPE html>") and page.endswith("</body></html>\n")
     assert "<title>Lesson 3 · A layer is matrix multiplication</title>" in page
     # Markdown is rendered: headings, emphasis, code spans (escaped)
@@ -485,16 +485,16 @@ def test_a_notebook_page_renders_markdown_code_and_outputs_and_runs_nothing(tmp_
     assert re.findall(r'src="([^"]{0,22})', page) == ["data:image/png;base64,"]
     path.write_text("{not json")
     with pytest.raises(ValueError, match="03_ffn_by_hand.ipynb: not a readable notebook"):
-        notebook_html.render(path, "x")
+        notebook_pages.render(path, "x")
     path.write_text(json.dumps({"nbformat": 4, "cells": "no"}))
     with pytest.raises(ValueError, match="03_ffn_by_hand.ipynb: not a readable notebook"):
-        notebook_html.render(path, "x")
+        notebook_pages.render(path, "x")
 
 
 def test_a_notebook_page_shows_hostile_markdown_and_outputs_as_text(tmp_path):
     import html as html_lib
 
-    from bytesup import notebook_html
+    from bytesup.report import notebook_pages
 
     onerror = '<img src=x onerror="alert(9)">'
     nb = _notebook([
@@ -510,7 +510,7 @@ def test_a_notebook_page_shows_hostile_markdown_and_outputs_as_text(tmp_path):
     ])
     path = tmp_path / "hostile.ipynb"
     path.write_text(json.dumps(nb))
-    page = notebook_html.render(path, HOSTILE)
+    page = notebook_pages.render(path, HOSTILE)
     lower = page.lower()
     # no active content: no script, no event handler, no javascript: URL, no image at all
     assert "<script" not in lower and "<img" not in lower and "<iframe" not in lower
@@ -525,7 +525,7 @@ def test_a_notebook_page_is_the_same_bytes_every_time_and_in_every_process(tmp_p
     import subprocess
     import sys
 
-    from bytesup import notebook_html
+    from bytesup.report import notebook_pages
 
     nb = _notebook([{"cell_type": "markdown", "source": "# Same"},
                     {"cell_type": "code", "execution_count": 1, "source": "x = 1\nx",
@@ -534,9 +534,9 @@ def test_a_notebook_page_is_the_same_bytes_every_time_and_in_every_process(tmp_p
     nb["cells"][0].pop("id")  # a cell without an id must not get a random one
     path = tmp_path / "same.ipynb"
     path.write_text(json.dumps(nb))
-    page = notebook_html.render(path, "Same")
-    assert page == notebook_html.render(path, "Same")
-    other = subprocess.run([sys.executable, "-c", "import sys; from bytesup import notebook_html; "
-                            "sys.stdout.write(notebook_html.render(sys.argv[1], 'Same'))", str(path)],
+    page = notebook_pages.render(path, "Same")
+    assert page == notebook_pages.render(path, "Same")
+    other = subprocess.run([sys.executable, "-c", "import sys; from bytesup.report import notebook_pages; "
+                            "sys.stdout.write(notebook_pages.render(sys.argv[1], 'Same'))", str(path)],
                            capture_output=True, text=True, check=True, encoding="utf-8").stdout
     assert other == page

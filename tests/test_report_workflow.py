@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bytesup.verify import verify_path
+from bytesup.report.verify import verify_path
 from conftest import TINY_DATE, copy_finished
 from workflow_helpers import ROOT, env_with_venv, snakemake
 

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from bytesup.lessons import registry
-from bytesup.synthetic import write_tiny_llama
+from bytesup.model.synthetic import write_tiny_llama
 from conftest import copy_finished
 from workflow_helpers import QUICK_TIMING, sha256, snakemake, write_config
 

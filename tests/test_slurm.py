@@ -205,7 +205,7 @@ def test_extracted_tensors_are_byte_identical_to_a_local_run(runs):
 
 
 def test_report_is_built_on_the_submit_host_and_verifies(runs):
-    from bytesup.verify import verify_path
+    from bytesup.report.verify import verify_path
 
     cluster = runs["cluster"]
     report = cluster / "report" / REPORT_DATE

@@ -1,4 +1,4 @@
-"""bytesup.timing: the counting, statistics and bookkeeping of the CPU timing job.
+"""bytesup.timing.cpu: the counting, statistics and bookkeeping of the CPU timing job.
 
 Small sizes only (arrays of a few MiB, repeats=3). Nothing here asserts a speed: only
 relations that hold whatever the machine (bytes and FLOPs counted right, GB/s = bytes /
@@ -12,9 +12,9 @@ import math
 import numpy as np
 import pytest
 
-from bytesup import timing
-from bytesup.gguf_file import GGUFFile
-from bytesup.synthetic import write_tiny_llama
+from bytesup.timing import cpu as timing
+from bytesup.gguf.file import GGUFFile
+from bytesup.model.synthetic import write_tiny_llama
 
 TINY_CFG = {
     "batch_sizes": [1, 2, 4, 256],
@@ -213,7 +213,7 @@ def test_dequant_bench_covers_every_type_of_the_model(ffn_gguf):
 
 
 def test_dequant_bench_catches_a_wrong_dequantizer(ffn_gguf):
-    from bytesup.dequant import dequantize
+    from bytesup.gguf.dequant import dequantize
 
     def off_by_one_ulp(raw, type_name, shape):
         out = dequantize(raw, type_name, shape)

@@ -1,4 +1,4 @@
-"""Whole-model decode and prefill timing (bytesup.timing_decode) on tiny synthetic models: the
+"""Whole-model decode and prefill timing (bytesup.timing.decode) on tiny synthetic models: the
 bytes a token reads, the ceiling and the fraction follow from the measurements as stated, and an
 architecture the forward pass does not follow is a 'skipped' record, not a failed job."""
 
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from gguf import GGUFReader
 
-from bytesup.synthetic import write_tiny_llama
-from bytesup import llama_cpp_ref
-from bytesup.timing_decode import PREFILL_COLUMNS, run_decode, write_decode_results
+from bytesup.model.synthetic import write_tiny_llama
+from bytesup.model import llama_cpp_ref
+from bytesup.timing.decode import PREFILL_COLUMNS, run_decode, write_decode_results
 
 QUICK = {"repeats": 3, "warmup": 1, "decode_tokens": 4, "prefill_sizes": [1, 4, 16], "stream_bytes": 4 << 20}
 

@@ -1,6 +1,6 @@
 import pytest
 
-from bytesup.tokens import (
+from bytesup.model.tokens import (
     TokenError,
     display,
     gpt2_byte_to_char,

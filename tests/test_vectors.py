@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from bytesup.vectors import angle_deg, angle_from_cosine, cosine, dot, dot_naive, length
+from bytesup.model.vectors import angle_deg, angle_from_cosine, cosine, dot, dot_naive, length
 
 
 def test_toy_vectors_match_the_lesson_exactly():

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from bytesup.synthetic import write_tiny_llama
+from bytesup.model.synthetic import write_tiny_llama
 from conftest import TINY_DATE
 from workflow_helpers import (assert_metrics_match, assert_refusals_reported, check_manifest, copy_project, independent_ffn,
                               sha256, snakemake, write_config)

@@ -80,7 +80,7 @@ def run_lesson_notebook(spec, gguf: Path, folder: Path, **params) -> tuple[dict,
     """A model-running lesson's notebook on `gguf`: the extract stage's metadata.json first, then the
     notebook with every output in `folder`/out (checked to be exactly the SPEC's files).
     Returns (metrics, the output folder)."""
-    from bytesup.extract import extract
+    from bytesup.gguf.extract import extract
     from bytesup.lessons.spec import parameter
 
     extract(gguf, folder / "gguf", [])
@@ -105,7 +105,7 @@ def sha256(path: Path) -> str:
 
 def check_manifest(report_dir: Path, project: Path) -> dict:
     """`bytesup verify`: every cited file re-hashes, every cited number re-reads as printed."""
-    from bytesup.verify import verify_path
+    from bytesup.report.verify import verify_path
 
     result = verify_path(report_dir, project)
     assert result.ok, "\n".join(result.problems[:20])

@@ -17,10 +17,11 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from bytesup import __version__, param_counts
-from bytesup.extract import shape_text
-from bytesup.files import plain
-from bytesup.gguf_file import GGUF_MAGIC, GGUFFile, GGUFFormatError, printable
+from bytesup import __version__
+from bytesup.model import param_counts
+from bytesup.gguf.extract import shape_text
+from bytesup.run.files import plain
+from bytesup.gguf.file import GGUF_MAGIC, GGUFFile, GGUFFormatError, printable
 
 EXIT_ERROR = 2
 ARRAY_HEAD = 8  # arrays longer than this are shown as their first ARRAY_HEAD items + length
@@ -188,7 +189,7 @@ def add_verify(sub: argparse._SubParsersAction) -> None:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    from bytesup.verify import VerifyError, verify_path
+    from bytesup.report.verify import VerifyError, verify_path
 
     try:
         result = verify_path(args.path, args.root)

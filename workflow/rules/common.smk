@@ -4,9 +4,9 @@ import sys
 from pathlib import Path
 
 from bytesup.config import ConfigError, model_spec, validate
-from bytesup.fetch import cached_model_problem
+from bytesup.run.fetch import cached_model_problem
 from bytesup.lessons import read_metadata, registry
-from bytesup.runlock import clear_owner, record_owner, remove_stale_lock
+from bytesup.run.runlock import clear_owner, record_owner, remove_stale_lock
 from snakemake.exceptions import WorkflowError
 
 LESSONS = registry()  # every lesson the package declares, in the course's order
@@ -271,7 +271,7 @@ def declared_resource(rule, name):
 
 def report_jobs(wildcards):
     """{job: its benchmark file, declared mem_mb and runtime} for every job upstream of the report
-    (bytesup.job_resources puts the measured peak and wall time beside them)."""
+    (bytesup.report.job_resources puts the measured peak and wall time beside them)."""
     names = [
         "fetch",
         "extract",

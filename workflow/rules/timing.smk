@@ -1,4 +1,4 @@
-# Stage: timing. Is decode memory-bound on this machine? (bytesup.timing, bytesup.gpu)
+# Stage: timing. Is decode memory-bound on this machine? (bytesup.timing.cpu, bytesup.timing.gpu)
 # Timing jobs never share the machine: `threads: every_core()` takes every core the run
 # was given, so Snakemake starts no other job beside them (nor the two beside each other).
 # The GPU job asks the scheduler for a GPU only under `gpu: on`; under `auto` it measures

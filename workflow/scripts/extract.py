@@ -1,6 +1,6 @@
 """Extract one model for rule `extract`: metadata.json, tensors.csv, tensors/*.npy, extract.json.
 
-All logic lives in bytesup.extract; this only wires the rule's input, outputs, params and
+All logic lives in bytesup.gguf.extract; this only wires the rule's input, outputs, params and
 log to it. A malformed GGUF or a pattern that matches nothing ends the job with its
 one-line message, without a traceback.
 """
@@ -10,9 +10,9 @@ import json
 import sys
 from pathlib import Path
 
-from bytesup.extract import NoSpaceError, TensorSelectionError, extract
-from bytesup.gguf_file import GGUFFormatError, UnsupportedTypeError
-from bytesup.joblog import job_logging
+from bytesup.gguf.extract import NoSpaceError, TensorSelectionError, extract
+from bytesup.gguf.file import GGUFFormatError, UnsupportedTypeError
+from bytesup.run.joblog import job_logging
 
 
 def lessons_needing(tensor: str, needs: dict) -> list[str]:

@@ -1,6 +1,6 @@
 """Fetch one model for rule `fetch`: the verified GGUF at output.gguf, its record at output.record.
 
-All logic lives in bytesup.fetch; this only wires the rule's params, outputs and log to it.
+All logic lives in bytesup.run.fetch; this only wires the rule's params, outputs and log to it.
 After the checksum, the file's GGUF structure is validated too, so a malformed file stops
 the workflow here, before any stage reads it. An expected failure ends the job with its
 one-line message, without a traceback, and leaves no model behind. Messages about a local
@@ -10,9 +10,9 @@ model (source: path) name the user's file, not the copy or link under resources/
 import sys
 from pathlib import Path
 
-from bytesup.fetch import FetchError, fetch_model, mark_verified, write_record
-from bytesup.gguf_file import GGUFFile, GGUFFormatError
-from bytesup.joblog import job_logging
+from bytesup.run.fetch import FetchError, fetch_model, mark_verified, write_record
+from bytesup.gguf.file import GGUFFile, GGUFFormatError
+from bytesup.run.joblog import job_logging
 
 
 def main(sm) -> None:

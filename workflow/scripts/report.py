@@ -1,7 +1,7 @@
 """Build the dated report from the run's outputs (called by the report rule).
 
 The report is built in report/.<date>.building/ (same depth, so relative links hold), then
-moved into place by bytesup.report.publish, which keeps an earlier report of the same date
+moved into place by bytesup.report.build.publish, which keeps an earlier report of the same date
 aside as report/<date>.<n>/ (and its archive as report/<date>.<n>.zip) instead of
 overwriting it. The rule's outputs are flagged update(), so Snakemake leaves the earlier
 report where it is until this script has moved it.
@@ -13,7 +13,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from bytesup import job_resources, joblog, provenance, report
+from bytesup.report import job_resources, provenance, build as report
+from bytesup.run import joblog
 
 sm = snakemake  # noqa: F821  (injected by Snakemake's script directive)
 logging.basicConfig(filename=sm.log[0], level=logging.INFO, format="%(message)s")

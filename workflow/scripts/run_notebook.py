@@ -4,7 +4,7 @@ The notebook receives exactly the parameters its SPEC names (bytesup.lessons.spe
 model_sha256, the config keys it takes, and every input and output path by name. It runs into
 its log file first, so a failed run leaves the partly executed notebook where the user can open
 it; only a finished run is copied to the output. A failing cell or a dying kernel ends the job
-with one line (bytesup.notebook_job).
+with one line (bytesup.run.notebook_job).
 """
 
 import json
@@ -14,7 +14,7 @@ import sys
 import shutil
 from pathlib import Path
 
-from bytesup.notebook_job import NotebookFailed, run_notebook
+from bytesup.run.notebook_job import NotebookFailed, run_notebook
 
 sm = snakemake  # noqa: F821  (injected by Snakemake's script directive)
 logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")

@@ -1,6 +1,6 @@
 """CPU timing for rule `timing_cpu`: summary.json plus sweep, stream and dequant CSVs.
 
-All logic lives in bytesup.timing; this wires the rule's input, outputs, params, threads
+All logic lives in bytesup.timing.cpu; this wires the rule's input, outputs, params, threads
 and log to it. BLAS, the STREAM workers and the hand dequantizers use the rule's `threads`.
 An expected failure (malformed GGUF, no FFN to time, bad setting) ends the job with one line,
 no traceback.
@@ -8,9 +8,9 @@ no traceback.
 
 import sys
 
-from bytesup.gguf_file import GGUFFormatError
-from bytesup.joblog import job_logging
-from bytesup.timing import TimingError, run_cpu, write_results
+from bytesup.gguf.file import GGUFFormatError
+from bytesup.run.joblog import job_logging
+from bytesup.timing.cpu import TimingError, run_cpu, write_results
 
 
 def main(sm) -> None:

@@ -1,17 +1,17 @@
 """Whole-model decode and prefill timing for rule `timing_decode`: decode.json and prefill.csv.
 
-All logic lives in bytesup.timing_decode; this wires the rule's input, outputs, params, threads
+All logic lives in bytesup.timing.decode; this wires the rule's input, outputs, params, threads
 and log to it. An expected failure (malformed GGUF, an architecture the forward pass does not
 follow, a bad setting) ends the job with one line, no traceback.
 """
 
 import sys
 
-from bytesup.gguf_file import GGUFFormatError
-from bytesup.joblog import job_logging
+from bytesup.gguf.file import GGUFFormatError
+from bytesup.run.joblog import job_logging
 from bytesup.model.arch import ArchMetadataError, UnsupportedArchitectureError
-from bytesup.timing import TimingError
-from bytesup.timing_decode import run_decode, write_decode_results
+from bytesup.timing.cpu import TimingError
+from bytesup.timing.decode import run_decode, write_decode_results
 
 
 def main(sm) -> None:

@@ -1,16 +1,16 @@
 """GPU timing for rule `timing_gpu`: summary.json plus sweep and stream CSVs.
 
-All logic lives in bytesup.gpu; this wires the rule's input, outputs, params and log to
+All logic lives in bytesup.timing.gpu; this wires the rule's input, outputs, params and log to
 it. Without a CUDA device, gpu: auto (or off) writes a 'skipped' summary and header-only
 CSVs; gpu: on ends the job with one line saying what is missing.
 """
 
 import sys
 
-from bytesup.gguf_file import GGUFFormatError
-from bytesup.joblog import job_logging
-from bytesup.gpu import GPUUnavailable, run_gpu
-from bytesup.timing import TimingError, write_results
+from bytesup.gguf.file import GGUFFormatError
+from bytesup.run.joblog import job_logging
+from bytesup.timing.gpu import GPUUnavailable, run_gpu
+from bytesup.timing.cpu import TimingError, write_results
 
 
 def main(sm) -> None:

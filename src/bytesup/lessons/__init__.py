@@ -6,7 +6,7 @@ tables and figures the same deterministic way: sorted keys, plain Python numbers
 timestamps, fixed figure size and resolution (``figure()`` makes a figure of that size).
 
 ``registry()`` finds every module of this package that has a SPEC, in course order.
-Published numbers for each lesson live in ``claims/<lesson id>.yaml`` (see bytesup.claims).
+Published numbers for each lesson live in ``claims/<lesson id>.yaml`` (see bytesup.lessons.claims).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bytesup.files import plain  # noqa: F401  (lessons and their tests write metrics with it)
+from bytesup.run.files import plain  # noqa: F401  (lessons and their tests write metrics with it)
 
 FIGSIZE = (7.0, 4.0)  # inches; every lesson figure has the same size ...
 DPI = 120  # ... and resolution, so PNG bytes depend only on the data

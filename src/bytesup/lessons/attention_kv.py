@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from bytesup import claims as claims_mod
+from bytesup.lessons import claims as claims_mod
 from bytesup.lessons import LessonInputError, figure
 from bytesup.lessons.spec import SERIES, Headline, LessonSpec
 from bytesup.model.arch import ARCHITECTURES, ArchSpec

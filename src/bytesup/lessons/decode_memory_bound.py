@@ -44,10 +44,10 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from bytesup import claims as claims_mod
-from bytesup import param_counts as pc
-from bytesup.extract import parse_shape
-from bytesup.ffn_walk import dims
+from bytesup.lessons import claims as claims_mod
+from bytesup.model import param_counts as pc
+from bytesup.gguf.extract import parse_shape
+from bytesup.lessons.ffn_walk import dims
 from bytesup.lessons import LessonInputError, figure
 from bytesup.lessons.spec import CAPSTONE, Headline, LessonSpec
 from bytesup.model import configs
@@ -56,7 +56,7 @@ from bytesup.model.configs import (
     kv_bytes_per_token,
     llama_tensor_shapes,
 )
-from bytesup.timing_results import course_machine, number, read_timing  # noqa: F401  (read_timing: the notebook)
+from bytesup.timing.results import course_machine, number, read_timing  # noqa: F401  (read_timing: the notebook)
 
 SPEC = LessonSpec(
     id='capstone_decode_is_memory_bound',

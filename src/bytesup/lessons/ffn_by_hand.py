@@ -3,7 +3,7 @@
 What is computed, in the lesson's order:
   1. the model's dimensions, read from metadata (never assumed);
   2. the toy arithmetic: dot, length, cosine of [3, 4] and [4, 3]; a 2 x 3 matvec; RMS of [4, -2, 0, 4];
-  3. the real walk, following the model's recipe from the architecture table (bytesup.ffn_walk):
+  3. the real walk, following the model's recipe from the architecture table (bytesup.lessons.ffn_walk):
      the token's embedding row x (times sqrt(d_model) on Gemma) -> RMSNorm -> gate and up matvecs
      -> the gate's activation (SiLU on llama, GELU-tanh on Gemma) -> down matvec (-> post_ffw_norm
      on Gemma) -> residual, with the statistics the course reports at each step. Metrics named
@@ -25,16 +25,16 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from bytesup import claims as claims_mod
-from bytesup.ffn_walk import BLOCK, Recipe, Walk, dims, recipe, walk  # noqa: F401  (Walk, BLOCK: the notebook)
-from bytesup.layers import matvec, matvec_naive, rms, silu
+from bytesup.lessons import claims as claims_mod
+from bytesup.lessons.ffn_walk import BLOCK, Recipe, Walk, dims, recipe, walk  # noqa: F401  (Walk, BLOCK: the notebook)
+from bytesup.model.layers import matvec, matvec_naive, rms, silu
 from bytesup.model.arch import ARCHITECTURES, recipe_summary
 from bytesup.model.forward import activation
 from bytesup.lessons import figure
 from bytesup.lessons.spec import SERIES, Headline, LessonSpec
 from bytesup.model.configs import DEEPSEEK_CODER_6_7B
-from bytesup.timing_results import course_machine, number, read_timing  # noqa: F401  (read_timing: the notebook)
-from bytesup.vectors import angle_deg, angle_from_cosine, cosine, dot, length
+from bytesup.timing.results import course_machine, number, read_timing  # noqa: F401  (read_timing: the notebook)
+from bytesup.model.vectors import angle_deg, angle_from_cosine, cosine, dot, length
 
 SPEC = LessonSpec(
     id='03_ffn_by_hand',

@@ -4,14 +4,14 @@ What is computed, in the lesson's order:
   1. the regrouping, on this model's real block-``block`` weights: W_down h is a sum of columns,
      W_down h = sum_i a_i v_i with a_i = act(gate_i . xn) (up_i . xn) and v_i = column i of
      W_down, act the model's activation (SiLU on llama, GELU-tanh on Gemma; the walk follows the
-     model's recipe, bytesup.ffn_walk, so on Gemma x is the embedding row times sqrt(d_model) and
+     model's recipe, bytesup.lessons.ffn_walk, so on Gemma x is the embedding row times sqrt(d_model) and
      the sum is what post_ffw_norm then rescales). The slot-by-slot sum is compared with the matvec;
   2. the slots with the largest |a_i| for the lesson's token, and how many slots it takes to
      rebuild the FFN's output;
   3. each top slot's value vector read through the unembedding (output.weight, or the token
      embedding table when the model ties them): which next tokens it promotes and suppresses;
   4. where the parameters are: this model (metadata and tensor table), and Llama-3-8B and GPT-2
-     small from their published configurations (bytesup.param_counts);
+     small from their published configurations (bytesup.model.param_counts);
   5. a ROME-style rank-one edit with C = I on the real W_down: k* = this token's h, and
      v* = W k* + |W k*| e_target / |e_target| (the old output plus a push along the target
      token's embedding, as long as that output). The edit maps k* to v* exactly and moves every
@@ -33,16 +33,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bytesup import claims as claims_mod
-from bytesup import param_counts as pc
+from bytesup.lessons import claims as claims_mod
+from bytesup.model import param_counts as pc
 from bytesup.model import configs
-from bytesup.layers import silu
+from bytesup.model.layers import silu
 from bytesup.model.arch import ARCHITECTURES
 from bytesup.model.forward import activation
 from bytesup.lessons.spec import COMPANION, Headline, LessonSpec
 from bytesup.lessons import LessonInputError, figure
-from bytesup.ffn_walk import Walk, dims, walk
-from bytesup.tokens import display, lookup, tokenizer_of
+from bytesup.lessons.ffn_walk import Walk, dims, walk
+from bytesup.model.tokens import display, lookup, tokenizer_of
 
 SPEC = LessonSpec(
     id='03b_what_the_ffn_stores',

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bytesup import claims as claims_mod
+from bytesup.lessons import claims as claims_mod
 from bytesup.lessons import LessonInputError, figure
 from bytesup.lessons.spec import SERIES, Headline, LessonSpec
 from bytesup.model.arch import (

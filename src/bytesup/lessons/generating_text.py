@@ -38,8 +38,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bytesup import claims as claims_mod
-from bytesup import llama_cpp_ref
+from bytesup.lessons import claims as claims_mod
+from bytesup.model import llama_cpp_ref
 from bytesup.lessons import LessonInputError, figure
 from bytesup.lessons.spec import SERIES, Headline, LessonSpec
 from bytesup.model.arch import ARCHITECTURES

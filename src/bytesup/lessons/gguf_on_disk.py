@@ -7,17 +7,17 @@ What is computed, in the lesson's order:
   3. the tensor table: every tensor's name, type, shape, offset and size; the first tensor-info
      record is read by hand;
   4. the byte accounting: header + metadata + tensor infos + padding + tensor data = file size;
-  5. parameters and bytes by quantization type, every tensor counted (bytesup.param_counts), and
+  5. parameters and bytes by quantization type, every tensor counted (bytesup.model.param_counts), and
      the layout the architecture table predicts from the metadata alone (bytesup.model.arch):
      every tensor name and shape, with any tensor missing, extra or of another shape listed in
      layout_check.csv (an architecture the table lacks is said so there, and the file's own
      tensors are counted);
-  6. one block of every ggml type the file holds decoded by hand (bytesup.quant_blocks: F32,
+  6. one block of every ggml type the file holds decoded by hand (bytesup.gguf.blocks: F32,
      Q8_0, Q4_1, Q5_0, a K-quant super-block field by field, ...), from raw bytes to float32
      weights, and compared bit for bit with gguf-py (llama.cpp's own Python reader) and with
-     bytesup.dequant.
+     bytesup.gguf.dequant.
 
-The file is read through bytesup.gguf_file.GGUFFile, which memory-maps it: only the header,
+The file is read through bytesup.gguf.file.GGUFFile, which memory-maps it: only the header,
 the tables and one block per type are ever touched, so this runs in well under a second on the
 default model and in a few seconds on a 7 GB one.
 """
@@ -33,17 +33,17 @@ from dataclasses import dataclass
 import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from bytesup import claims as claims_mod
-from bytesup import param_counts as pc
-from bytesup.dequant import bit_equal, dequantize, reference_dequantize
-from bytesup.extract import shape_text
-from bytesup.gguf_file import HEADER_BYTES, VALUE_TYPES, GGUFFile, TensorInfo, printable
-from bytesup.quant_blocks import BLOCK_DECODERS, Block
+from bytesup.lessons import claims as claims_mod
+from bytesup.model import param_counts as pc
+from bytesup.gguf.dequant import bit_equal, dequantize, reference_dequantize
+from bytesup.gguf.extract import shape_text
+from bytesup.gguf.file import HEADER_BYTES, VALUE_TYPES, GGUFFile, TensorInfo, printable
+from bytesup.gguf.blocks import BLOCK_DECODERS, Block
 from bytesup.lessons.spec import SERIES, Headline, LessonSpec
 from bytesup.lessons import figure
 from bytesup.model.arch import ArchMetadataError, UnsupportedArchitectureError, spec_from_metadata
 from bytesup.model.configs import DEEPSEEK_CODER_6_7B, llama_tensor_shapes
-from bytesup.tokens import TokenError, lookup
+from bytesup.model.tokens import TokenError, lookup
 
 SPEC = LessonSpec(
     id='01_gguf_on_disk',
@@ -343,12 +343,12 @@ def layout_check(f: GGUFFile, predicted: list[tuple[str, tuple[int, ...]]] | Non
 
 # --- 6. one block by hand ------------------------------------------------------------------------
 def gguf_py_block(raw: bytes, type_name: str) -> np.ndarray:
-    """The same bytes through gguf-py's dequantizer (bytesup.dequant.reference_dequantize): the reference."""
+    """The same bytes through gguf-py's dequantizer (bytesup.gguf.dequant.reference_dequantize): the reference."""
     block_size, _ = GGML_QUANT_SIZES[GGMLQuantizationType[type_name]]
     return reference_dequantize(np.frombuffer(raw, np.uint8), type_name, (block_size,))
 
 
-same_bits = bit_equal  # same shape, identical float32 bits (bytesup.dequant.bit_equal)
+same_bits = bit_equal  # same shape, identical float32 bits (bytesup.gguf.dequant.bit_equal)
 
 
 @dataclass(frozen=True)
@@ -386,7 +386,7 @@ def chosen_blocks(f: GGUFFile, token_id: int | None = None) -> dict[str, BlockPi
     """One block of every ggml type the file holds, keyed by type name, most bytes first (by_type's
     order). The token's row of token_embd.weight where that tensor has the type (its first block is
     the first numbers of the token's vector), else row 0 of blk.0.ffn_gate.weight, else row 0 of the
-    first tensor of the type. None for a type bytesup.quant_blocks has no hand decoder for."""
+    first tensor of the type. None for a type bytesup.gguf.blocks has no hand decoder for."""
     prefer = [("token_embd.weight", token_id)] if token_id is not None else []
     prefer.append(("blk.0.ffn_gate.weight", 0))
     return {g["type"]: pick_block(f, g["type"], prefer) if g["type"] in BLOCK_DECODERS else None
@@ -401,7 +401,7 @@ TYPE_TABLE_COLUMNS = ["type", "tensor", "row", "offset", "block_bytes", "weights
 
 
 def block_report(f: GGUFFile, pick: BlockPick) -> tuple[Block, dict]:
-    """Decode the picked block by hand and check it against gguf-py and bytesup.dequant."""
+    """Decode the picked block by hand and check it against gguf-py and bytesup.gguf.dequant."""
     blk = BLOCK_DECODERS[pick.type_name](pick.raw)
     reference = gguf_py_block(pick.raw, pick.type_name)
     row_raw = f.raw(pick.tensor)[pick.row * pick.row_bytes : (pick.row + 1) * pick.row_bytes]
@@ -602,7 +602,7 @@ def run(f: GGUFFile, token: str = " cat") -> tuple[dict, dict]:
         key = type_name.lower()
         blocks[type_name] = None
         if pick is None:
-            type_rows.append({"type": type_name, "note": "no hand decoder in bytesup.quant_blocks for this type"})
+            type_rows.append({"type": type_name, "note": "no hand decoder in bytesup.gguf.blocks for this type"})
             continue
         blk, checks = block_report(f, pick)
         rows = block_rows(blk, checks["gguf_py_values"], pick)
@@ -644,7 +644,7 @@ def evaluate_claims(metrics: Mapping, *, model: str, sha256: str = "", metadata:
     """Check the lesson's published claims against this run's metrics.
 
     ``specimen`` is the workflow's config flag for the model; the run also checks the name,
-    checksum and metadata itself (bytesup.claims.is_specimen). Either makes it the specimen.
+    checksum and metadata itself (bytesup.lessons.claims.is_specimen). Either makes it the specimen.
     """
     context = claims_mod.run_context(model, sha256, metadata, extra=["specimen"] if specimen else [])
     return claims_mod.check_all(claims_mod.load_claims(SPEC.id), metrics, context)

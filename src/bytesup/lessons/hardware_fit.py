@@ -47,10 +47,10 @@ from pathlib import Path
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
 
-from bytesup import claims as claims_mod
-from bytesup import param_counts as pc
-from bytesup.extract import parse_shape
-from bytesup.ffn_walk import meta_value
+from bytesup.lessons import claims as claims_mod
+from bytesup.model import param_counts as pc
+from bytesup.gguf.extract import parse_shape
+from bytesup.lessons.ffn_walk import meta_value
 from bytesup.lessons import LessonInputError, figure
 from bytesup.lessons.spec import SERIES, Headline, LessonSpec
 from bytesup.model import configs

@@ -28,16 +28,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bytesup import claims as claims_mod
-from bytesup.dequant import HAND_DEQUANTIZERS, bit_equal, expected_bytes, reference_dequantize
-from bytesup.files import release_mapped_pages
-from bytesup.gguf_file import GGUFFile
-from bytesup.layers import rms
+from bytesup.lessons import claims as claims_mod
+from bytesup.gguf.dequant import HAND_DEQUANTIZERS, bit_equal, expected_bytes, reference_dequantize
+from bytesup.run.files import release_mapped_pages
+from bytesup.gguf.file import GGUFFile
+from bytesup.model.layers import rms
 from bytesup.lessons.spec import SERIES, Headline, LessonSpec
 from bytesup.lessons import LessonInputError, figure, metadata_values
-from bytesup.quant_blocks import BLOCK_DECODERS
-from bytesup.tokens import TokenError, display, lookup, tokenizer_of, vocab_form
-from bytesup.vectors import length
+from bytesup.gguf.blocks import BLOCK_DECODERS
+from bytesup.model.tokens import TokenError, display, lookup, tokenizer_of, vocab_form
+from bytesup.model.vectors import length
 
 SPEC = LessonSpec(
     id='02_tokens_and_embeddings',
@@ -110,7 +110,7 @@ def token_facts(metadata: Mapping, token: str) -> dict:
 
 
 # The block formulas the notebook shows for the row's first block: w = d * q, w = d * q + m (blocks of 32);
-# bytesup.quant_blocks decodes more types than these (K-quants, floats), which the notebook does not explain.
+# bytesup.gguf.blocks decodes more types than these (K-quants, floats), which the notebook does not explain.
 FIRST_BLOCK_TYPES = ("Q8_0", "Q4_1")
 
 
@@ -140,7 +140,7 @@ def row_by_hand(f: GGUFFile, token_id: int) -> Row:
     raw = np.array(f.raw(EMBEDDINGS)[start : start + row_bytes])  # a copy of just these bytes
     if info.type_name in HAND_DEQUANTIZERS:
         clear, _ = HAND_DEQUANTIZERS[info.type_name]  # the block-layout version, not the fast one
-        values, how = clear(raw).astype(np.float32, copy=False), f"bytesup.dequant {info.type_name} (clear version)"
+        values, how = clear(raw).astype(np.float32, copy=False), f"bytesup.gguf.dequant {info.type_name} (clear version)"
     else:
         values, how = reference_dequantize(raw, info.type_name, (n,)), "gguf.quants (no hand dequantizer)"
     first = None

@@ -1,7 +1,7 @@
 """Lesson 4, "Vectors, neurons and nonlinearity" (course the vectors chapter and the neurons lesson): all of it by hand.
 
 Nothing here reads a model. Every number is either small arithmetic the texts do by hand, or
-arithmetic on the published Llama 3 configurations (bytesup.param_counts), so every claim of this
+arithmetic on the published Llama 3 configurations (bytesup.model.param_counts), so every claim of this
 lesson must reproduce on any run.
 
 Convention. The vectors chapter writes a layer as ``xW``: the input is a row vector, ``W`` has shape
@@ -23,13 +23,13 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from bytesup import claims as claims_mod
-from bytesup import param_counts as pc
+from bytesup.lessons import claims as claims_mod
+from bytesup.model import param_counts as pc
 from bytesup.model import configs
-from bytesup.layers import gelu, matvec, matvec_naive, relu, silu, tanh
+from bytesup.model.layers import gelu, matvec, matvec_naive, relu, silu, tanh
 from bytesup.lessons.spec import COMPANION, Headline, LessonSpec
 from bytesup.lessons import figure
-from bytesup.vectors import angle_deg, cosine, dot, dot_naive, length
+from bytesup.model.vectors import angle_deg, cosine, dot, dot_naive, length
 
 SPEC = LessonSpec(
     id='00_vectors_neurons_nonlinearity',
@@ -415,7 +415,7 @@ def llama_table() -> list[dict]:
         ("MLP ops per MLP parameter", "mlp_ops_per_param", "ops / params"),
         ("Tokens/s through the MLPs at 5e14 ops/s", "mlp_tokens_per_s", "5e14 / ops per token"),
         ("Same with SwiGLU's gate matrix", "swiglu_tokens_per_s", "5e14 / (2 x 3 x C x hidden x layers)"),
-        ("All parameters", "total_params", "bytesup.param_counts"),
+        ("All parameters", "total_params", "bytesup.model.param_counts"),
     ):
         rows.append({"quantity": label, "Llama 3 8B": m8[key], "Llama 3.1 405B": m405[key], "how": how})
     return rows

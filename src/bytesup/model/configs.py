@@ -5,7 +5,7 @@ specimen (deepseek-coder-6.7b-instruct), Llama-3-8B/70B, Llama-3.1-405B and GPT-
 from the config.json its authors published. Lessons, the capstone and the synthetic test models
 derive their shapes from here (``llama_tensor_shapes``), never from literals of their own.
 
-Shapes are numpy order, rows x row length (bytesup.gguf_file.gguf_to_numpy_shape is where GGUF's
+Shapes are numpy order, rows x row length (bytesup.gguf.file.gguf_to_numpy_shape is where GGUF's
 innermost-first dimensions are reversed).
 """
 

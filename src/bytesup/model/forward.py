@@ -26,9 +26,9 @@ from typing import Self
 
 import numpy as np
 
-from bytesup.gguf_file import GGUFFile
-from bytesup.layers import gelu, silu
-from bytesup.layers import rms_norm as rms_norm_vector
+from bytesup.gguf.file import GGUFFile
+from bytesup.model.layers import gelu, silu
+from bytesup.model.layers import rms_norm as rms_norm_vector
 from bytesup.model.arch import ArchSpec, spec_from_metadata
 from bytesup.model.weights import (
     DEFAULT_RESIDENT_BUDGET,
@@ -189,7 +189,7 @@ def embed(weights, ids: np.ndarray) -> np.ndarray:
 
 
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
-    """bytesup.layers.rms_norm on each row (token) of x: x / sqrt(mean(x^2) + eps) * weight."""
+    """bytesup.model.layers.rms_norm on each row (token) of x: x / sqrt(mean(x^2) + eps) * weight."""
     if x.ndim == 1:
         return rms_norm_vector(x, weight, eps)
     scale = np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + x.dtype.type(eps))

@@ -23,7 +23,7 @@ from functools import lru_cache
 
 import regex
 
-from bytesup.tokens import SENTENCEPIECE_SPACE, gpt2_byte_to_char
+from bytesup.model.tokens import SENTENCEPIECE_SPACE, gpt2_byte_to_char
 
 # Token types (llama.cpp's llama_token_type / gguf-py's TokenType).
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
@@ -197,7 +197,7 @@ class Tokenizer:
         """The tokenizer stored in the GGUF file at ``path``."""
         from pathlib import Path
 
-        from bytesup.gguf_file import GGUFFile
+        from bytesup.gguf.file import GGUFFile
 
         return cls.from_metadata(GGUFFile(path).metadata, source=Path(path).name)
 

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bytesup.dequant import HAND_DEQUANTIZERS, dequantize, expected_bytes
-from bytesup.files import release_mapped_pages
-from bytesup.gguf_file import GGUFFile
+from bytesup.gguf.dequant import HAND_DEQUANTIZERS, dequantize, expected_bytes
+from bytesup.run.files import release_mapped_pages
+from bytesup.gguf.file import GGUFFile
 from bytesup.model.arch import ArchMetadataError, ArchSpec
 
 DEFAULT_RESIDENT_BUDGET = 4 * 2**30  # float32 weights up to 4 GiB are kept resident
@@ -134,12 +134,12 @@ class WeightBytes:
 
 def weight_bytes_per_token(gguf: GGUFFile, spec: ArchSpec) -> WeightBytes:
     """Bytes of weights read to produce one token (decode), by the one rule of
-    bytesup.param_counts.per_token_reads: every block tensor, the final norm, the whole output head,
+    bytesup.model.param_counts.per_token_reads: every block tensor, the final norm, the whole output head,
     and ONE row of the token embedding (a tied head is token_embd read whole, on top of that row).
 
     per_tensor keys: tensor names, 'token_embd.weight[row]' for the embedding row.
     """
-    from bytesup.param_counts import per_token_reads, tensor_rows
+    from bytesup.model.param_counts import per_token_reads, tensor_rows
 
     rows = tensor_rows(gguf.tensor(name) for name, _ in spec.tensor_shapes())  # every tensor the recipe reads
     per: dict[str, tuple[int, int]] = {}

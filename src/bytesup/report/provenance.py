@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bytesup.machine import blas_info, cpu_model, memory_bytes
+from bytesup.timing.machine import blas_info, cpu_model, memory_bytes
 
 PACKAGES = (
     "bytesup", "snakemake", "numpy", "gguf", "pandas", "matplotlib", "papermill",

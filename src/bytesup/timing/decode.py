@@ -12,7 +12,7 @@ Where llama-cpp-python is installed (the `llama` extra) the same file is run thr
 with the same threads, and its decode is set against the quantized file's own ceiling (file
 bytes per token). Where it is not, the summary says how to add it.
 
-Timing discipline as bytesup.timing: warm-up, repeats, medians with their spread, the machine's
+Timing discipline as bytesup.timing.cpu: warm-up, repeats, medians with their spread, the machine's
 other load recorded, and threads pinned by the rule (BLAS limited with threadpoolctl).
 """
 
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bytesup.timing import (
+from bytesup.timing.cpu import (
     BUSY_OTHER_FRACTION,
     CpuShare,
     machine_facts,
@@ -84,7 +84,7 @@ def time_prefill(model, n: int, repeats: int, warmup: int, seed: int = PROMPT_ID
 def llama_cpp_timing(gguf_path: str | Path, threads: int, n_tokens: int, prefill_sizes, repeats: int,
                      warmup: int, vocab: int) -> dict:
     """llama.cpp's decode and prefill on the same file and threads, or {'skipped': why}."""
-    from bytesup import llama_cpp_ref
+    from bytesup.model import llama_cpp_ref
 
     usable, why = llama_cpp_ref.status(gguf_path)
     if not usable:
@@ -125,7 +125,7 @@ def llama_cpp_timing(gguf_path: str | Path, threads: int, n_tokens: int, prefill
 def run_decode(gguf_path: str | Path, cfg: dict | None = None, threads: int = 1,
                resident_budget_bytes: int = 2000 * 2**20) -> dict:
     """The decode timing job: {'summary': dict, 'prefill': rows}."""
-    from bytesup.gguf_file import GGUFFile, UnsupportedTypeError
+    from bytesup.gguf.file import GGUFFile, UnsupportedTypeError
     from bytesup.model.arch import supported
 
     cfg = settings(cfg)

@@ -41,8 +41,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from bytesup.dequant import reference_dequantize
-from bytesup.machine import blas_info, cpu_model, memory_bytes
+from bytesup.gguf.dequant import reference_dequantize
+from bytesup.timing.machine import blas_info, cpu_model, memory_bytes
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ DEFAULTS: dict[str, Any] = {
     "noisy_spread": 0.10,
     "dequant_types": None,  # None: every type the model holds, in file order
     "dequant_bytes": 16 * MiB,
-    "decode_tokens": 32,  # whole-model decode steps timed (bytesup.timing_decode)
+    "decode_tokens": 32,  # whole-model decode steps timed (bytesup.timing.decode)
     "prefill_sizes": [1, 8, 32, 128, 256],  # prompt lengths N of the whole-model prefill
     "seed": 0,
 }
@@ -446,7 +446,7 @@ def warm_matvec(matrix: np.ndarray, llc: int, repeats: int, warmup: int, seed: i
 
 
 def _package_dequantizer(threads: int) -> tuple[Callable, set[str]]:
-    from bytesup import dequant
+    from bytesup.gguf import dequant
 
     hand = set(getattr(dequant, "HAND_DEQUANTIZERS", {}))
     return functools.partial(dequant.dequantize, threads=threads), hand
@@ -454,7 +454,7 @@ def _package_dequantizer(threads: int) -> tuple[Callable, set[str]]:
 
 def bit_exact(a: np.ndarray, b: np.ndarray) -> bool:
     """Same shape and the same float32 bits (so -0.0 vs 0.0 or two NaN payloads count)."""
-    from bytesup.dequant import bit_equal  # the one definition, beside the dequantizers
+    from bytesup.gguf.dequant import bit_equal  # the one definition, beside the dequantizers
 
     return bit_equal(a, b)
 
@@ -591,7 +591,7 @@ def fraction_target(name: str, matvec: dict, copy: dict, goal: float = MATVEC_FR
 
 
 def open_model(path: str | Path):
-    from bytesup.gguf_file import GGUFFile
+    from bytesup.gguf.file import GGUFFile
 
     return GGUFFile(path)
 

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bytesup.files import sha256_file
-from bytesup.gguf_file import printable
+from bytesup.run.files import sha256_file
+from bytesup.gguf.file import printable
 
 SELF = "manifest.json"  # the report's own manifest, beside index.html
 

@@ -1,6 +1,6 @@
 """GPU timing: the same question on a CUDA device, with a CPU twin the tests run.
 
-The claim is the CPU job's (see bytesup.timing): one token reads every weight once, so
+The claim is the CPU job's (see bytesup.timing.cpu): one token reads every weight once, so
 a matvec is paced by memory bandwidth. Here the yardstick is the device's own copy
 bandwidth, and the sweep N = 1 ... 256 runs in fp32 and bf16 on the same real FFN
 weights, rotating between two stacked matrices larger than the device's L2 cache.
@@ -9,7 +9,7 @@ Every function takes a torch `device`. On 'cuda' the timer is a pair of CUDA eve
 around the timed calls (after warm-up; `elapsed_time` after the end event completes).
 On 'cpu' - the twin that CI runs, since CI has no GPU - the same code runs with the
 host clock and synchronisation as a no-op. Counting (bytes, FLOPs, spread, noisy,
-targets) is bytesup.timing's, so the two jobs cannot drift apart.
+targets) is bytesup.timing.cpu's, so the two jobs cannot drift apart.
 
 After the sweep, the whole model: the project's forward pass in torch
 (bytesup.model.forward_torch, float32 weights resident on the device) decodes one token at a
@@ -34,9 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from bytesup import timing
-from bytesup.machine import cpu_model
-from bytesup.timing import MiB, summarize, sweep_row, time_rotation
+from bytesup.timing import cpu as timing
+from bytesup.timing.machine import cpu_model
+from bytesup.timing.cpu import MiB, summarize, sweep_row, time_rotation
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ DEVICE_STREAM_MIN_BYTES = 256 * MiB
 ASSUMED_L2_BYTES = 64 * MiB  # when torch does not report the device's L2 size
 DECODE_HEADROOM_BYTES = 4 * 2**30  # device memory kept free beside the decode's weights (at least;
 DECODE_HEADROOM_FRACTION = 0.10  # or this share of the device's memory when larger): KV cache, activations
-DECODE_PROMPT_LEN = 8  # prompt tokens before the timed decode steps (as bytesup.timing_decode)
+DECODE_PROMPT_LEN = 8  # prompt tokens before the timed decode steps (as bytesup.timing.decode)
 
 
 class GPUUnavailable(RuntimeError):
@@ -256,7 +256,7 @@ def _host_available_bytes() -> int | None:
 
 def decode_refusal(gguf_path: str | Path, budget_bytes: int) -> str | None:
     """None when the whole-model decode can run here, else the one-line reason it is skipped."""
-    from bytesup.gguf_file import GGUFFile
+    from bytesup.gguf.file import GGUFFile
     from bytesup.model.arch import spec_from_metadata, supported
     from bytesup.model.weights import float32_bytes
 
@@ -285,7 +285,7 @@ def time_device_decode(torch, device: str, model, n_tokens: int, warmup: int,
     """Per-token seconds of `n_tokens` decode steps after a short prompt, each step timed alone
     (CUDA events on the device; the host clock on the CPU twin), after `warmup` untimed steps.
     Greedy, as in generation: the next input is the argmax (which waits for the step)."""
-    from bytesup.timing_decode import PROMPT_IDS_SEED, _ids
+    from bytesup.timing.decode import PROMPT_IDS_SEED, _ids
 
     timer = device_timer(torch, device)
     cache = model.new_cache(prompt_len + warmup + n_tokens)
@@ -304,7 +304,7 @@ def time_device_decode(torch, device: str, model, n_tokens: int, warmup: int,
 
 def time_device_prefill(torch, device: str, model, n: int, repeats: int, warmup: int) -> list[float]:
     """Seconds of one prefill pass of n tokens into a fresh cache, `repeats` times."""
-    from bytesup.timing_decode import PROMPT_IDS_SEED, _ids
+    from bytesup.timing.decode import PROMPT_IDS_SEED, _ids
 
     timer = device_timer(torch, device)
     ids = _ids(model.spec.vocab, n, PROMPT_IDS_SEED)

@@ -33,7 +33,7 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from bytesup.extract import parse_shape, shape_text
+from bytesup.gguf.extract import parse_shape, shape_text
 from bytesup.model.configs import Architecture, type_bytes
 
 BF16_BYTES = type_bytes("BF16", 1)  # what the texts price a weight at (gguf-py's block table)
@@ -154,7 +154,7 @@ def role(name: str) -> str:
 
 
 def tensor_rows(tensors: Iterable) -> list[dict]:
-    """A GGUF's tensor infos (bytesup.gguf_file.TensorInfo) as the rows counted here: the columns of
+    """A GGUF's tensor infos (bytesup.gguf.file.TensorInfo) as the rows counted here: the columns of
     the extract stage's tensors.csv (name, type, shape, bytes, elements), in file order."""
     return [{"name": t.name, "type": t.type_name, "shape": shape_text(t.shape), "bytes": t.n_bytes,
              "elements": t.n_elements} for t in tensors]  # fmt: skip

@@ -504,8 +504,8 @@ class GGUFFile:
         return np.frombuffer(self._mm, dtype=np.uint8, count=info.n_bytes, offset=info.offset)
 
     def load(self, name: str) -> np.ndarray:
-        """The tensor as float32 in numpy shape, dequantized (see bytesup.dequant)."""
-        from bytesup.dequant import dequantize
+        """The tensor as float32 in numpy shape, dequantized (see bytesup.gguf.dequant)."""
+        from bytesup.gguf.dequant import dequantize
 
         info = self.tensor(name)
         try:

@@ -42,9 +42,9 @@ from typing import Any
 
 import numpy as np
 
-from bytesup.dequant import dequantize, dequantizer_used
-from bytesup.files import plain, sha256_file
-from bytesup.gguf_file import GGUFFile, UnsupportedTypeError, printable
+from bytesup.gguf.dequant import dequantize, dequantizer_used
+from bytesup.run.files import plain, sha256_file
+from bytesup.gguf.file import GGUFFile, UnsupportedTypeError, printable
 
 log = logging.getLogger(__name__)
 

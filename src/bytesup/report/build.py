@@ -33,14 +33,14 @@ from collections.abc import Callable
 from importlib import resources
 from pathlib import Path, PurePosixPath
 
-from bytesup import job_resources, notebook_html, provenance
-from bytesup.citations import SELF, CitationError, Ledger
-from bytesup.claims import COLUMNS as CLAIM_COLUMNS
-from bytesup.claims import STATUSES as CLAIM_STATUSES
-from bytesup.files import plain
+from bytesup.report import job_resources, notebook_pages, provenance
+from bytesup.report.citations import SELF, CitationError, Ledger
+from bytesup.lessons.claims import COLUMNS as CLAIM_COLUMNS
+from bytesup.lessons.claims import STATUSES as CLAIM_STATUSES
+from bytesup.run.files import plain
 from bytesup.lessons import registry
 from bytesup.lessons.spec import parameter
-from bytesup.report_doc import Doc, Link
+from bytesup.report.doc import Doc, Link
 
 FORMAT = "bytesup-report/2"
 REPORT_FILES = ("index.html", "report.md", "manifest.json", "claims.csv")  # besides notebooks/<lesson>.html
@@ -67,7 +67,7 @@ DECODE_HEADLINES = [
     ("llama.cpp decode on the same file (tokens/s)", "llama_cpp/decode_tokens_per_s", ".1f"),
     ("llama.cpp: fraction of the quantized file's ceiling", "llama_cpp/decode_fraction_of_ceiling", "%"),
 ]
-# What each claims verdict means, shown beside every table of claims (bytesup.claims defines them).
+# What each claims verdict means, shown beside every table of claims (bytesup.lessons.claims defines them).
 VERDICTS = (
     ("reproduced", "this run's number rounds to the number the course printed (or lies within the claim's"
                    " stated tolerance)"),
@@ -623,7 +623,7 @@ def write_notebooks(lessons: dict, out_dir: Path) -> dict[str, str]:
         if files.get("notebook"):
             page = notebook_page(lesson)
             (out_dir / NOTEBOOKS).mkdir(parents=True, exist_ok=True)
-            _write(out_dir / page, notebook_html.render(files["notebook"], _title(lesson)))
+            _write(out_dir / page, notebook_pages.render(files["notebook"], _title(lesson)))
             pages[lesson] = page
     return pages
 
@@ -633,7 +633,7 @@ def write_notebooks(lessons: dict, out_dir: Path) -> dict[str, str]:
 # doc.ledger, reading only the manifest and files listed in manifest["sources"] (so verify, which
 # calls render(), draws it the same). List it here, in this module, not from outside: the report
 # job and `bytesup verify` must render the same sections. The job resources table (wall time and
-# peak memory against each rule's declared resources, bytesup.job_resources) goes here.
+# peak memory against each rule's declared resources, bytesup.report.job_resources) goes here.
 
 
 def _job_resources_section(doc: Doc, manifest: dict) -> None:
@@ -720,7 +720,7 @@ def build(run: dict, out_dir: str | Path) -> dict:
         "refused": run.get("refused", {}),
         "notebooks": write_notebooks(lessons, out_dir),
     })
-    if run.get("job_resources"):  # each job's peak memory and wall time (bytesup.job_resources)
+    if run.get("job_resources"):  # each job's peak memory and wall time (bytesup.report.job_resources)
         job_resources.write_csv(run["job_resources"], out_dir / JOB_RESOURCES_FILE)
         manifest["job_resources"] = JOB_RESOURCES_FILE
     # first pass: which files the page cites

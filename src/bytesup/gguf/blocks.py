@@ -1,6 +1,6 @@
 """One quantization block decoded by hand, field by field: the fp16 scale from its 16 bits, the
 stored integers, the formula. Lessons 1 and 2 show a real block of the file this way and check it
-bit for bit against gguf-py; bytesup.dequant does the same arithmetic for whole tensors, fast.
+bit for bit against gguf-py; bytesup.gguf.dequant does the same arithmetic for whole tensors, fast.
 
 A block is ggml's unit of storage along a row (gguf's GGML_QUANT_SIZES: weights per block, bytes):
 
@@ -22,7 +22,7 @@ A block is ggml's unit of storage along a row (gguf's GGML_QUANT_SIZES: weights 
     Q3_K  256 weights, 110 bytes  high-bit mask, 2-bit q, 12 bytes of 6-bit scales, d; 16 of 16
     IQ4_NL / IQ4_XS               4-bit indices into 16 non-uniform levels (KVALUES_IQ4)
 
-For the K-quants and IQ4 types the bit fields come from bytesup.dequant.unpack_fields (their one
+For the K-quants and IQ4 types the bit fields come from bytesup.gguf.dequant.unpack_fields (their one
 home), and q is the integer its FORMULAS multiply: Q6_K's and Q3_K's already minus their zero points
 (32 and 4), an IQ4 index before its level lookup.
 
@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from bytesup.dequant import BLOCK_FIELDS, FORMULAS, KVALUES_IQ4, QK_K, SUB_BLOCK, unpack_fields
+from bytesup.gguf.dequant import BLOCK_FIELDS, FORMULAS, KVALUES_IQ4, QK_K, SUB_BLOCK, unpack_fields
 
 
 @dataclass(frozen=True)
@@ -261,7 +261,7 @@ def decode_q5_1(raw: bytes) -> Block:
 
 # --- the super-blocks: K-quants and IQ4 ------------------------------------------------------------
 #
-# bytesup.dequant is the one home of their bit fields: BLOCK_FIELDS (each field's bytes, in file
+# bytesup.gguf.dequant is the one home of their bit fields: BLOCK_FIELDS (each field's bytes, in file
 # order), unpack_fields (d, dmin, the sub-block scale and min integers, q in weight order, named as
 # in FORMULAS) and SUB_BLOCK (weights per sub-block). Here a block is shown through those, with where
 # each weight's bits sit, and the formula done in the open: (d * scale[j]) rounded to float32 once per
@@ -269,7 +269,7 @@ def decode_q5_1(raw: bytes) -> Block:
 
 
 def _field_bytes(type_name: str) -> dict[str, tuple[int, int]]:
-    """Field name -> (first byte, bytes) in one block of `type_name` (bytesup.dequant.BLOCK_FIELDS)."""
+    """Field name -> (first byte, bytes) in one block of `type_name` (bytesup.gguf.dequant.BLOCK_FIELDS)."""
     out, at = {}, 0
     for name, n in BLOCK_FIELDS[type_name]:
         out[name] = (at, n)
@@ -351,7 +351,7 @@ def decode_q4_k(raw: bytes) -> Block:
 
         bytes 0-1     d      fp16, the scale of the scales
         bytes 2-3     dmin   fp16, the scale of the mins
-        bytes 4-15    12 bytes packing 8 six-bit scales and 8 six-bit mins (bytesup.dequant.unpack_scale_min_k4)
+        bytes 4-15    12 bytes packing 8 six-bit scales and 8 six-bit mins (bytesup.gguf.dequant.unpack_scale_min_k4)
         bytes 16-143  128 bytes of 4-bit quants, in 4 runs of 32 bytes: run c holds sub-block 2c
                       in its low nibbles and sub-block 2c + 1 in its high nibbles
 

@@ -6,7 +6,7 @@ llm-bytes-up-<date>/). Verify
 1. re-hashes every file the manifest lists (size and sha256), and names files that are in the
    report folder or the archive but not in the manifest;
 2. re-renders index.html and report.md from the manifest and the cited files, with the same code
-   that wrote them (bytesup.report.render), and compares them byte for byte with what was shared:
+   that wrote them (bytesup.report.build.render), and compares them byte for byte with what was shared:
    an edited word, label, caption, link, number or an added sentence fails, naming the first place
    that differs; the manifest's list of citations is compared with the re-rendered one, so a
    changed file is named with each number it changes;
@@ -30,9 +30,9 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from bytesup import notebook_html
-from bytesup.citations import CitationError
-from bytesup.gguf_file import printable
+from bytesup.report import notebook_pages
+from bytesup.report.citations import CitationError
+from bytesup.gguf.file import printable
 
 CONTEXT = 50  # characters shown either side of the first difference
 
@@ -95,14 +95,14 @@ def _inside(root: Path, rel: str) -> Path | None:
 
 def expected_report_files(manifest: dict) -> set[str]:
     """Every file a report folder holds, relative to it."""
-    from bytesup.report import REPORT_FILES
+    from bytesup.report.build import REPORT_FILES
 
     return set(REPORT_FILES) | {f["path"] for f in manifest.get("files", []) if f.get("in_report")}
 
 
 def verify_folder(report_dir: Path, root: Path | None = None, label: str | None = None,
                   root_given: bool = False) -> Result:
-    from bytesup import report
+    from bytesup.report import build as report
 
     report_dir = Path(report_dir)
     root_given = root_given or root is not None
@@ -182,7 +182,7 @@ def verify_folder(report_dir: Path, root: Path | None = None, label: str | None 
         if not notebook or location is None or not location.is_file():
             continue  # a missing page is named above
         try:
-            want = notebook_html.render(_inside(root, notebook), report._title(lesson))
+            want = notebook_pages.render(_inside(root, notebook), report._title(lesson))
         except ValueError as err:
             problems.append(str(err))
             continue

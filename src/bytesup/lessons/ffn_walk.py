@@ -13,7 +13,7 @@ table (bytesup.model.arch), step by step:
     out = RMSNorm(down) * post_ffw_norm          (Gemma only; llama adds down as it is)
     y   = x + out                                (the residual)
 
-On a llama model this is exactly bytesup.layers.ffn (same operations, same float32 rounding).
+On a llama model this is exactly bytesup.model.layers.ffn (same operations, same float32 rounding).
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bytesup.layers import FFNTrace, matvec, rms_norm
+from bytesup.model.layers import FFNTrace, matvec, rms_norm
 from bytesup.lessons import LessonInputError
 from bytesup.model.arch import ARCHITECTURES
 from bytesup.model.forward import activation as activation_fn
-from bytesup.tokens import lookup
+from bytesup.model.tokens import lookup
 
 BLOCK = 0
 

@@ -25,7 +25,7 @@ from jinja2 import DictLoader, TemplateError
 from nbconvert import HTMLExporter
 from pygments.formatters import HtmlFormatter
 
-from bytesup.report_doc import CSP, esc_html
+from bytesup.report.doc import CSP, esc_html
 
 # Tags the rendered Markdown and text/html (or text/markdown) outputs may keep: this allowlist replaces
 # nbconvert's own `clean_html` filter, which sanitize_html=True applies to them but which escapes headings

@@ -158,7 +158,7 @@ def peak_mb(job: str, a: Architecture, *, resident_budget_mb: int = 2000, llc_mb
         return {"own_mb": PYTHON_BASE_MB, "mapped_mb": 0.0,
                 "holds": "the interpreter; the file is hashed (or copied) 1 MB at a time"}
     if job == "extract":
-        # bytesup.extract: tensor by tensor, a chunk of rows read with plain reads (quantized) and its
+        # bytesup.gguf.extract: tensor by tensor, a chunk of rows read with plain reads (quantized) and its
         # float32 rows written through the hasher; the metadata (the vocabulary) as Python objects
         return {"own_mb": PYTHON_BASE_MB + 2 * CHUNK_MB + vocab_text, "mapped_mb": 0.0,
                 "holds": "one chunk of rows, quantized and as float32; the vocabulary as text"}
@@ -169,7 +169,7 @@ def peak_mb(job: str, a: Architecture, *, resident_budget_mb: int = 2000, llc_mb
         return {"own_mb": NOTEBOOK_BASE_MB + 2 * CHUNK_MB + sample + 6 * 4 * a.vocab / MB + vocab_text,
                 "mapped_mb": CHUNK_MB, "holds": "two chunks of embedding rows, 512 sampled rows, a few floats per token"}
     if job == "timing_cpu":
-        # bytesup.timing.run_cpu: first STREAM (3 float64 arrays of max(4 x LLC, 256 MiB)), freed;
+        # bytesup.timing.cpu.run_cpu: first STREAM (3 float64 arrays of max(4 x LLC, 256 MiB)), freed;
         # then ffn_gate and ffn_up stacked as float32 until each holds 2 x LLC (one block at least),
         # several blocks being concatenated into a copy; the dequantizer benchmark works on 16 MB per type
         stream_mb = 3 * max(4 * llc_mb, 256)
@@ -180,7 +180,7 @@ def peak_mb(job: str, a: Architecture, *, resident_budget_mb: int = 2000, llc_mb
                 "mapped_mb": 2 * type_bytes(type_name, a.d_ff * a.d_model) / MB,
                 "holds": "the STREAM arrays, or ffn_gate and ffn_up as float32 (stacked when one block is under 2 x LLC)"}
     if job == "timing_decode":
-        # bytesup.timing_decode: the NumPy decoder with resident float32 weights when they fit the budget,
+        # bytesup.timing.decode: the NumPy decoder with resident float32 weights when they fit the budget,
         # else one block's matrices as float32 at a time plus a chunk of the output head (bytesup.model.weights
         # hands each tensor's mapped pages back); a STREAM copy (3 float64 arrays) beside it, before and after
         # the decode; llama.cpp on the same file only when resident (it maps the whole file)

@@ -1,0 +1,2 @@
+"""The file format: the reader (`file`), sizes and blocks, the dequantizers, the extract stage.
+Imports only `bytesup.run` below it."""
