@@ -22,6 +22,8 @@ from bytesup.model import param_counts
 from bytesup.gguf.extract import shape_text
 from bytesup.run.files import plain
 from bytesup.gguf.file import GGUF_MAGIC, GGUFFile, GGUFFormatError, printable
+from bytesup.lessons import registry
+from bytesup.report.verify import VerifyError, verify_path
 
 EXIT_ERROR = 2
 ARRAY_HEAD = 8  # arrays longer than this are shown as their first ARRAY_HEAD items + length
@@ -189,8 +191,6 @@ def add_verify(sub: argparse._SubParsersAction) -> None:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    from bytesup.report.verify import VerifyError, verify_path
-
     try:
         result = verify_path(args.path, args.root)
     except VerifyError as err:
@@ -210,8 +210,6 @@ def add_lessons(sub: argparse._SubParsersAction) -> None:
 
 
 def run_lessons(args: argparse.Namespace) -> int:
-    from bytesup.lessons import registry
-
     for spec in registry().values():
         follows = ", ".join(spec.architectures) if spec.architectures else "any architecture"
         print(f"{spec.id}\n    {spec.heading}\n    from: {spec.source}\n    follows: {follows}")

@@ -14,6 +14,8 @@ from typing import Any
 import jsonschema
 import yaml
 
+from bytesup.lessons import registry
+
 SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 
 
@@ -189,8 +191,6 @@ def validate(config: dict, schema_path: str | Path) -> dict:
 
 def lesson_ids(wanted) -> list[str]:
     """`all` -> every lesson in the course's order; a list -> the same ids, checked, in the course's order."""
-    from bytesup.lessons import registry
-
     known = list(registry())
     if wanted == "all":
         return known

@@ -33,6 +33,8 @@ from typing import Any
 import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
+from bytesup.gguf.dequant import dequantize
+
 log = logging.getLogger(__name__)
 
 GGUF_MAGIC = b"GGUF"
@@ -505,8 +507,6 @@ class GGUFFile:
 
     def load(self, name: str) -> np.ndarray:
         """The tensor as float32 in numpy shape, dequantized (see bytesup.gguf.dequant)."""
-        from bytesup.gguf.dequant import dequantize
-
         info = self.tensor(name)
         try:
             return dequantize(self.raw(name), info.type_name, info.shape)

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from bytesup.run.files import plain  # noqa: F401  (lessons and their tests write metrics with it)
+from bytesup.lessons.spec import LessonSpec
 
 FIGSIZE = (7.0, 4.0)  # inches; every lesson figure has the same size ...
 DPI = 120  # ... and resolution, so PNG bytes depend only on the data
@@ -30,8 +31,6 @@ DPI = 120  # ... and resolution, so PNG bytes depend only on the data
 @functools.cache
 def registry() -> dict:
     """Lesson id -> LessonSpec for every lesson module here, in course order (position, then id)."""
-    from bytesup.lessons.spec import LessonSpec
-
     specs = []
     for info in pkgutil.iter_modules(__path__):
         spec = getattr(importlib.import_module(f"{__name__}.{info.name}"), "SPEC", None)

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
+from bytesup.model.arch import ArchSpec
+
 
 @dataclass(frozen=True)
 class Architecture:
@@ -84,8 +86,6 @@ def llama_tensor_shapes(a: Architecture) -> list[tuple[str, tuple[int, ...]]]:
     """(GGUF tensor name, numpy shape) of every tensor a llama-style model of this configuration holds,
     from the architecture table (bytesup.model.arch.ArchSpec.tensor_shapes): the llama row, or the row
     whose extra tensors the flags name (q/k norms and post-norms: gemma3; q/k/v biases: qwen2)."""
-    from bytesup.model.arch import ArchSpec
-
     if a.biases or a.n_positions or not a.gated_ffn:
         raise ValueError(f"{a.name}: only llama-style layouts (no biases after every matrix, rotary positions, "
                          "a gated FFN)")  # fmt: skip

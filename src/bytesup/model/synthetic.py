@@ -35,6 +35,7 @@ from gguf.constants import GGMLQuantizationType
 from gguf.quants import quantize
 
 from bytesup.model.configs import Architecture, llama_tensor_shapes, type_bytes
+from bytesup.model.arch import spec_from_metadata
 
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>"]
 WORDS = ["Ġthe", "Ġcat", "Ġcats", "Ġkitten", "Ġdog", "Ġdogs", "Ġpuppy", "Ġsat", "Ġon", "Ġmat", "Ġa", "Ġran"]
@@ -288,8 +289,6 @@ def write_tiny_gemma3(
     `sliding_window` positions. Norm weights are stored as 1 + w, as in the real files. The
     tokenizer is SentencePiece-style ('llama', add_bos_token, no space prefix) with byte fallback.
     """
-    from bytesup.model.arch import spec_from_metadata
-
     path = Path(path)
     if n_embd % 32 or n_ff % 32 or (n_head * head_dim) % 32:
         raise ValueError("n_embd, n_ff and n_head * head_dim must be multiples of 32 (the quantization block size)")

@@ -20,8 +20,11 @@ import heapq
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 
 import regex
+
+from bytesup.gguf.file import GGUFFile
 
 from bytesup.model.tokens import SENTENCEPIECE_SPACE, gpt2_byte_to_char
 
@@ -195,10 +198,6 @@ class Tokenizer:
     @classmethod
     def from_gguf(cls, path) -> Tokenizer:
         """The tokenizer stored in the GGUF file at ``path``."""
-        from pathlib import Path
-
-        from bytesup.gguf.file import GGUFFile
-
         return cls.from_metadata(GGUFFile(path).metadata, source=Path(path).name)
 
     def __len__(self) -> int:

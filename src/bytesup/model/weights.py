@@ -33,6 +33,7 @@ from bytesup.gguf.dequant import HAND_DEQUANTIZERS, dequantize, expected_bytes
 from bytesup.run.files import release_mapped_pages
 from bytesup.gguf.file import GGUFFile
 from bytesup.model.arch import ArchMetadataError, ArchSpec
+from bytesup.model.param_counts import per_token_reads, tensor_rows
 
 DEFAULT_RESIDENT_BUDGET = 4 * 2**30  # float32 weights up to 4 GiB are kept resident
 HEAD_CHUNK_BYTES = 64 * 2**20  # streaming: float32 bytes of output head per chunk
@@ -139,8 +140,6 @@ def weight_bytes_per_token(gguf: GGUFFile, spec: ArchSpec) -> WeightBytes:
 
     per_tensor keys: tensor names, 'token_embd.weight[row]' for the embedding row.
     """
-    from bytesup.model.param_counts import per_token_reads, tensor_rows
-
     rows = tensor_rows(gguf.tensor(name) for name, _ in spec.tensor_shapes())  # every tensor the recipe reads
     per: dict[str, tuple[int, int]] = {}
     for r in per_token_reads(rows):

@@ -40,6 +40,7 @@ from bytesup.lessons.claims import STATUSES as CLAIM_STATUSES
 from bytesup.run.files import plain
 from bytesup.lessons import registry
 from bytesup.lessons.spec import parameter
+from bytesup.model.arch import UnsupportedArchitectureError, recipe_summary
 from bytesup.report.doc import Doc, Link
 
 FORMAT = "bytesup-report/2"
@@ -271,8 +272,6 @@ def _architecture(doc: Doc, run: dict) -> None:
 
 def _recipe(arch) -> str:
     """The one-line recipe bytesup.model.arch's table follows for an architecture, or why there is none."""
-    from bytesup.model.arch import UnsupportedArchitectureError, recipe_summary
-
     try:
         return f"The recipe the lessons that run the network follow: {recipe_summary(str(arch))}."
     except UnsupportedArchitectureError:

@@ -30,7 +30,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from bytesup.report import notebook_pages
+from bytesup.report import build, notebook_pages
 from bytesup.report.citations import CitationError
 from bytesup.gguf.file import printable
 
@@ -95,15 +95,11 @@ def _inside(root: Path, rel: str) -> Path | None:
 
 def expected_report_files(manifest: dict) -> set[str]:
     """Every file a report folder holds, relative to it."""
-    from bytesup.report.build import REPORT_FILES
-
-    return set(REPORT_FILES) | {f["path"] for f in manifest.get("files", []) if f.get("in_report")}
+    return set(build.REPORT_FILES) | {f["path"] for f in manifest.get("files", []) if f.get("in_report")}
 
 
 def verify_folder(report_dir: Path, root: Path | None = None, label: str | None = None,
                   root_given: bool = False) -> Result:
-    from bytesup.report import build as report
-
     report_dir = Path(report_dir)
     root_given = root_given or root is not None
     root = Path(root) if root is not None else report_dir.parent.parent
@@ -120,7 +116,7 @@ def verify_folder(report_dir: Path, root: Path | None = None, label: str | None 
     if not isinstance(manifest, dict) or not isinstance(manifest.get("citations"), list) or "sources" not in manifest:
         raise VerifyError(f"{report_dir}/manifest.json: not a manifest of this bytesup version's reports"
                           f" (format {manifest.get('format') if isinstance(manifest, dict) else None!r},"
-                          f" this version writes {report.FORMAT!r})")
+                          f" this version writes {build.FORMAT!r})")
 
     # 1. the files
     outside = [f for f in manifest.get("files", []) if not f.get("in_report")]
@@ -150,13 +146,13 @@ def verify_folder(report_dir: Path, root: Path | None = None, label: str | None 
             problems.append(f"{extra}: in the report folder but not in its manifest (an added file)")
 
     # 2. the page, re-rendered from the manifest and the files
-    inputs = {k: v for k, v in manifest.items() if k not in report.OUTPUTS}
+    inputs = {k: v for k, v in manifest.items() if k not in build.OUTPUTS}
     try:
-        doc = report.render(inputs, report_dir, root)
+        doc = build.render(inputs, report_dir, root)
     except (CitationError, OSError, ValueError, KeyError, TypeError) as err:
         problems.append(f"cannot re-render the report from its files: {printable(str(err))}")
         return result
-    outputs = report.rendered_outputs(doc)
+    outputs = build.rendered_outputs(doc)
     result.numbers = len(outputs["citations"])
     result.figures = len(outputs["figures"])
     shared = {c["id"]: c for c in manifest["citations"]}
@@ -167,7 +163,7 @@ def verify_folder(report_dir: Path, root: Path | None = None, label: str | None 
         if old["text"] != c["text"]:
             problems.append(f"citation {c['id']} ({c['file']} \u2192 {c['key']}): the file gives {c['text']!r};"
                             f" the report shows {old['text']!r}")
-    if {k: manifest.get(k) for k in report.OUTPUTS} != outputs and not any("citation" in p for p in problems):
+    if {k: manifest.get(k) for k in build.OUTPUTS} != outputs and not any("citation" in p for p in problems):
         problems.append("manifest.json: its list of citations, footnotes, tables or figures is not the one"
                         " the files give")
     for name, shown, want in (("index.html", html, doc.render_html()), ("report.md", md, doc.render_md())):
@@ -182,7 +178,7 @@ def verify_folder(report_dir: Path, root: Path | None = None, label: str | None 
         if not notebook or location is None or not location.is_file():
             continue  # a missing page is named above
         try:
-            want = notebook_pages.render(_inside(root, notebook), report._title(lesson))
+            want = notebook_pages.render(_inside(root, notebook), build._title(lesson))
         except ValueError as err:
             problems.append(str(err))
             continue

@@ -41,7 +41,9 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from bytesup.gguf.dequant import reference_dequantize
+from bytesup.gguf import dequant
+from bytesup.gguf.dequant import bit_equal, reference_dequantize  # bit_equal: the one definition, beside the dequantizers
+from bytesup.gguf.file import GGUFFile
 from bytesup.timing.machine import blas_info, cpu_model, memory_bytes
 
 log = logging.getLogger(__name__)
@@ -446,7 +448,6 @@ def warm_matvec(matrix: np.ndarray, llc: int, repeats: int, warmup: int, seed: i
 
 
 def _package_dequantizer(threads: int) -> tuple[Callable, set[str]]:
-    from bytesup.gguf import dequant
 
     hand = set(getattr(dequant, "HAND_DEQUANTIZERS", {}))
     return functools.partial(dequant.dequantize, threads=threads), hand
@@ -454,7 +455,6 @@ def _package_dequantizer(threads: int) -> tuple[Callable, set[str]]:
 
 def bit_exact(a: np.ndarray, b: np.ndarray) -> bool:
     """Same shape and the same float32 bits (so -0.0 vs 0.0 or two NaN payloads count)."""
-    from bytesup.gguf.dequant import bit_equal  # the one definition, beside the dequantizers
 
     return bit_equal(a, b)
 
@@ -591,14 +591,12 @@ def fraction_target(name: str, matvec: dict, copy: dict, goal: float = MATVEC_FR
 
 
 def open_model(path: str | Path):
-    from bytesup.gguf.file import GGUFFile
 
     return GGUFFile(path)
 
 
 def run_cpu(gguf_path: str | Path, cfg: dict | None = None, threads: int = 1) -> dict:
     """The CPU timing job. Returns {'summary': dict, 'sweep': rows, 'stream': rows, 'dequant': rows}."""
-    from threadpoolctl import threadpool_limits
 
     cfg = settings(cfg)
     threads = max(int(threads), 1)

@@ -24,7 +24,12 @@ import time
 from pathlib import Path
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
+from bytesup.gguf.file import GGUFFile, UnsupportedTypeError
+from bytesup.model import llama_cpp_ref
+from bytesup.model.arch import supported
+from bytesup.model.forward import Model, flops_per_token
 from bytesup.timing.cpu import (
     BUSY_OTHER_FRACTION,
     CpuShare,
@@ -45,7 +50,7 @@ PROMPT_IDS_SEED = 1234  # which token ids feed the timed passes (any valid ids w
 PREFILL_COLUMNS = ["engine", "n", "median_s", "tokens_per_s", "gflops", "rel_iqr", "noisy", "repeats"]
 
 
-def _ids(vocab: int, n: int, seed: int) -> np.ndarray:
+def prompt_ids(vocab: int, n: int, seed: int) -> np.ndarray:
     """n token ids drawn evenly from the vocabulary (reproducible; they need not make sense)."""
     return np.random.default_rng(seed).integers(3, vocab, size=n)
 
@@ -55,7 +60,7 @@ def time_decode(model, n_tokens: int, warmup: int, prompt_len: int = 8, seed: in
     input is the argmax, as in generation), after `warmup` untimed steps."""
     spec = model.spec
     cache = model.new_cache(prompt_len + warmup + n_tokens)
-    logits = model.forward(_ids(spec.vocab, prompt_len, seed), cache)
+    logits = model.forward(prompt_ids(spec.vocab, prompt_len, seed), cache)
     nxt = int(np.argmax(logits[-1]))
     for _ in range(warmup):
         nxt = int(np.argmax(model.forward([nxt], cache)[-1]))
@@ -70,7 +75,7 @@ def time_decode(model, n_tokens: int, warmup: int, prompt_len: int = 8, seed: in
 
 def time_prefill(model, n: int, repeats: int, warmup: int, seed: int = PROMPT_IDS_SEED) -> list[float]:
     """Seconds of one prefill pass of n tokens into a fresh cache, `repeats` times."""
-    ids = _ids(model.spec.vocab, n, seed)
+    ids = prompt_ids(model.spec.vocab, n, seed)
     out = []
     for i in range(warmup + repeats):
         cache = model.new_cache(n)
@@ -84,7 +89,6 @@ def time_prefill(model, n: int, repeats: int, warmup: int, seed: int = PROMPT_ID
 def llama_cpp_timing(gguf_path: str | Path, threads: int, n_tokens: int, prefill_sizes, repeats: int,
                      warmup: int, vocab: int) -> dict:
     """llama.cpp's decode and prefill on the same file and threads, or {'skipped': why}."""
-    from bytesup.model import llama_cpp_ref
 
     usable, why = llama_cpp_ref.status(gguf_path)
     if not usable:
@@ -94,7 +98,7 @@ def llama_cpp_timing(gguf_path: str | Path, threads: int, n_tokens: int, prefill
     llm = Llama(model_path=str(gguf_path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
                 n_batch=max(prefill_sizes), logits_all=False, verbose=False)
     try:
-        ids = [int(i) for i in _ids(vocab, 8, PROMPT_IDS_SEED)]
+        ids = [int(i) for i in prompt_ids(vocab, 8, PROMPT_IDS_SEED)]
         llm.reset()
         llm.eval(ids)
         nxt = ids[-1]
@@ -106,7 +110,7 @@ def llama_cpp_timing(gguf_path: str | Path, threads: int, n_tokens: int, prefill
                 times.append(time.perf_counter() - t0)
         prefill = {}
         for n in prefill_sizes:
-            batch = [int(i) for i in _ids(vocab, n, PROMPT_IDS_SEED)]
+            batch = [int(i) for i in prompt_ids(vocab, n, PROMPT_IDS_SEED)]
             samples = []
             for i in range(warmup + repeats):
                 llm.reset()
@@ -125,8 +129,6 @@ def llama_cpp_timing(gguf_path: str | Path, threads: int, n_tokens: int, prefill
 def run_decode(gguf_path: str | Path, cfg: dict | None = None, threads: int = 1,
                resident_budget_bytes: int = 2000 * 2**20) -> dict:
     """The decode timing job: {'summary': dict, 'prefill': rows}."""
-    from bytesup.gguf.file import GGUFFile, UnsupportedTypeError
-    from bytesup.model.arch import supported
 
     cfg = settings(cfg)
     with GGUFFile(gguf_path) as f:
@@ -142,9 +144,7 @@ def run_decode(gguf_path: str | Path, cfg: dict | None = None, threads: int = 1,
 
 
 def _measure(gguf_path, cfg: dict, threads: int, resident_budget_bytes: int) -> dict:
-    from threadpoolctl import threadpool_limits
 
-    from bytesup.model.forward import Model, flops_per_token
 
     reps, warm, noisy = int(cfg["repeats"]), int(cfg["warmup"]), float(cfg["noisy_spread"])
     load_before = list(os.getloadavg())

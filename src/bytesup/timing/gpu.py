@@ -34,9 +34,15 @@ from typing import Any
 
 import numpy as np
 
-from bytesup.timing import cpu as timing
-from bytesup.timing.machine import cpu_model
+from bytesup.gguf.file import GGUFFile
+from bytesup.model.arch import spec_from_metadata, supported
+from bytesup.model.forward import Model, flops_per_token
+from bytesup.model.forward_torch import TorchModel
+from bytesup.model.weights import DEFAULT_RESIDENT_BUDGET, float32_bytes
+from bytesup.timing import cpu
 from bytesup.timing.cpu import MiB, summarize, sweep_row, time_rotation
+from bytesup.timing.decode import PROMPT_IDS_SEED, prompt_ids
+from bytesup.timing.machine import cpu_model
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +136,7 @@ class CudaEventTimer:
 def device_timer(torch, device: str):
     if torch.device(device).type == "cuda":
         return CudaEventTimer(torch)
-    return timing.WallTimer()  # CPU twin: torch's CPU ops return when done, nothing to sync
+    return cpu.WallTimer()  # CPU twin: torch's CPU ops return when done, nothing to sync
 
 
 def _nvidia_smi(index: int) -> dict:
@@ -150,7 +156,7 @@ def device_facts(torch, device: str) -> dict:
     """GPU name, driver, memory and L2 size (or, for the CPU twin, the host's)."""
     dev = torch.device(device)
     if dev.type != "cuda":
-        llc, source = timing.llc_bytes()
+        llc, source = cpu.llc_bytes()
         return {"type": dev.type, "name": f"{cpu_model()} (CPU twin of the GPU job)", "driver": None,
                 "memory_bytes": None, "cache_bytes": llc, "cache_source": source,
                 "torch_threads": torch.get_num_threads()}
@@ -185,19 +191,19 @@ def device_stream(torch, device: str, array_bytes: int, repeats: int, warmup: in
     c = torch.zeros(n, dtype=torch.float64, device=device)
     kernels = {
         "copy": lambda: c.copy_(a),
-        "triad": lambda: torch.add(b, c, alpha=timing.TRIAD_SCALAR, out=a),  # a = b + q*c, one kernel
+        "triad": lambda: torch.add(b, c, alpha=cpu.TRIAD_SCALAR, out=a),  # a = b + q*c, one kernel
     }
     rows = []
     for kernel, fn in kernels.items():
         times, per_sample = time_rotation([fn], repeats, warmup, min_sample_s, device_timer(torch, device))
         stats = summarize(times, noisy_spread)
-        moved = timing.STREAM_BYTES_PER_ELEMENT[kernel] * n
+        moved = cpu.STREAM_BYTES_PER_ELEMENT[kernel] * n
         rows.append({"kernel": kernel, "device": device, "array_bytes": 8 * n, "bytes_counted": moved,
                      "calls_per_sample": per_sample, **stats,
                      "gbps": moved / stats["median_s"] / 1e9, "best_gbps": moved / stats["min_s"] / 1e9})
     probe = slice(None, None, max(n // 4096, 1))
-    if not (bool((c[probe] == 1.0).all()) and bool((a[probe] == 2.0 + timing.TRIAD_SCALAR).all())):
-        raise timing.TimingError(f"device STREAM check failed on {device}: arrays do not hold the expected values")
+    if not (bool((c[probe] == 1.0).all()) and bool((a[probe] == 2.0 + cpu.TRIAD_SCALAR).all())):
+        raise cpu.TimingError(f"device STREAM check failed on {device}: arrays do not hold the expected values")
     del a, b, c
     return rows
 
@@ -225,7 +231,7 @@ def device_sweep(torch, device: str, matrices: list[np.ndarray], dtype: str, bat
                              {"dtype": dtype, "device": device}))
         log.info("%s %s N=%d: %.4f ms, %.1f GB/s", device, dtype, n, stats["median_s"] * 1e3, out[-1]["gbps"])
     del ws
-    return timing.add_time_ratios(out)
+    return cpu.add_time_ratios(out)
 
 
 # --- the whole model: decode and prefill ------------------------------------------------
@@ -235,7 +241,6 @@ def decode_budget(facts: dict) -> int:
     """The most float32 weight bytes the decode may put on the device: its memory minus headroom
     (DECODE_HEADROOM_BYTES or DECODE_HEADROOM_FRACTION of it, whichever is larger). The CPU twin,
     whose facts carry no device memory, takes the NumPy decoder's resident budget."""
-    from bytesup.model.weights import DEFAULT_RESIDENT_BUDGET
 
     memory = facts.get("memory_bytes")
     if not memory:
@@ -256,9 +261,6 @@ def _host_available_bytes() -> int | None:
 
 def decode_refusal(gguf_path: str | Path, budget_bytes: int) -> str | None:
     """None when the whole-model decode can run here, else the one-line reason it is skipped."""
-    from bytesup.gguf.file import GGUFFile
-    from bytesup.model.arch import spec_from_metadata, supported
-    from bytesup.model.weights import float32_bytes
 
     with GGUFFile(gguf_path) as f:
         refusal = supported(f.metadata, f.tensor_names, path=gguf_path)
@@ -285,11 +287,10 @@ def time_device_decode(torch, device: str, model, n_tokens: int, warmup: int,
     """Per-token seconds of `n_tokens` decode steps after a short prompt, each step timed alone
     (CUDA events on the device; the host clock on the CPU twin), after `warmup` untimed steps.
     Greedy, as in generation: the next input is the argmax (which waits for the step)."""
-    from bytesup.timing.decode import PROMPT_IDS_SEED, _ids
 
     timer = device_timer(torch, device)
     cache = model.new_cache(prompt_len + warmup + n_tokens)
-    logits = model.forward(_ids(model.spec.vocab, prompt_len, PROMPT_IDS_SEED), cache)
+    logits = model.forward(prompt_ids(model.spec.vocab, prompt_len, PROMPT_IDS_SEED), cache)
     nxt = int(torch.argmax(logits[-1]))
     for _ in range(warmup):
         nxt = int(torch.argmax(model.forward([nxt], cache)[-1]))
@@ -304,10 +305,9 @@ def time_device_decode(torch, device: str, model, n_tokens: int, warmup: int,
 
 def time_device_prefill(torch, device: str, model, n: int, repeats: int, warmup: int) -> list[float]:
     """Seconds of one prefill pass of n tokens into a fresh cache, `repeats` times."""
-    from bytesup.timing.decode import PROMPT_IDS_SEED, _ids
 
     timer = device_timer(torch, device)
-    ids = _ids(model.spec.vocab, n, PROMPT_IDS_SEED)
+    ids = prompt_ids(model.spec.vocab, n, PROMPT_IDS_SEED)
     out = []
     for i in range(warmup + repeats):
         cache = model.new_cache(n)
@@ -329,8 +329,6 @@ def device_decode(torch, device: str, gguf_path: str | Path, cfg: dict, copy_gbp
     Returns the summary's decode keys plus 'prefill_rows', 'noisy' and 'counting' (taken out by
     run_gpu); when skipped, the decode keys are None and 'decode_skipped' says why.
     """
-    from bytesup.model.forward import Model, flops_per_token
-    from bytesup.model.forward_torch import TorchModel
 
     counting = {
         "decode": "bytes per token = every float32 weight the step reads once (all blocks, final norm, the "
@@ -393,7 +391,7 @@ def run_gpu(gguf_path: str | Path, cfg: dict | None = None, mode: str = "auto", 
             decode_budget_bytes: int | None = None) -> dict:
     """The GPU timing job. `device` forces one ('cpu' for the twin); otherwise `mode` decides.
 
-    Returns {'summary', 'sweep', 'stream', 'dequant'} like timing.run_cpu, plus 'prefill' (the
+    Returns {'summary', 'sweep', 'stream', 'dequant'} like cpu.run_cpu, plus 'prefill' (the
     whole-model prefill rows) when measured; when skipped the tables are empty and the summary
     says why. decode_budget_bytes: the most float32 weight bytes the whole-model decode may put
     on the device (None: decode_budget(device facts)).
@@ -406,8 +404,8 @@ def run_gpu(gguf_path: str | Path, cfg: dict | None = None, mode: str = "auto", 
             return {"summary": skipped_record(mode, why), "sweep": [], "stream": [], "dequant": []}
     import torch
 
-    share = timing.CpuShare()
-    cfg = timing.settings(cfg)
+    share = cpu.CpuShare()
+    cfg = cpu.settings(cfg)
     reps, warm, noisy = int(cfg["repeats"]), int(cfg["warmup"]), float(cfg["noisy_spread"])
     min_sample_s = float(cfg["min_sample_ms"]) / 1e3
     facts = device_facts(torch, device)
@@ -416,8 +414,8 @@ def run_gpu(gguf_path: str | Path, cfg: dict | None = None, mode: str = "auto", 
     array_bytes = int(cfg["stream_bytes"]) if cfg["stream_bytes"] else max(4 * cache, DEVICE_STREAM_MIN_BYTES)
     stream_rows = device_stream(torch, device, array_bytes, reps, warm, noisy, min_sample_s)
 
-    with timing.open_model(gguf_path) as model:
-        weights = timing.ffn_weight_buffers(model, int(cfg["min_weight_bytes"] or 2 * cache))
+    with cpu.open_model(gguf_path) as model:
+        weights = cpu.ffn_weight_buffers(model, int(cfg["min_weight_bytes"] or 2 * cache))
     sweep_rows = []
     for dtype in DTYPES:
         sweep_rows += device_sweep(torch, device, weights.matrices, dtype, cfg["batch_sizes"], reps, warm,
@@ -437,7 +435,7 @@ def run_gpu(gguf_path: str | Path, cfg: dict | None = None, mode: str = "auto", 
     if torch.device(device).type == "cuda":
         facts["max_memory_allocated_bytes_with_decode"] = int(torch.cuda.max_memory_allocated(device))
     summary["other_processes_cpu_fraction"] = other = share.other_fraction()
-    summary["machine_shared"] = bool(other is not None and other > timing.BUSY_OTHER_FRACTION)
+    summary["machine_shared"] = bool(other is not None and other > cpu.BUSY_OTHER_FRACTION)
     return {"summary": summary, "sweep": sweep_rows, "stream": stream_rows, "dequant": [], "prefill": prefill_rows}
 
 
@@ -457,12 +455,12 @@ def build_gpu_summary(facts: dict, cfg: dict, mode: str, device: str, stream_row
             "matvec_cold_gflops": matvec["gflops"],
             "matvec_cold_median_s": matvec["median_s"],
             "matvec_fraction_of_copy": matvec["gbps"] / copy["gbps"],
-            "matmul_ratio_256_over_1": timing.ratio_256_over_1(sweep_rows, dtype),
+            "matmul_ratio_256_over_1": cpu.ratio_256_over_1(sweep_rows, dtype),
             "gflops_by_n": {str(r["n"]): r["gflops"] for r in rows},
             "gbps_by_n": {str(r["n"]): r["gbps"] for r in rows},
             "weight_bytes": matvec["weight_bytes"],
         }
-        targets.append(timing.fraction_target(f"device_matvec_{dtype}_fraction_of_device_copy", matvec, copy))
+        targets.append(cpu.fraction_target(f"device_matvec_{dtype}_fraction_of_device_copy", matvec, copy))
     fp32 = by_dtype["fp32"]
     noisy = [f"stream.{r['kernel']}" for r in stream_rows if r["noisy"]]
     noisy += [f"sweep.{r['dtype']}.N={r['n']}" for r in sweep_rows if r["noisy"]]
@@ -484,7 +482,7 @@ def build_gpu_summary(facts: dict, cfg: dict, mode: str, device: str, stream_row
         "noisy": noisy,
         "weights": weights,
         "machine": facts,
-        "settings": {k: cfg[k] for k in timing.DEFAULTS},
+        "settings": {k: cfg[k] for k in cpu.DEFAULTS},
         "counting": {
             "stream": "STREAM's: copy 16 and triad 24 bytes per float64 element, on the device",
             "sweep": "bytes = (rows*cols + cols*N + rows*N) * itemsize (4 fp32, 2 bf16); FLOPs = 2*rows*cols*N",
