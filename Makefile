@@ -29,6 +29,8 @@ test-slow: $(VENV)/.installed-test
 lint: $(VENV)/.installed-test
 	$(BIN)/snakemake --lint
 	$(BIN)/snakefmt --check Snakefile workflow
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 clean-results:
 	rm -rf results logs .snakemake

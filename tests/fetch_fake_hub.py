@@ -24,9 +24,18 @@ from urllib.parse import unquote, urlparse
 
 
 class FakeHub:
-    def __init__(self, repo_id: str, filename: str, data: bytes, *, commit: str = "c0ffee" + "0" * 34,
-                 etag: str | None = None, redirect: bool = True, drop_after: int | None = None,
-                 honour_range: bool = True):
+    def __init__(
+        self,
+        repo_id: str,
+        filename: str,
+        data: bytes,
+        *,
+        commit: str = "c0ffee" + "0" * 34,
+        etag: str | None = None,
+        redirect: bool = True,
+        drop_after: int | None = None,
+        honour_range: bool = True,
+    ):
         self.repo_id, self.filename, self.data, self.commit = repo_id, filename, data, commit
         self.etag = etag if etag is not None else hashlib.sha256(data).hexdigest()  # LFS: ETag = sha256
         self.redirect, self.drop_after, self.honour_range = redirect, drop_after, honour_range
@@ -34,8 +43,10 @@ class FakeHub:
         self._lock = threading.Lock()
         self.hub = ThreadingHTTPServer(("127.0.0.1", 0), self._handler("hub"))
         self.cdn = ThreadingHTTPServer(("127.0.0.1", 0), self._handler("cdn"))
-        self._threads = [threading.Thread(target=s.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-                         for s in (self.hub, self.cdn)]
+        self._threads = [
+            threading.Thread(target=s.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+            for s in (self.hub, self.cdn)
+        ]
 
     @property
     def endpoint(self) -> str:
@@ -97,8 +108,13 @@ class FakeHub:
         if self.redirect:
             cdn = f"http://127.0.0.1:{self.cdn.server_address[1]}/blobs/{self.etag}?signature=abc"
             h.send_response(302)
-            for k, v in {**meta, "Location": cdn, "X-Linked-Etag": f'"{self.etag}"',
-                         "X-Linked-Size": str(len(self.data)), "Content-Length": "0"}.items():
+            for k, v in {
+                **meta,
+                "Location": cdn,
+                "X-Linked-Etag": f'"{self.etag}"',
+                "X-Linked-Size": str(len(self.data)),
+                "Content-Length": "0",
+            }.items():
                 h.send_header(k, v)
             h.end_headers()
             return

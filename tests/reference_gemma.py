@@ -60,8 +60,10 @@ def lesson3_reference(gguf_path, token: str = " cat", block: int = 0) -> dict:
     token_id = tokens.index(token.replace(" ", "\u2581"))  # SentencePiece writes a space as '▁'
 
     x = _row(reader, "token_embd.weight", token_id) * math.sqrt(d)
-    W = {p: _tensor(reader, f"blk.{block}.{p}.weight") for p in ("ffn_norm", "ffn_gate", "ffn_up", "ffn_down",
-                                                                   "post_ffw_norm")}
+    W = {
+        p: _tensor(reader, f"blk.{block}.{p}.weight")
+        for p in ("ffn_norm", "ffn_gate", "ffn_up", "ffn_down", "post_ffw_norm")
+    }
     xn = x / np.sqrt(np.mean(x * x) + eps) * W["ffn_norm"]
     g = W["ffn_gate"] @ xn
     u = W["ffn_up"] @ xn

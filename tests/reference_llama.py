@@ -67,8 +67,11 @@ def reference_pass(path, ids) -> dict:
         g, u = h @ w[p + "ffn_gate.weight"].T, h @ w[p + "ffn_up.weight"].T
         x = x + (g / (1 + np.exp(-g)) * u) @ w[p + "ffn_down.weight"].T
         stream.append(x[-1].copy())
-    return {"logits": norm(x, w["output_norm.weight"]) @ head.T, "stream": stream,
-            "lens": [norm(r, w["output_norm.weight"]) @ head.T for r in stream]}
+    return {
+        "logits": norm(x, w["output_norm.weight"]) @ head.T,
+        "stream": stream,
+        "lens": [norm(r, w["output_norm.weight"]) @ head.T for r in stream],
+    }
 
 
 def reference_gemma3(path, ids) -> dict:
@@ -81,7 +84,11 @@ def reference_gemma3(path, ids) -> dict:
     residual; final norm; tied head."""
     meta, w = read_reference(path)
     a = "gemma3."
-    d, n_head, n_kv = meta[a + "embedding_length"], meta[a + "attention.head_count"], meta[a + "attention.head_count_kv"]
+    d, n_head, n_kv = (
+        meta[a + "embedding_length"],
+        meta[a + "attention.head_count"],
+        meta[a + "attention.head_count_kv"],
+    )
     hd, eps, n = meta[a + "attention.key_length"], meta[a + "attention.layer_norm_rms_epsilon"], len(ids)
     window, global_base = meta[a + "attention.sliding_window"], meta[a + "rope.freq_base"]
 
@@ -122,5 +129,8 @@ def reference_gemma3(path, ids) -> dict:
         x = x + norm((gelu(g) * u) @ w[p + "ffn_down.weight"].T, w[p + "post_ffw_norm.weight"])
         stream.append(x[-1].copy())
     head = w["token_embd.weight"]
-    return {"logits": norm(x, w["output_norm.weight"]) @ head.T, "stream": stream,
-            "lens": [norm(r, w["output_norm.weight"]) @ head.T for r in stream]}
+    return {
+        "logits": norm(x, w["output_norm.weight"]) @ head.T,
+        "stream": stream,
+        "lens": [norm(r, w["output_norm.weight"]) @ head.T for r in stream],
+    }

@@ -28,15 +28,26 @@ from urllib.parse import unquote
 import numpy as np
 import pytest
 import yaml
+from workflow_helpers import QUICK_TIMING, ROOT, copy_project, sha256, snakemake, write_config
 
 from bytesup.model import synthetic
 from bytesup.model.synthetic import default_tokens, write_tiny_llama
-from workflow_helpers import QUICK_TIMING, ROOT, copy_project, sha256, snakemake, write_config
 
 CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-default-apps", "--disable-extensions", "--mute-audio", "--remote-debugging-pipe")
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-default-apps",
+    "--disable-extensions",
+    "--mute-audio",
+    "--remote-debugging-pipe",
+)
 
 HOSTILE = [
     "<script>window.__pwned=1;alert(1)</script>",
@@ -53,8 +64,11 @@ HOSTILE = [
     "carriage\rreturn, escape \x1b[31m, line separator \u2028, tab\t",
 ]
 HOSTILE_TOKEN = " <script>window.__pwned=7;alert(7)</script>"  # the token the lessons follow
-HOSTILE_TENSORS = ["<script>window.__pwned=8;alert(8)</script>", '"><img src=x onerror=alert(9)>.weight',
-                   "blk.0.[x](javascript:alert(10))"]
+HOSTILE_TENSORS = [
+    "<script>window.__pwned=8;alert(8)</script>",
+    '"><img src=x onerror=alert(9)>.weight',
+    "blk.0.[x](javascript:alert(10))",
+]
 
 
 class _WriterWithHostileTensors(synthetic.GGUFWriter):
@@ -106,7 +120,10 @@ class Browser:
 
         self.proc = subprocess.Popen(
             [exe, *FLAGS, f"--user-data-dir={self.profile}", "about:blank"],
-            close_fds=False, preexec_fn=child, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            close_fds=False,
+            preexec_fn=child,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
         os.close(keep_r)
@@ -263,8 +280,14 @@ def hostile_report(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(synthetic, "GGUFWriter", _WriterWithHostileTensors)
         gguf = write_tiny_llama(project / "hostile.gguf", tokens=tokens, extra_metadata=metadata)
-    write_config(project, model="hostile", token=HOSTILE_TOKEN, timing=QUICK_TIMING, report_date="2026-01-05",
-                 models={"hostile": {"source": "path", "path": str(gguf), "sha256": sha256(gguf)}})
+    write_config(
+        project,
+        model="hostile",
+        token=HOSTILE_TOKEN,
+        timing=QUICK_TIMING,
+        report_date="2026-01-05",
+        models={"hostile": {"source": "path", "path": str(gguf), "sha256": sha256(gguf)}},
+    )
     snakemake(project)
     return project / "report" / "2026-01-05"
 
@@ -312,8 +335,10 @@ LAYOUT = """JSON.stringify({
 
 def layout(browser: Browser, report_dir: Path, width: int, media: str = "screen") -> dict:
     browser.open((report_dir / "index.html").resolve().as_uri())
-    browser.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": 900, "deviceScaleFactor": 1,
-                                                        "mobile": width < 600})
+    browser.send(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": width < 600},
+    )
     browser.send("Emulation.setEmulatedMedia", {"media": media})
     time.sleep(0.3)
     return json.loads(browser.evaluate(LAYOUT))
@@ -379,9 +404,18 @@ def test_default_model_report_renders_every_figure(default_gguf, tmp_path, brows
     if record.is_file():
         shutil.copy(record, models / f"{name}.json")
     else:
-        (models / f"{name}.json").write_text(json.dumps({
-            "name": name, "file": f"{name}.gguf", "source": spec["source"], "sha256": spec["sha256"],
-            "size": spec["size"], "sha256_checked": True}))
+        (models / f"{name}.json").write_text(
+            json.dumps(
+                {
+                    "name": name,
+                    "file": f"{name}.gguf",
+                    "source": spec["source"],
+                    "sha256": spec["sha256"],
+                    "size": spec["size"],
+                    "sha256_checked": True,
+                }
+            )
+        )
     write_config(project, timing=QUICK_TIMING, report_date="2026-01-06")
     snakemake(project, timeout=1800)
     report_dir = project / "report" / "2026-01-06"

@@ -12,8 +12,17 @@ from bytesup.report.doc import Doc, esc_md
 @pytest.fixture
 def files(tmp_path):
     metrics = tmp_path / "metrics.json"
-    metrics.write_text(json.dumps({"x_rms": 0.170812, "n": 4096, "dequant": {"Q8_0": {"ratio": 7.5}},
-                                   "targets": [{"name": "t", "met": False}], "llama.block_count": 30}))
+    metrics.write_text(
+        json.dumps(
+            {
+                "x_rms": 0.170812,
+                "n": 4096,
+                "dequant": {"Q8_0": {"ratio": 7.5}},
+                "targets": [{"name": "t", "met": False}],
+                "llama.block_count": 30,
+            }
+        )
+    )
     claims = tmp_path / "claims.csv"
     claims.write_text("claim_id,measured,status\na,1.5,reproduced\nb,x,specimen differs\nc,3,reproduced\n")
     return metrics, claims
@@ -49,11 +58,20 @@ def test_format_value():
     assert format_value([7.0, -1.0]) == "[7, -1]"
 
 
-@pytest.mark.parametrize("value,text", [
-    (53084160.0, "53,084,160"),  # a whole float is a count: no 5.30842e+07
-    (123456.789, "123,457"), (1234.5678, "1,235"), (99.94, "99.94"), (-0.183733, "-0.1837"),
-    (0.0854512, "0.08545"), (1e-06, "1e-06"), (0.0, "0"), (float("nan"), "nan"),
-])
+@pytest.mark.parametrize(
+    "value,text",
+    [
+        (53084160.0, "53,084,160"),  # a whole float is a count: no 5.30842e+07
+        (123456.789, "123,457"),
+        (1234.5678, "1,235"),
+        (99.94, "99.94"),
+        (-0.183733, "-0.1837"),
+        (0.0854512, "0.08545"),
+        (1e-06, "1e-06"),
+        (0.0, "0"),
+        (float("nan"), "nan"),
+    ],
+)
 def test_floats_without_a_format_follow_one_rule_and_no_scientific_notation_above_a_thousandth(value, text):
     assert format_value(value) == text
 

@@ -12,9 +12,17 @@ def claim(published, metric="m", requires=(), **kw):
 
 @pytest.mark.parametrize(
     "text, value",
-    [("0.1708", 0.1708), ("−0.183733", -0.183733), ("76%", 76.0), ("76 %", 76.0), ("1e-6", 1e-6),
-     ("11,008", 11008.0), ("about 18°", 18.0), ("[7, −1]", [7.0, -1.0]),
-     ("[1.33, −0.67, 0, 1.33]", [1.33, -0.67, 0.0, 1.33])],
+    [
+        ("0.1708", 0.1708),
+        ("−0.183733", -0.183733),
+        ("76%", 76.0),
+        ("76 %", 76.0),
+        ("1e-6", 1e-6),
+        ("11,008", 11008.0),
+        ("about 18°", 18.0),
+        ("[7, −1]", [7.0, -1.0]),
+        ("[1.33, −0.67, 0, 1.33]", [1.33, -0.67, 0.0, 1.33]),
+    ],
 )
 def test_parse_published(text, value):
     assert parse_published(text) == value
@@ -22,8 +30,17 @@ def test_parse_published(text, value):
 
 @pytest.mark.parametrize(
     "text, tol",
-    [("0.1708", 5e-5), ("0.02917", 5e-6), ("76%", 0.5), ("24", 0.5), ("1e-6", 5e-7), ("3.70", 5e-3),
-     ("1.0000", 5e-5), ("[1.33, −0.67, 0, 1.33]", 5e-3), ("−0.183733", 5e-7)],
+    [
+        ("0.1708", 5e-5),
+        ("0.02917", 5e-6),
+        ("76%", 0.5),
+        ("24", 0.5),
+        ("1e-6", 5e-7),
+        ("3.70", 5e-3),
+        ("1.0000", 5e-5),
+        ("[1.33, −0.67, 0, 1.33]", 5e-3),
+        ("−0.183733", 5e-7),
+    ],
 )
 def test_tolerance_from_printed_decimals(text, tol):
     assert printed_tolerance(text) == pytest.approx(tol, rel=1e-12)
@@ -76,8 +93,11 @@ def test_scale_and_explicit_tolerance():
 
 def test_csv_has_exactly_the_agreed_columns(tmp_path):
     results = check_all(
-        [claim("24", metric="toy_dot"), claim("[7, −1]", metric="v"),
-         claim("0.95", metric="cos", requires=["specimen"])],
+        [
+            claim("24", metric="toy_dot"),
+            claim("[7, −1]", metric="v"),
+            claim("0.95", metric="cos", requires=["specimen"]),
+        ],
         {"toy_dot": 24.0, "v": [7.0, -1.0], "cos": 0.0308576},
     )
     path = claims.write_csv(results, tmp_path / "sub" / "claims.csv")

@@ -68,11 +68,17 @@ def test_unquoted_gpu_on_off_is_read_as_meant(config):
         (lambda c: c.update(colour="red"), "unknown key 'colour'; expected one of:"),
         (lambda c: c.update(seed="zero"), "seed: expected integer, got str 'zero'"),
         (lambda c: c.update(gpu="maybe"), "gpu: 'maybe' is not one of 'auto', 'on', 'off'"),
-        (lambda c: c["models"]["smollm2-135m"].update(sha256="abc"), "models.smollm2-135m.sha256: 'abc' does not match"),
+        (
+            lambda c: c["models"]["smollm2-135m"].update(sha256="abc"),
+            "models.smollm2-135m.sha256: 'abc' does not match",
+        ),
         (lambda c: c["models"]["local"].update(source="ftp"), "models.local.source: 'ftp' is not one of"),
         (lambda c: c["models"]["local"].pop("path"), "models.local: 'path' is a required property"),
         (lambda c: c["models"]["local"].update(colour=1), "unknown key 'colour' in models.local"),
-        (lambda c: c["models"].update({"../escape": {"source": "path", "path": "a.gguf"}}), "'../escape' does not match"),
+        (
+            lambda c: c["models"].update({"../escape": {"source": "path", "path": "a.gguf"}}),
+            "'../escape' does not match",
+        ),
         (lambda c: c["models"].update({"/abs": {"source": "path", "path": "a.gguf"}}), "'/abs' does not match"),
         (lambda c: c.update(model="../x"), "model: '../x' does not match"),
         (lambda c: c["models"]["local"].update(path="notes.txt"), "models.local.path: 'notes.txt' does not match"),
@@ -100,9 +106,14 @@ def test_command_line_values_are_typed_as_yaml_where_the_schema_wants_it(config)
     from snakemake.cli import parse_config
     from snakemake.utils import update_config
 
-    given = parse_config(["timing={repeats: 3, min_weight_bytes: null, dequant_types: [Q8_0]}", "seed=4",
-                          "models={local: {source: path, path: 1.gguf, sha256: null, link: false}}",
-                          "generate={top_k: null, temperatures: [0.5, 2]}"])
+    given = parse_config(
+        [
+            "timing={repeats: 3, min_weight_bytes: null, dequant_types: [Q8_0]}",
+            "seed=4",
+            "models={local: {source: path, path: 1.gguf, sha256: null, link: false}}",
+            "generate={top_k: null, temperatures: [0.5, 2]}",
+        ]
+    )
     assert given["timing"]["repeats"] == "3"  # as Snakemake gives it
     update_config(config, given)  # as Snakemake merges --config into config.yaml
     validate(config, SCHEMA)

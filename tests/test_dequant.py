@@ -333,8 +333,12 @@ def test_q4_k_super_block_by_hand():
     d, dmin = np.float16(0.5), np.float16(0.125)
     raw = np.concatenate([np.array([d, dmin], np.float16).view(np.uint8), pack_scale_min_k4(scale, minimum), qs])
     fields = split_fields(raw, "Q4_K")
-    assert [(k, v.shape) for k, v in fields.items()] == [("d", (1, 2)), ("dmin", (1, 2)), ("scales", (1, 12)),
-                                                         ("qs", (1, 128))]
+    assert [(k, v.shape) for k, v in fields.items()] == [
+        ("d", (1, 2)),
+        ("dmin", (1, 2)),
+        ("scales", (1, 12)),
+        ("qs", (1, 128)),
+    ]
     assert [a.tolist() for a in unpack_scale_min_k4(fields["scales"][0])] == [scale, minimum]
     u = unpack_fields(raw, "Q4_K")
     assert (u["d"].tolist(), u["dmin"].tolist()) == ([0.5], [0.125])

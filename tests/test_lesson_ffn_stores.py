@@ -6,16 +6,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from workflow_helpers import run_notebook
 
-from bytesup.lessons import claims
-from bytesup.model import param_counts as pc
-from bytesup.model import configs
 from bytesup.gguf.extract import extract
-from bytesup.lessons import LessonInputError, TensorFiles, plain, read_json
+from bytesup.lessons import LessonInputError, TensorFiles, claims, plain, read_json
 from bytesup.lessons import ffn_stores as lesson
+from bytesup.model import configs
+from bytesup.model import param_counts as pc
 from bytesup.model.synthetic import write_tiny_llama
 from bytesup.model.tokens import TokenError
-from workflow_helpers import run_notebook
 
 PATTERNS = ["token_embd.weight", "blk.0.*", "output_norm.weight", "?output.weight"]
 
@@ -24,8 +23,12 @@ def build(folder: Path, tied: bool):
     """The extract stage's files for a tiny llama GGUF: (gguf path, metadata doc, tensors, tensor rows)."""
     gguf = write_tiny_llama(folder / "tiny.gguf", tied=tied)
     extract(gguf, folder / "gguf", PATTERNS)
-    return (gguf, read_json(folder / "gguf" / "metadata.json"), TensorFiles(folder / "gguf" / "extract.json"),
-            pc.read_tensor_table(folder / "gguf" / "tensors.csv"))
+    return (
+        gguf,
+        read_json(folder / "gguf" / "metadata.json"),
+        TensorFiles(folder / "gguf" / "extract.json"),
+        pc.read_tensor_table(folder / "gguf" / "tensors.csv"),
+    )
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["tied", "untied"])
@@ -85,8 +88,9 @@ def test_regrouping_and_top_slots_match_an_independent_implementation(tiny):
     assert 0 < m["rebuild_error_by_top_m"]["1"] < 1.5
     # the batched keys used by the edit are the walk's h for the same token
     s = run.slots
-    one = lesson.coefficients(np.asarray(tensors["token_embd.weight"][[m["token_id"]]]), s.walk.w_gate, s.w_up,
-                              s.ffn_norm, s.eps)[0]
+    one = lesson.coefficients(
+        np.asarray(tensors["token_embd.weight"][[m["token_id"]]]), s.walk.w_gate, s.w_up, s.ffn_norm, s.eps
+    )[0]
     np.testing.assert_allclose(one, s.a, rtol=1e-5, atol=1e-6)
 
 
@@ -212,8 +216,16 @@ def test_peak_memory_on_a_wide_block_is_within_the_formula(tmp_path):
     """Peak RSS of lesson.run in a fresh process on a GGUF with a wide FFN (d 1,024, FFN 8,192), against peak_bytes.
 
     Before issue 15 this block peaked at 2.1 GB (three 8,192^2 float64 matrices); the formula says 0.9 GB."""
-    gguf = write_tiny_llama(tmp_path / "wide.gguf", n_embd=1024, n_ff=8192, n_layers=1, n_head=16, n_head_kv=16,
-                            n_vocab=4096, types={"blk.0.ffn_*": "Q8_0", "blk.0.attn_*": "Q8_0"})
+    gguf = write_tiny_llama(
+        tmp_path / "wide.gguf",
+        n_embd=1024,
+        n_ff=8192,
+        n_layers=1,
+        n_head=16,
+        n_head_kv=16,
+        n_vocab=4096,
+        types={"blk.0.ffn_*": "Q8_0", "blk.0.attn_*": "Q8_0"},
+    )
     extract(gguf, tmp_path / "gguf", PATTERNS)
     code = (
         "import sys\n"
@@ -232,8 +244,9 @@ def test_peak_memory_on_a_wide_block_is_within_the_formula(tmp_path):
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "gguf")], capture_output=True, text=True,
-                          timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "gguf")], capture_output=True, text=True, timeout=900
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     peak = int(proc.stdout.split()[-1])
     assert 0.1e9 < peak <= lesson.peak_bytes(1024, 8192, 4096)["run"], peak
@@ -242,8 +255,9 @@ def test_peak_memory_on_a_wide_block_is_within_the_formula(tmp_path):
 def test_gemma3_coefficients_use_its_activation_and_scale(tmp_path):
     """On a tiny Gemma 3 file the slots' a_i are GELU-tanh(g) u of the sqrt(d)-scaled embedding (reference_gemma,
     float64, gguf-py only); the batched keys the edit uses are the same; the lesson runs through."""
-    from bytesup.model.synthetic import write_tiny_gemma3
     from reference_gemma import lesson3_reference
+
+    from bytesup.model.synthetic import write_tiny_gemma3
 
     gguf = write_tiny_gemma3(tmp_path / "g.gguf")
     extract(gguf, tmp_path / "gguf", list(lesson.SPEC.tensors) + ["output_norm.weight"])
@@ -255,8 +269,15 @@ def test_gemma3_coefficients_use_its_activation_and_scale(tmp_path):
     np.testing.assert_allclose(run.slots.a, want["h"], rtol=1e-4, atol=1e-6)
     s = run.slots
     assert s.walk.recipe.activation == "gelu_tanh" and s.walk.recipe.embed_scale == pytest.approx(32**0.5)
-    batched = lesson.coefficients(np.asarray(tensors["token_embd.weight"][[want["token_id"]]]), s.walk.w_gate, s.w_up,
-                                  s.ffn_norm, s.eps, "gelu_tanh", s.walk.recipe.embed_scale)[0]
+    batched = lesson.coefficients(
+        np.asarray(tensors["token_embd.weight"][[want["token_id"]]]),
+        s.walk.w_gate,
+        s.w_up,
+        s.ffn_norm,
+        s.eps,
+        "gelu_tanh",
+        s.walk.recipe.embed_scale,
+    )[0]
     np.testing.assert_allclose(batched, s.a, rtol=1e-5, atol=1e-6)
     m = run.metrics
     # the regrouping is of W_down h, before post_ffw_norm
@@ -270,7 +291,9 @@ def test_toy_bank_and_silu():
     assert np.round(t["toy_slot_coefficients"], 2).tolist() == [1.72, -0.01, -0.01, 0.10, 0.02, -0.75]
     assert round(t["toy_slot1_coefficient"], 3) == 1.725
     assert t["toy_slot_negative"] == ["British context", "function word next", "query, not a name"]
-    assert t["silu_min"] == pytest.approx(-0.2784645, abs=1e-7) and t["silu_argmin"] == pytest.approx(-1.27846, abs=1e-5)
+    assert t["silu_min"] == pytest.approx(-0.2784645, abs=1e-7) and t["silu_argmin"] == pytest.approx(
+        -1.27846, abs=1e-5
+    )
 
 
 # --- parameter accounting -----------------------------------------------------------------------
@@ -283,7 +306,12 @@ def test_llama3_8b_accounting_matches_the_published_numbers():
     assert round(100 * c["block_ffn_share"], 1) == 80.8 and round(100 * c["block_attention_share"], 1) == 19.2
     assert c["total"] == 8_030_261_248 and c["ffn_total"] == 5_637_144_576
     assert round(100 * c["ffn_share"], 1) == 70.2 and round(100 * c["embeddings_and_head_share"], 1) == 13.1
-    assert (c["slots"], c["weights_per_slot"], c["bytes_per_slot_bf16"], c["kib_per_slot_bf16"]) == (458_752, 12_288, 24_576, 24.0)
+    assert (c["slots"], c["weights_per_slot"], c["bytes_per_slot_bf16"], c["kib_per_slot_bf16"]) == (
+        458_752,
+        12_288,
+        24_576,
+        24.0,
+    )
     assert c["streamed_params"] == 7_504_924_672
     assert round(c["ffn_gb_bf16"], 2) == 11.27 and round(c["streamed_gb_bf16"], 2) == 15.01
     assert round(100 * c["ffn_share_of_streamed"]) == 75
@@ -359,8 +387,17 @@ def test_metadata_map_accepts_the_document_or_the_map(tiny):
 
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "workflow" / "notebooks" / "03b_what_the_ffn_stores.ipynb"
-WRITES = ["claims.csv", "metrics.json", "parameter_shares.png", "parameters.csv", "rome_drift.csv", "rome_drift.png",
-          "slot_coefficients.png", "top_slots.csv", "value_vectors.csv"]
+WRITES = [
+    "claims.csv",
+    "metrics.json",
+    "parameter_shares.png",
+    "parameters.csv",
+    "rome_drift.csv",
+    "rome_drift.png",
+    "slot_coefficients.png",
+    "top_slots.csv",
+    "value_vectors.csv",
+]
 
 
 def extracted_project(root: Path, gguf: Path) -> Path:
@@ -380,11 +417,20 @@ def test_notebook_runs_standalone_from_its_folder(tmp_path):
     out = tmp_path / "results" / "smollm2-135m" / "lessons" / "03b_what_the_ffn_stores"
     assert sorted(p.name for p in out.iterdir()) == WRITES
     got = json.loads((out / "metrics.json").read_text())
-    want = plain(lesson.compute(read_json(base / "metadata.json"), TensorFiles(base / "extract.json"),
-                                pc.read_tensor_table(base / "tensors.csv"), model="smollm2-135m"))
+    want = plain(
+        lesson.compute(
+            read_json(base / "metadata.json"),
+            TensorFiles(base / "extract.json"),
+            pc.read_tensor_table(base / "tensors.csv"),
+            model="smollm2-135m",
+        )
+    )
     for key in want:
         assert got[key] == want[key], key
-    assert got["is_specimen"] is False and got["model_sha256"] == json.loads((base / "extract.json").read_text())["gguf"]["sha256"]
+    assert (
+        got["is_specimen"] is False
+        and got["model_sha256"] == json.loads((base / "extract.json").read_text())["gguf"]["sha256"]
+    )
     with (out / "claims.csv").open(encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert list(rows[0]) == list(claims.COLUMNS) and {r["status"] for r in rows} == {"reproduced"}
@@ -417,8 +463,14 @@ def test_notebook_writes_where_its_parameters_say(tmp_path):
     extracted_project(tmp_path, write_tiny_llama(tmp_path / "tiny.gguf", tied=False))
     out = tmp_path / "elsewhere"
     outputs = {k: str(out / Path(v).name) for k, v in lesson.SPEC.outputs("x").items() if k != "notebook"}
-    run_notebook(NOTEBOOK, tmp_path / "executed.ipynb", cwd=tmp_path / "workflow" / "notebooks",
-                 model_sha256="ab" * 32, seed=3, **outputs)
+    run_notebook(
+        NOTEBOOK,
+        tmp_path / "executed.ipynb",
+        cwd=tmp_path / "workflow" / "notebooks",
+        model_sha256="ab" * 32,
+        seed=3,
+        **outputs,
+    )
     assert sorted(p.name for p in out.iterdir()) == WRITES
     assert not (tmp_path / "results" / "smollm2-135m" / "lessons").exists()
     got = json.loads((out / "metrics.json").read_text())

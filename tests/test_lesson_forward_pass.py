@@ -25,12 +25,11 @@ from gguf import GGUFReader
 from reference_llama import reference_gemma3, reference_pass
 from workflow_helpers import run_lesson_notebook
 
-from bytesup.lessons import claims
 from bytesup.gguf.file import GGUFFile
+from bytesup.lessons import claims, plain
 from bytesup.lessons import forward_pass as lesson
-from bytesup.lessons import plain
-from bytesup.model.forward import Model, Trace
 from bytesup.model.arch import ARCHITECTURES
+from bytesup.model.forward import Model, Trace
 from bytesup.model.synthetic import write_tiny_gemma3, write_tiny_llama
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,10 +123,16 @@ def test_traced_flops_and_bytes_equal_the_metadata_and_gguf_py(tiny):
     head = "token_embd.weight" if "output.weight" not in n_bytes else "output.weight"
     named = [k for k in n_bytes if k.startswith("blk.")] + ["output_norm.weight", head]
     row_file = n_bytes["token_embd.weight"] // vocab
-    assert m["weight_bytes_per_token_file"] == m["weight_bytes_per_token_file_traced"] == (
-        sum(n_bytes[k] for k in named) + row_file)
-    assert m["weight_bytes_per_token_float32"] == m["weight_bytes_per_token_float32_traced"] == 4 * (
-        sum(elements[k] for k in named) + d)
+    assert (
+        m["weight_bytes_per_token_file"]
+        == m["weight_bytes_per_token_file_traced"]
+        == (sum(n_bytes[k] for k in named) + row_file)
+    )
+    assert (
+        m["weight_bytes_per_token_float32"]
+        == m["weight_bytes_per_token_float32_traced"]
+        == 4 * (sum(elements[k] for k in named) + d)
+    )
     assert sum(r["file_bytes"] for r in tables["cost"]) == m["weight_bytes_per_token_file"]
     assert sum(r["float32_bytes"] for r in tables["cost"]) == m["weight_bytes_per_token_float32"]
     assert m["flops_per_file_byte"] == pytest.approx(2 * macs / m["weight_bytes_per_token_file"])
@@ -194,28 +199,48 @@ def notebook_parameters() -> list[str]:
 
 def test_the_notebook_declares_exactly_its_parameters_and_does_the_steps_in_cells():
     assert notebook_parameters() == lesson.SPEC.parameter_names()
-    code = "\n".join("".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code")
-    for step in ("x = embed(W, np.array(ids))", "xn = rms_norm(x, w0.attn_norm, eps)",
-                 "q, k, v = matmul(xn, w0.wq), matmul(xn, w0.wk), matmul(xn, w0.wv)",
-                 "q, k = rms_norm(q, w0.q_norm, eps), rms_norm(k, w0.k_norm, eps)",
-                 "q, k = rope(q, cos, sin, spec.rope_layout), rope(k, cos, sin, spec.rope_layout)",
-                 "scores[future] = -np.inf", "weights = softmax(scores)",
-                 "attn_out = matmul(att.reshape(N, spec.q_dim), w0.wo)",
-                 "attn_out = rms_norm(attn_out, w0.post_attn_norm, eps)", "x_mid = x + attn_out",
-                 "h_ffn = activation(spec.activation)(g) * u", "x_block0 = x_mid + ffn_out",
-                 "logits = unembed(x_final, W, spec)[0]"):
+    code = "\n".join(
+        "".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code"
+    )
+    for step in (
+        "x = embed(W, np.array(ids))",
+        "xn = rms_norm(x, w0.attn_norm, eps)",
+        "q, k, v = matmul(xn, w0.wq), matmul(xn, w0.wk), matmul(xn, w0.wv)",
+        "q, k = rms_norm(q, w0.q_norm, eps), rms_norm(k, w0.k_norm, eps)",
+        "q, k = rope(q, cos, sin, spec.rope_layout), rope(k, cos, sin, spec.rope_layout)",
+        "scores[future] = -np.inf",
+        "weights = softmax(scores)",
+        "attn_out = matmul(att.reshape(N, spec.q_dim), w0.wo)",
+        "attn_out = rms_norm(attn_out, w0.post_attn_norm, eps)",
+        "x_mid = x + attn_out",
+        "h_ffn = activation(spec.activation)(g) * u",
+        "x_block0 = x_mid + ffn_out",
+        "logits = unembed(x_final, W, spec)[0]",
+    ):
         assert step in code, step
 
 
 def test_notebook_on_a_tiny_model(tmp_path):
     gguf = write_tiny_llama(tmp_path / "tiny.gguf", n_layers=3, tied=True)
-    got, out = run_lesson_notebook(lesson.SPEC, gguf, tmp_path, model="tiny", prompt=TINY_PROMPT, forward={"resident_budget_mb": 0.001})
+    got, out = run_lesson_notebook(
+        lesson.SPEC, gguf, tmp_path, model="tiny", prompt=TINY_PROMPT, forward={"resident_budget_mb": 0.001}
+    )
     with GGUFFile(gguf) as f:
         meta = dict(f.metadata)
     want = plain(lesson.compute(gguf, meta, TINY_PROMPT)[0])
-    for key in ("prompt_ids", "top5", "next_token_id", "next_token", "residual_norms", "logit_lens_top_ids",
-                "logit_lens_next_token_ranks", "flops_per_token_metadata", "flops_per_token_traced",
-                "weight_bytes_per_token_file", "weight_bytes_per_token_float32"):
+    for key in (
+        "prompt_ids",
+        "top5",
+        "next_token_id",
+        "next_token",
+        "residual_norms",
+        "logit_lens_top_ids",
+        "logit_lens_next_token_ranks",
+        "flops_per_token_metadata",
+        "flops_per_token_traced",
+        "weight_bytes_per_token_file",
+        "weight_bytes_per_token_float32",
+    ):
         assert got[key] == want[key], key
     assert got["weights_mode"] == "streaming"  # a 1 KiB budget: the notebook's block 0 by hand reads streamed weights
     assert got["block0_by_hand_max_abs_diff"] <= 1e-5 and got["block0_by_hand_vs_trace_max_abs_diff"] <= 1e-5
@@ -267,8 +292,9 @@ def test_tiny_gemma3_next_token_residuals_lens_and_costs_match_a_float64_gemma(t
     assert m["weight_bytes_per_token_file"] == sum(n_bytes[k] for k in named) + n_bytes["token_embd.weight"] // vocab
     extra = [r for r in tables["cost"] if r["step"] == "gemma3's extra norms and biases"]
     assert len(extra) == 1 and extra[0]["flops"] == 0
-    assert extra[0]["float32_bytes"] == 4 * sum(elements[k] for k in named if "_norm" in k and
-                                                 ("attn_q_norm" in k or "attn_k_norm" in k or "post_" in k))
+    assert extra[0]["float32_bytes"] == 4 * sum(
+        elements[k] for k in named if "_norm" in k and ("attn_q_norm" in k or "attn_k_norm" in k or "post_" in k)
+    )
     assert sum(r["float32_bytes"] for r in tables["cost"]) == m["weight_bytes_per_token_float32"]
     assert sum(r["flops"] for r in tables["cost"]) == m["flops_per_token_metadata"]
 
@@ -281,7 +307,14 @@ def test_notebook_on_a_tiny_gemma3(tmp_path):
     got, out = run_lesson_notebook(lesson.SPEC, gguf, tmp_path, model="tiny-gemma3", prompt=GEMMA_TINY_PROMPT)
     with GGUFFile(gguf) as f:
         want = plain(lesson.compute(gguf, dict(f.metadata), GEMMA_TINY_PROMPT)[0])
-    for key in ("prompt_ids", "top5", "next_token_id", "residual_norms", "logit_lens_top_ids", "flops_per_token_traced"):
+    for key in (
+        "prompt_ids",
+        "top5",
+        "next_token_id",
+        "residual_norms",
+        "logit_lens_top_ids",
+        "flops_per_token_traced",
+    ):
         assert got[key] == want[key], key
     assert got["block0_by_hand_max_abs_diff"] <= 1e-5 and got["block0_by_hand_vs_trace_max_abs_diff"] <= 1e-5
 
@@ -314,7 +347,9 @@ def test_gemma3_270m_logits_match_transformers_over_the_whole_vocabulary(gemma_g
 @pytest.fixture(scope="module")
 def default_run(default_gguf, tmp_path_factory):
     """The notebook on the default model with the config's defaults: (metrics, output folder)."""
-    return run_lesson_notebook(lesson.SPEC, default_gguf, tmp_path_factory.mktemp("lesson4-default"), model="smollm2-135m")
+    return run_lesson_notebook(
+        lesson.SPEC, default_gguf, tmp_path_factory.mktemp("lesson4-default"), model="smollm2-135m"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -353,8 +388,9 @@ def test_default_model_residual_stream_matches_transformers(default_run, hf_pass
     _, _, hidden = hf_pass
     n_layers = m["n_layers"]
     assert len(hidden) == n_layers + 1
-    np.testing.assert_allclose(m["residual_norms"][:n_layers], [np.linalg.norm(h) for h in hidden[:n_layers]],
-                               rtol=1e-4)
+    np.testing.assert_allclose(
+        m["residual_norms"][:n_layers], [np.linalg.norm(h) for h in hidden[:n_layers]], rtol=1e-4
+    )
     assert m["final_norm_length"] == pytest.approx(np.linalg.norm(hidden[-1]), rel=1e-4)
     assert m["block0_by_hand_max_abs_diff"] <= 1e-3 and m["block0_by_hand_vs_trace_max_abs_diff"] <= 1e-3
 
@@ -371,8 +407,11 @@ def test_default_model_costs_and_lens(default_run, default_gguf):
     elements, n_bytes = tensor_sizes(default_gguf)
     named = [k for k in n_bytes if k.startswith("blk.")] + ["output_norm.weight", "token_embd.weight"]
     row = n_bytes["token_embd.weight"] // 49152
-    assert m["weight_bytes_per_token_file"] == m["weight_bytes_per_token_file_traced"] == sum(
-        n_bytes[k] for k in named) + row
+    assert (
+        m["weight_bytes_per_token_file"]
+        == m["weight_bytes_per_token_file_traced"]
+        == sum(n_bytes[k] for k in named) + row
+    )
     assert m["weight_bytes_per_token_float32"] == 4 * (sum(elements[k] for k in named) + 576) == 538_062_336
     # the lens: the final point is the model's own prediction; " Paris" is ranked top only there
     assert m["logit_lens_top_ids"][-1] == m["next_token_id"] and m["logit_lens_next_token_ranks"][-1] == 0

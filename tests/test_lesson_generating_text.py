@@ -23,15 +23,14 @@ import pytest
 import yaml
 from workflow_helpers import run_lesson_notebook
 
-from bytesup.lessons import claims
-from bytesup.model import llama_cpp_ref
 from bytesup.gguf.file import GGUFFile
-from bytesup.lessons import LessonInputError, plain
+from bytesup.lessons import LessonInputError, claims, plain
 from bytesup.lessons import generating_text as lesson
-from bytesup.model.forward import Model
-from bytesup.model.tokenizer import Tokenizer
+from bytesup.model import llama_cpp_ref
 from bytesup.model.arch import ARCHITECTURES
+from bytesup.model.forward import Model
 from bytesup.model.synthetic import write_tiny_gemma3, write_tiny_llama
+from bytesup.model.tokenizer import Tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "workflow" / "notebooks" / "05_generating_text.ipynb"
@@ -62,8 +61,16 @@ def keep_top(p: np.ndarray, top_k: int | None, top_p: float | None) -> np.ndarra
     return out / out.sum()
 
 
-def independent(model: Model, ids: list[int], n: int, eos: set[int], temperature: float = 0.0,
-                top_k=None, top_p=None, seed: int | None = None) -> tuple[list[int], list[float]]:
+def independent(
+    model: Model,
+    ids: list[int],
+    n: int,
+    eos: set[int],
+    temperature: float = 0.0,
+    top_k=None,
+    top_p=None,
+    seed: int | None = None,
+) -> tuple[list[int], list[float]]:
     """n new tokens, the whole prefix recomputed at every step (no KV cache)."""
     rng = np.random.default_rng(seed)
     ids, out, probs = list(ids), [], []
@@ -124,13 +131,16 @@ def test_bad_prompts_are_one_line_errors_before_the_model_is_opened(tiny, tmp_pa
     # the tiny model's context is 128 tokens
     with pytest.raises(lesson.GeneratingTextError) as err:
         lesson.compute(absent, metadata, "the cat " * 70, TINY_GENERATE, 0)
-    assert str(err.value) == ("prompt (560 characters): 143 tokens, longer than llama.context_length = 128;"
-                              " shorten the prompt")
+    assert str(err.value) == (
+        "prompt (560 characters): 143 tokens, longer than llama.context_length = 128; shorten the prompt"
+    )
     # it fits alone, but not with the tokens to generate
     with pytest.raises(lesson.GeneratingTextError) as err:
         lesson.compute(absent, metadata, "the cat " * 60, TINY_GENERATE, 0)
-    assert str(err.value) == ("prompt (480 characters): 123 tokens + generate.max_new_tokens 8 = 131 exceed"
-                              " llama.context_length = 128; shorten the prompt or lower max_new_tokens")
+    assert str(err.value) == (
+        "prompt (480 characters): 123 tokens + generate.max_new_tokens 8 = 131 exceed"
+        " llama.context_length = 128; shorten the prompt or lower max_new_tokens"
+    )
     assert len(lesson.prepare(metadata, "the cat " * 60, {"max_new_tokens": 5}, 0).prompt_ids) == 123
     with pytest.raises(lesson.GeneratingTextError, match="gives no tokens"):
         lesson.compute(absent, metadata, "ZZZ", TINY_GENERATE, 0)  # no such letters in the tiny vocabulary
@@ -252,14 +262,17 @@ def test_a_chat_template_is_rendered_and_answered(tmp_path):
 # --- llama.cpp beside ours: the logic without llama.cpp ----------------------------------------------------
 
 
-@pytest.mark.parametrize(("ours", "theirs", "want"), [
-    ([1, 2, 3], [1, 2, 3], None),  # the same throughout
-    ([1, 2, 3], [1, 9, 3], 1),  # the first difference, even if they meet again
-    ([5, 2, 3], [4, 2, 3], 0),
-    ([1, 2], [1, 2, 7], 2),  # one stopped (end of sequence) where the other went on
-    ([1, 2, 7], [1, 2], 2),
-    ([], [], None),
-])
+@pytest.mark.parametrize(
+    ("ours", "theirs", "want"),
+    [
+        ([1, 2, 3], [1, 2, 3], None),  # the same throughout
+        ([1, 2, 3], [1, 9, 3], 1),  # the first difference, even if they meet again
+        ([5, 2, 3], [4, 2, 3], 0),
+        ([1, 2], [1, 2, 7], 2),  # one stopped (end of sequence) where the other went on
+        ([1, 2, 7], [1, 2], 2),
+        ([], [], None),
+    ],
+)
 def test_parts_at_on_made_up_lists(ours, theirs, want):
     assert lesson.parts_at(ours, theirs) == want
 
@@ -323,8 +336,11 @@ def test_side_by_side_on_a_stand_in_llama_cpp(tiny, monkeypatch):
     assert m["llama_cpp_parts_tokens"] == [tok.token_text(a), tok.token_text(b)]
     lead = float(logits[k][a] - logits[k][b])
     np.testing.assert_allclose(m["llama_cpp_parts_margins"], [lead, -0.05], atol=1e-5)
-    np.testing.assert_allclose(m["llama_cpp_parts_logits"], [[logits[k][a], logits[k][b]],
-                                                             [logits[k][a] + 0.01, logits[k][a] + 0.06]], atol=1e-5)
+    np.testing.assert_allclose(
+        m["llama_cpp_parts_logits"],
+        [[logits[k][a], logits[k][b]], [logits[k][a] + 0.01, logits[k][a] + 0.06]],
+        atol=1e-5,
+    )
     assert m["llama_cpp_parts_max_abs_logit_diff"] == pytest.approx(lead + 0.06, abs=1e-5)
     rows = t["llama_cpp"]
     assert [r["step"] for r in rows] == list(range(1, 9))  # our 8 steps; the stand-in stopped after 4
@@ -341,10 +357,21 @@ def test_side_by_side_on_a_stand_in_llama_cpp(tiny, monkeypatch):
 
 def test_notebook_on_a_tiny_model_skips_the_chat_honestly(tiny, tmp_path):
     gguf, metadata = tiny
-    got, out = run_lesson_notebook(lesson.SPEC, gguf, tmp_path, model="tiny", prompt=TINY_PROMPT, generate=TINY_GENERATE, seed=2)
+    got, out = run_lesson_notebook(
+        lesson.SPEC, gguf, tmp_path, model="tiny", prompt=TINY_PROMPT, generate=TINY_GENERATE, seed=2
+    )
     want = plain(lesson.compute(gguf, metadata, TINY_PROMPT, TINY_GENERATE, 2)[0])
-    for key in ("prompt_ids", "greedy_ids", "greedy_text", "stop_reason", "sampled_ids", "sampled_texts",
-                "next_token_kept_by_filters", "kv_cache_tokens_total", "chat_note"):
+    for key in (
+        "prompt_ids",
+        "greedy_ids",
+        "greedy_text",
+        "stop_reason",
+        "sampled_ids",
+        "sampled_texts",
+        "next_token_kept_by_filters",
+        "kv_cache_tokens_total",
+        "chat_note",
+    ):
         assert got[key] == want[key], key
     np.testing.assert_allclose(got["greedy_probs"], want["greedy_probs"], rtol=1e-6)
     assert got["kv_cache_max_abs_diff"] <= 1e-4
@@ -368,15 +395,22 @@ def test_notebook_on_a_tiny_model_skips_the_chat_honestly(tiny, tmp_path):
 @pytest.fixture(scope="module")
 def default_run(default_gguf, tmp_path_factory):
     """The notebook on the default model with the config's defaults: (metrics, output folder)."""
-    return run_lesson_notebook(lesson.SPEC, default_gguf, tmp_path_factory.mktemp("lesson5-default"), model="smollm2-135m")
+    return run_lesson_notebook(
+        lesson.SPEC, default_gguf, tmp_path_factory.mktemp("lesson5-default"), model="smollm2-135m"
+    )
 
 
 def hf_greedy(hf, ids: list[int], n: int) -> list[int]:
     torch, _, model = hf
     with torch.no_grad():
-        out = model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False, num_beams=1,
-                             attention_mask=torch.ones(1, len(ids), dtype=torch.long))
-    return out[0, len(ids):].tolist()
+        out = model.generate(
+            torch.tensor([ids]),
+            max_new_tokens=n,
+            do_sample=False,
+            num_beams=1,
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+        )
+    return out[0, len(ids) :].tolist()
 
 
 @pytest.mark.slow
@@ -413,8 +447,7 @@ def test_default_model_kv_cache_sampling_and_outputs(default_run, default_gguf):
     assert all(len(ids) == N_GREEDY or ids[-1] in m["eos_ids"] for ids in m["sampled_ids"])
     # the coldest temperature's draw, redone through the model with Generator(seed) and no cache
     with Model.from_gguf(default_gguf) as model:
-        drawn, _ = independent(model, m["prompt_ids"], N_GREEDY, set(m["eos_ids"]), 0.5, top_k=50, top_p=0.95,
-                                   seed=0)
+        drawn, _ = independent(model, m["prompt_ids"], N_GREEDY, set(m["eos_ids"]), 0.5, top_k=50, top_p=0.95, seed=0)
         assert m["sampled_ids"][0] == drawn
         logits = model.forward(m["prompt_ids"])[-1]
     p1 = probs_at(logits)
@@ -423,8 +456,9 @@ def test_default_model_kv_cache_sampling_and_outputs(default_run, default_gguf):
         rows = list(csv.DictReader(f))
     assert json.loads(rows[0]["token"]) == " Paris" and len(rows) == lesson.TOP_N
     for t in (0.5, 1, 2):
-        np.testing.assert_allclose([float(r[f"p_T{t:g}"]) for r in rows], np.sort(probs_at(logits, t))[::-1][:15],
-                                   rtol=1e-4)
+        np.testing.assert_allclose(
+            [float(r[f"p_T{t:g}"]) for r in rows], np.sort(probs_at(logits, t))[::-1][:15], rtol=1e-4
+        )
     with (out / "claims.csv").open(encoding="utf-8") as f:
         assert f.read() == ",".join(claims.COLUMNS) + "\n"
 
@@ -474,8 +508,9 @@ def test_default_model_beside_llama_cpp(default_run, default_gguf, llama_cpp_ver
         llm.eval(m["prompt_ids"])
         first = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
         assert float(first.max()) == pytest.approx(m["llama_cpp_top_logit"], abs=1e-4)
-        assert float(np.abs(first - logits).max()) == pytest.approx(m["llama_cpp_first_step_max_abs_logit_diff"],
-                                                                     abs=1e-3)
+        assert float(np.abs(first - logits).max()) == pytest.approx(
+            m["llama_cpp_first_step_max_abs_logit_diff"], abs=1e-3
+        )
         again = []
         for token in llm.generate(m["prompt_ids"], top_k=1, temp=0.0, reset=True):
             again.append(int(token))

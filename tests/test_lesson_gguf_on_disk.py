@@ -9,16 +9,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from workflow_helpers import run_notebook
 
-from bytesup.lessons import claims
 from bytesup.gguf import blocks as qb
 from bytesup.gguf.dequant import reference_dequantize, unpack_scale_min_k4
 from bytesup.gguf.file import GGUFFile
+from bytesup.lessons import claims
 from bytesup.lessons import gguf_on_disk as lesson
 from bytesup.lessons.spec import parameter
 from bytesup.model.configs import Architecture, llama_tensor_shapes
 from bytesup.model.synthetic import write_tiny_llama
-from workflow_helpers import run_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "workflow" / "notebooks" / "01_gguf_on_disk.ipynb"
@@ -280,8 +280,10 @@ def test_one_block_of_every_type_in_the_tiny_file(tiny):
     assert len(rows) == sum(r["weights"] for r in tables["block_types"]) and all(r["same_bits"] for r in rows)
     for t in present:  # each block's weights are the gguf-py weights of the bytes it names
         pick, blk, checks, _ = tables["blocks"][t]
-        assert pick.raw == bytes(tiny.raw(pick.tensor)[pick.row * pick.row_bytes:][: len(pick.raw)])
-        assert lesson.same_bits(blk.values, reference_dequantize(np.frombuffer(pick.raw, np.uint8), t, (blk.n_weights,)))
+        assert pick.raw == bytes(tiny.raw(pick.tensor)[pick.row * pick.row_bytes :][: len(pick.raw)])
+        assert lesson.same_bits(
+            blk.values, reference_dequantize(np.frombuffer(pick.raw, np.uint8), t, (blk.n_weights,))
+        )
     fields = {(r["type"], r["field"]): r["value"] for r in tables["block_fields"]}
     assert fields[("Q4_1", "d")] == tables["blocks"]["Q4_1"][1].d.value
 
@@ -299,8 +301,13 @@ def test_a_type_without_a_hand_decoder_is_listed(tiny, monkeypatch):
 # --- the layout the architecture table predicts, against odd files ---------------------------------
 
 
-def write_odd_llama(path: Path, *, drop: str = "", add: tuple[str, tuple[int, ...]] | None = None,
-                    reshape: tuple[str, tuple[int, ...]] | None = None) -> Path:
+def write_odd_llama(
+    path: Path,
+    *,
+    drop: str = "",
+    add: tuple[str, tuple[int, ...]] | None = None,
+    reshape: tuple[str, tuple[int, ...]] | None = None,
+) -> Path:
     """A one-block llama GGUF (F32 zeros) with a tensor left out, one added or one reshaped."""
     from gguf import GGUFWriter
 
@@ -336,7 +343,11 @@ def test_layout_check_lists_missing_extra_and_reshaped_tensors(tmp_path):
     assert (k["predicted_shape"], k["file_shape"]) == ("16x32", "8x32")
     assert m["layout_mismatches"] == 3 and m["layout_from_metadata_matches"] is False
     # the parameters are the file's own tensors, the extra one included and the missing one not
-    assert m["parameters"] == sum(t.n_elements for t in f.tensors) == m["layout_parameters_predicted"] - 64 * 32 - 8 * 32 + 32
+    assert (
+        m["parameters"]
+        == sum(t.n_elements for t in f.tensors)
+        == m["layout_parameters_predicted"] - 64 * 32 - 8 * 32 + 32
+    )
     assert m["parameters_by_part"]["other"] == 32
 
 
@@ -352,11 +363,15 @@ def test_tiny_gemma3_and_qwen2_files_are_predicted_tensor_for_tensor(tmp_path):
     assert m["blocks_all_bit_exact_gguf_py"]
     with GGUFFile(write_tiny_llama(tmp_path / "q.gguf", arch="qwen2", qkv_bias=True)) as f:
         m, tables = lesson.run(f, " cat")
-    assert tables["layout"] == [] and m["tensors_per_block"] == 12 and m["layout_parameters_predicted"] == m["parameters"]
+    assert (
+        tables["layout"] == [] and m["tensors_per_block"] == 12 and m["layout_parameters_predicted"] == m["parameters"]
+    )
     # the same qwen2 file without its biases: the table's qwen2 row misses them, 3 per block
     with GGUFFile(write_tiny_llama(tmp_path / "q2.gguf", arch="qwen2")) as f:
         m, tables = lesson.run(f, " cat")
-    assert m["layout_mismatches"] == 6 and {r["problem"] for r in tables["layout"]} == {"predicted, missing from the file"}
+    assert m["layout_mismatches"] == 6 and {r["problem"] for r in tables["layout"]} == {
+        "predicted, missing from the file"
+    }
     assert {r["tensor"] for r in tables["layout"]} == {f"blk.{i}.attn_{x}.bias" for i in (0, 1) for x in "qkv"}
 
 
@@ -449,7 +464,9 @@ def test_notebook_runs_on_a_tiny_model(tmp_path):
     assert len(block) == 32 and all(r["same_bits"] == "True" for r in block)
     layout = read_csv(out / "x_layout_check.csv")
     assert layout == [] and (out / "x_layout_check.csv").read_text().startswith("tensor,problem,")
-    code = "\n".join("".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code")
+    code = "\n".join(
+        "".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code"
+    )
     for step in ('struct.unpack_from("<IQQ", prefix, 4)', "w = np.float32(d) * q.astype(np.float32)",
                  "w = d * q.astype(np.float32) + m", "llama_tensor_shapes(spec)", "spec.tensor_shapes()",
                  "unpack_scale_min_k4(np.frombuffer(packed, np.uint8))", "w = d * (q.astype(np.float32) - 16)"):  # fmt: skip
@@ -462,8 +479,10 @@ def test_notebook_shows_a_tampered_file_in_the_layout_table(tmp_path):
     gguf = write_odd_llama(tmp_path / "odd.gguf", drop="blk.0.ffn_up.weight", add=("blk.0.mystery.weight", (32,)))
     metrics, out = run_lesson1_notebook(gguf, tmp_path)
     rows = read_csv(out / "x_layout_check.csv")
-    assert {(r["tensor"], r["problem"]) for r in rows} == {("blk.0.ffn_up.weight", "predicted, missing from the file"),
-                                                           ("blk.0.mystery.weight", "in the file, not predicted")}
+    assert {(r["tensor"], r["problem"]) for r in rows} == {
+        ("blk.0.ffn_up.weight", "predicted, missing from the file"),
+        ("blk.0.mystery.weight", "in the file, not predicted"),
+    }
     assert metrics["layout_mismatches"] == 2
 
 
@@ -517,7 +536,10 @@ def test_gemma_file_every_type_and_every_tensor(gemma_gguf):
     assert m["architecture"] == "gemma3" and m["bytes_unaccounted"] == 0
     assert m["parameters"] == m["layout_parameters_predicted"] == 268_098_176
     assert m["layout_mismatches"] == 0 and tables["layout"] == [] and m["layout_predicted_tensors"] == 236
-    assert m["parameters_by_part"]["norms"] == 18 * (2 * 640 + 2 * 256 + 2 * 640) and "other" not in m["parameters_by_part"]
+    assert (
+        m["parameters_by_part"]["norms"] == 18 * (2 * 640 + 2 * 256 + 2 * 640)
+        and "other" not in m["parameters_by_part"]
+    )
     assert m["blocks_in_names"] == 18 and m["tensors_per_block"] == 13
     assert m["block_types"] == ["Q8_0", "Q5_0", "Q4_K", "Q6_K", "F32"]
     assert m["block_types_bit_exact_gguf_py"] == m["block_types_bit_exact_bytesup"] == 5
@@ -533,4 +555,5 @@ def test_gemma_file_every_type_and_every_tensor(gemma_gguf):
                             "min[0..7] (unpacked)", "dmin * min[j] (float32)"]  # fmt: skip
     assert fields["scale[0..7] (unpacked)"] == blk.sub_scales and fields["d"] == blk.d.value
     assert [np.float32(x) for x in fields["dmin * min[j] (float32)"].split(", ")] == [
-        np.float32(blk.m.value) * np.float32(m) for m in blk.sub_mins]
+        np.float32(blk.m.value) * np.float32(m) for m in blk.sub_mins
+    ]

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 from workflow_helpers import run_notebook
 
-from bytesup.timing import machine
-from bytesup.model import param_counts as pc
 from bytesup.gguf.extract import extract
 from bytesup.lessons import LessonInputError, plain, read_metadata
 from bytesup.lessons import hardware_fit as lesson
 from bytesup.lessons.spec import parameter
 from bytesup.model import configs
+from bytesup.model import param_counts as pc
+from bytesup.timing import machine
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "workflow" / "notebooks" / "07_the_hardware_fit.ipynb"
@@ -38,11 +38,21 @@ def gemma3_270m_tensors():
     out = [("token_embd.weight", (vocab, d))]
     for i in range(18):
         b = f"blk.{i}."
-        out += [(b + "attn_norm.weight", (d,)), (b + "attn_q.weight", (heads * hd, d)), (b + "attn_k.weight", (kv * hd, d)),
-                (b + "attn_v.weight", (kv * hd, d)), (b + "attn_q_norm.weight", (hd,)), (b + "attn_k_norm.weight", (hd,)),
-                (b + "attn_output.weight", (d, heads * hd)), (b + "post_attention_norm.weight", (d,)),
-                (b + "ffn_norm.weight", (d,)), (b + "ffn_gate.weight", (ff, d)), (b + "ffn_up.weight", (ff, d)),
-                (b + "ffn_down.weight", (d, ff)), (b + "post_ffw_norm.weight", (d,))]
+        out += [
+            (b + "attn_norm.weight", (d,)),
+            (b + "attn_q.weight", (heads * hd, d)),
+            (b + "attn_k.weight", (kv * hd, d)),
+            (b + "attn_v.weight", (kv * hd, d)),
+            (b + "attn_q_norm.weight", (hd,)),
+            (b + "attn_k_norm.weight", (hd,)),
+            (b + "attn_output.weight", (d, heads * hd)),
+            (b + "post_attention_norm.weight", (d,)),
+            (b + "ffn_norm.weight", (d,)),
+            (b + "ffn_gate.weight", (ff, d)),
+            (b + "ffn_up.weight", (ff, d)),
+            (b + "ffn_down.weight", (d, ff)),
+            (b + "post_ffw_norm.weight", (d,)),
+        ]
     out.append(("output_norm.weight", (d,)))
     return out
 
@@ -56,18 +66,43 @@ def test_q4_k_m_recipe_matches_a_real_gemma3_file():
     assert counts == {"F32": 109, "Q8_0": 10, "Q5_0": 81, "Q4_K": 27, "Q6_K": 9}
     kind = dict(zip([n for n, _ in tensors], types))
     assert kind["token_embd.weight"] == "Q8_0"  # tied head, 640 not a multiple of 256
-    assert (kind["blk.0.ffn_gate.weight"], kind["blk.0.ffn_up.weight"], kind["blk.0.ffn_down.weight"]) == ("Q5_0", "Q5_0", "Q6_K")
+    assert (kind["blk.0.ffn_gate.weight"], kind["blk.0.ffn_up.weight"], kind["blk.0.ffn_down.weight"]) == (
+        "Q5_0",
+        "Q5_0",
+        "Q6_K",
+    )
 
 
 def test_use_more_bits_layers():
-    assert [i for i in range(32) if lesson.use_more_bits(i, 32)] == [0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29, 30, 31]
+    assert [i for i in range(32) if lesson.use_more_bits(i, 32)] == [
+        0,
+        1,
+        2,
+        3,
+        6,
+        9,
+        12,
+        15,
+        18,
+        21,
+        24,
+        27,
+        28,
+        29,
+        30,
+        31,
+    ]
     assert sum(lesson.use_more_bits(i, 18) for i in range(18)) == 9
 
 
 def test_llama3_8b_q4_k_m_by_hand():
     # 16 of 32 blocks get Q6_K for attn_v and ffn_down; Q4_K = 144 bytes / 256, Q6_K = 210 bytes / 256
-    q4 = lambda n: n // 256 * 144
-    q6 = lambda n: n // 256 * 210
+    def q4(n):
+        return n // 256 * 144
+
+    def q6(n):
+        return n // 256 * 210
+
     d, ff, kv, v = 4096, 14336, 1024, 128256
     block_q4 = q4(d * d) * 2 + q4(kv * d) + q4(ff * d) * 2  # q, o, k, gate, up
     want = q4(v * d) + q6(v * d) + 32 * block_q4 + 16 * (q6(kv * d) + q6(d * ff)) + 16 * (q4(kv * d) + q4(d * ff))
@@ -109,19 +144,33 @@ def test_storage_refuses_unknown():
 
 
 def tiny_inputs(tied=True, arch="llama"):
-    meta = {"general.architecture": arch, "general.file_type": 7, f"{arch}.embedding_length": 64,
-            f"{arch}.attention.head_count": 4, f"{arch}.attention.head_count_kv": 2, f"{arch}.block_count": 2,
-            f"{arch}.context_length": 2048}
-    rows = [{"name": "token_embd.weight", "type": "Q8_0", "shape": "1000x64", "bytes": 1000 * 68, "elements": 64000},
-            {"name": "blk.0.attn_q.weight", "type": "Q8_0", "shape": "64x64", "bytes": 64 * 68, "elements": 4096},
-            {"name": "output_norm.weight", "type": "F32", "shape": "64", "bytes": 256, "elements": 64}]
+    meta = {
+        "general.architecture": arch,
+        "general.file_type": 7,
+        f"{arch}.embedding_length": 64,
+        f"{arch}.attention.head_count": 4,
+        f"{arch}.attention.head_count_kv": 2,
+        f"{arch}.block_count": 2,
+        f"{arch}.context_length": 2048,
+    }
+    rows = [
+        {"name": "token_embd.weight", "type": "Q8_0", "shape": "1000x64", "bytes": 1000 * 68, "elements": 64000},
+        {"name": "blk.0.attn_q.weight", "type": "Q8_0", "shape": "64x64", "bytes": 64 * 68, "elements": 4096},
+        {"name": "output_norm.weight", "type": "F32", "shape": "64", "bytes": 256, "elements": 64},
+    ]
     if not tied:
-        rows.append({"name": "output.weight", "type": "Q8_0", "shape": "1000x64", "bytes": 1000 * 68, "elements": 64000})
+        rows.append(
+            {"name": "output.weight", "type": "Q8_0", "shape": "1000x64", "bytes": 1000 * 68, "elements": 64000}
+        )
     return meta, rows
 
 
 def summary(memory=8 * GiB, copy=20.0):
-    return {"status": "measured", "stream_copy_gbps": copy, "machine": {"memory_bytes": memory, "cpu_model": "Test CPU"}}
+    return {
+        "status": "measured",
+        "stream_copy_gbps": copy,
+        "machine": {"memory_bytes": memory, "cpu_model": "Test CPU"},
+    }
 
 
 def test_this_model_from_its_own_table():
@@ -169,7 +218,9 @@ def test_fit_rows_by_hand():
     assert (r["context_tokens"], r["context_capped"], r["fits"]) == (131072, False, False)
     # this model, capped at its 2,048-token context, and the counts
     assert metrics["model_4k_fits_this_machine"] is True
-    assert metrics["model_4k_ceiling_dgx_spark_tps"] == pytest.approx(273e9 / (metrics["model_read_per_token_bytes"] + metrics["model_kv_bytes_per_token"] * 2048), rel=1e-12)
+    assert metrics["model_4k_ceiling_dgx_spark_tps"] == pytest.approx(
+        273e9 / (metrics["model_read_per_token_bytes"] + metrics["model_kv_bytes_per_token"] * 2048), rel=1e-12
+    )
     at4k = [x for x in fit if x["device"] == "this_machine" and x["context"] == "4k" and x["model_key"] != "model"]
     assert metrics["fits_this_machine_4k_count"] == sum(x["total_bytes"] <= 8 * GiB for x in at4k)
     assert metrics["gpu_status"] == "no GPU on this run"
@@ -215,10 +266,6 @@ def test_figure_is_a_png(tmp_path):
 # --- the notebook -------------------------------------------------------------------------------------------
 
 
-
-
-
-
 @pytest.mark.slow  # the default model: CI (make test-slow)
 def test_notebook_on_the_default_model(tmp_path, default_gguf):
     """papermill from workflow/notebooks/ of a project with a finished extract and CPU timing (no GPU file):
@@ -260,8 +307,14 @@ def test_notebook_on_the_default_model(tmp_path, default_gguf):
     assert got["deepseek_coder_6_7b_q8_0_4k_fits_this_machine"] == (spec_total <= memory)
     assert got["this_machine_memory_bytes"] == memory and got["gpu_status"].startswith("no GPU on this run")
     assert got["is_specimen"] is False and got["model"] == "smollm2-135m"
-    want = plain(lesson.compute(read_metadata(base / "metadata.json"), pc.read_tensor_table(base / "tensors.csv"),
-                                timing_summary=summary(memory=memory, copy=12.5), model="smollm2-135m"))
+    want = plain(
+        lesson.compute(
+            read_metadata(base / "metadata.json"),
+            pc.read_tensor_table(base / "tensors.csv"),
+            timing_summary=summary(memory=memory, copy=12.5),
+            model="smollm2-135m",
+        )
+    )
     for key, value in want.items():
         assert got[key] == (pytest.approx(value, rel=1e-12) if isinstance(value, float) else value), key
 
@@ -273,10 +326,22 @@ def test_notebook_on_the_default_model(tmp_path, default_gguf):
     with (out / "x_claims.csv").open(encoding="utf-8") as f:
         assert {r["status"] for r in csv.DictReader(f)} == {"reproduced"}
     with (out / "x_devices.csv").open(encoding="utf-8") as f:
-        assert [r["device"] for r in csv.DictReader(f)] == ["this_machine", "laptop_16gb", "dgx_spark", "h100_sxm", "h200"]
+        assert [r["device"] for r in csv.DictReader(f)] == [
+            "this_machine",
+            "laptop_16gb",
+            "dgx_spark",
+            "h100_sxm",
+            "h200",
+        ]
     assert (out / "x_what_fits_where.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    code = "\n".join("".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code")
-    for step in ("type_bytes(kind, math.prod(shape))", "lesson.q4_k_m_types(", "2 * spec8.n_layers * spec8.n_kv_heads",
-                 "ceiling = 273e9 / read"):
+    code = "\n".join(
+        "".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code"
+    )
+    for step in (
+        "type_bytes(kind, math.prod(shape))",
+        "lesson.q4_k_m_types(",
+        "2 * spec8.n_layers * spec8.n_kv_heads",
+        "ceiling = 273e9 / read",
+    ):
         assert step in code, step
     assert math.isfinite(got["deepseek_coder_6_7b_q8_0_4k_ceiling_dgx_spark_tps"])

@@ -8,15 +8,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from workflow_helpers import run_notebook
 
-from bytesup.lessons import claims
 from bytesup.gguf.extract import extract
 from bytesup.gguf.file import GGUFFile
-from bytesup.lessons import LessonInputError, TensorFiles, read_json
+from bytesup.lessons import LessonInputError, TensorFiles, claims, read_json
 from bytesup.lessons import tokens_and_embeddings as lesson
 from bytesup.lessons.spec import parameter
 from bytesup.model.synthetic import write_tiny_llama
-from workflow_helpers import run_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "workflow" / "notebooks" / "02_tokens_and_embeddings.ipynb"
@@ -177,8 +176,17 @@ def test_notebook_runs_on_a_tiny_model(tiny, tmp_path):
     gguf, metadata_json, index = tiny
     out = tmp_path / "out"
     outputs = {parameter(name): out / f"x_{name}" for name in lesson.SPEC.files}
-    run_notebook(NOTEBOOK, tmp_path / "run.ipynb", cwd=ROOT, model="tiny", model_sha256="",
-                 metadata_json=metadata_json, tensors_index=index, model_gguf=gguf, **outputs)
+    run_notebook(
+        NOTEBOOK,
+        tmp_path / "run.ipynb",
+        cwd=ROOT,
+        model="tiny",
+        model_sha256="",
+        metadata_json=metadata_json,
+        tensors_index=index,
+        model_gguf=gguf,
+        **outputs,
+    )
     assert sorted(p.name for p in out.iterdir()) == sorted(f"x_{name}" for name in lesson.SPEC.files)
     metrics = json.loads((out / "x_metrics.json").read_text(encoding="utf-8"))
     assert round(metrics["random_dot"], 2) == -18.14 and metrics["is_specimen"] is False
@@ -187,9 +195,15 @@ def test_notebook_runs_on_a_tiny_model(tiny, tmp_path):
     assert [r["status"] for r in rows] == ["specimen differs"] + ["reproduced"] * 4
     with (out / "x_token_row.csv").open(encoding="utf-8") as fh:
         assert len(list(csv.DictReader(fh))) == 32
-    code = "\n".join("".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code")
-    for step in ("token_id = vocab.index(stored)", "x = np.asarray(E[token_id]", "rms_x = np.sqrt(np.mean(x * x))",
-                 "a, b = rng.standard_normal(4096), rng.standard_normal(4096)"):
+    code = "\n".join(
+        "".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code"
+    )
+    for step in (
+        "token_id = vocab.index(stored)",
+        "x = np.asarray(E[token_id]",
+        "rms_x = np.sqrt(np.mean(x * x))",
+        "a, b = rng.standard_normal(4096), rng.standard_normal(4096)",
+    ):
         assert step in code, step
     assert "matplotlib.use" not in code
 

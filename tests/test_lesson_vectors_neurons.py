@@ -7,12 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from workflow_helpers import run_notebook
 
-from bytesup.lessons import claims
-from bytesup.lessons import plain
+from bytesup.lessons import claims, plain
 from bytesup.lessons import vectors_neurons as lesson
 from bytesup.lessons.spec import parameter
-from workflow_helpers import run_notebook
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +97,9 @@ def test_fold_is_seeded_and_measures_the_bend():
 
 
 def test_activations(m):
-    assert m["silu_min"] == pytest.approx(-0.2784645, abs=1e-7) and m["silu_argmin"] == pytest.approx(-1.27846, abs=1e-5)
+    assert m["silu_min"] == pytest.approx(-0.2784645, abs=1e-7) and m["silu_argmin"] == pytest.approx(
+        -1.27846, abs=1e-5
+    )
     assert m["gelu_min"] == pytest.approx(-0.17, abs=0.001) and m["relu_min"] == 0.0
     assert m["tanh_at_6"] < 1 and m["tanh_at_1"] == pytest.approx(math.tanh(1))
 
@@ -185,8 +186,16 @@ def test_notebook_runs_standalone_from_its_folder(tmp_path):
     for name in ("fold.png", "activations.png", "composition.png"):
         assert (out / f"x_{name}").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # the by-hand steps are written in the cells with numpy, not read back from the metrics
-    code = "\n".join("".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code")
-    for step in ("dot_ab = a @ b", "SR = S @ R", "products = weights * inputs", "h = x @ W_in + b_in",
-                 "a = np.maximum(h, 0.0)", "y = a @ W_out"):
+    code = "\n".join(
+        "".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code"
+    )
+    for step in (
+        "dot_ab = a @ b",
+        "SR = S @ R",
+        "products = weights * inputs",
+        "h = x @ W_in + b_in",
+        "a = np.maximum(h, 0.0)",
+        "y = a @ W_out",
+    ):
         assert step in code, step
     assert "matplotlib.use" not in code and "show(" not in code

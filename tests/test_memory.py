@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from bytesup.gguf import extract as extract_mod
-from bytesup.report import job_resources as jr
 from bytesup.gguf.file import GGUFFile
 from bytesup.lessons import tokens_and_embeddings as lesson2
 from bytesup.model.configs import DEEPSEEK_CODER_6_7B, LLAMA3_70B, Architecture, llama_tensor_shapes
 from bytesup.model.synthetic import write_shaped, write_tiny_llama
+from bytesup.report import job_resources as jr
 
 BENCH_HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
 
@@ -212,8 +212,13 @@ def test_whole_dag_on_a_wide_model_keeps_within_its_declarations(tmp_path, finis
     gguf = write_shaped(tmp_path / "wide.gguf", WIDE)
     # the lessons whose memory the FFN or the vocabulary drives; on these random weights lesson 6's
     # check of its fused QKV against three matmuls (rtol 1e-5) fails at width 1024, so it is left out
-    lessons = ["01_gguf_on_disk", "02_tokens_and_embeddings", "03_ffn_by_hand", "03b_what_the_ffn_stores",
-               "04_the_forward_pass"]
+    lessons = [
+        "01_gguf_on_disk",
+        "02_tokens_and_embeddings",
+        "03_ffn_by_hand",
+        "03b_what_the_ffn_stores",
+        "04_the_forward_pass",
+    ]
     project = tiny_project(tmp_path / "project", gguf=gguf, lessons=lessons)
     snakemake(project, timeout=3600)
     table = list(csv.DictReader((next((project / "report").glob("*/job_resources.csv"))).open()))

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from reference_llama import reference_pass
 
-from bytesup.model.layers import rms_norm as rms_norm_vector
 from bytesup.model.arch import (
     ArchMetadataError,
     UnsupportedArchitectureError,
@@ -34,15 +34,9 @@ from bytesup.model.forward import (
     rope_angles,
     weight_float32_bytes_per_token,
 )
-from bytesup.model.weights import choose_mode, float32_bytes
+from bytesup.model.layers import rms_norm as rms_norm_vector
 from bytesup.model.synthetic import raw_gguf, write_tiny_llama
-from reference_llama import reference_pass
-
-
-
-
-
-
+from bytesup.model.weights import choose_mode, float32_bytes
 
 TINY_CASES = {
     "untied-gqa2": {"n_head": 4, "n_head_kv": 2, "n_layers": 2},

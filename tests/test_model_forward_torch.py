@@ -17,8 +17,8 @@ from bytesup.model import forward as fnp
 from bytesup.model import forward_torch as ft
 from bytesup.model.forward import ForwardInputError, Model
 from bytesup.model.forward_torch import TorchModel, TorchUnavailable
-from bytesup.model.tokenizer import Tokenizer
 from bytesup.model.synthetic import write_tiny_gemma3, write_tiny_llama
+from bytesup.model.tokenizer import Tokenizer
 
 ATOL = 1e-4  # float32 against float32: different summation orders, nothing else
 
@@ -59,8 +59,9 @@ def test_tiny_prefill_then_decode_equals_numpy(tmp_path, tied, n_head_kv):
 
 def test_tiny_partial_rope_equals_numpy(tmp_path):
     """rope.dimension_count < head size: only the first n_rot dimensions of each head turn."""
-    path = write_tiny_llama(tmp_path / "rot.gguf", extra_metadata={"llama.attention.key_length": 8,
-                                                                    "llama.rope.dimension_count": 4})
+    path = write_tiny_llama(
+        tmp_path / "rot.gguf", extra_metadata={"llama.attention.key_length": 8, "llama.rope.dimension_count": 4}
+    )
     model, twin = both(path)
     with model:
         assert (twin.spec.head_dim, twin.spec.n_rot) == (8, 4)
@@ -79,8 +80,9 @@ def test_cache_growth_and_positions_past_64(tmp_path):
         np.testing.assert_allclose(twin.forward_numpy(prompt, c_t), model.forward(prompt, c_np), rtol=0, atol=ATOL)
         assert c_t._capacity == 64
         for i in range(10):
-            np.testing.assert_allclose(twin.forward_numpy([i + 3], c_t), model.forward([i + 3], c_np),
-                                       rtol=0, atol=ATOL)
+            np.testing.assert_allclose(
+                twin.forward_numpy([i + 3], c_t), model.forward([i + 3], c_np), rtol=0, atol=ATOL
+            )
         assert c_t._capacity == 128 and c_t.n == 70
         for layer in range(model.spec.n_layers):  # the cached keys and values themselves
             np.testing.assert_allclose(c_t.k[layer][:, :70].numpy(), c_np.k[layer][:, :70], rtol=0, atol=1e-5)
@@ -142,18 +144,24 @@ def test_steps_equal_forward_py_steps():
         np.testing.assert_array_equal(tc.numpy(), cos)
         np.testing.assert_array_equal(ts.numpy(), sin)
         for layout in ("adjacent", "neox"):
-            np.testing.assert_allclose(ft.rope(torch.from_numpy(x), tc, ts, layout).numpy(),
-                                       fnp.rope(x, cos, sin, layout), rtol=0, atol=1e-6)
+            np.testing.assert_allclose(
+                ft.rope(torch.from_numpy(x), tc, ts, layout).numpy(), fnp.rope(x, cos, sin, layout), rtol=0, atol=1e-6
+            )
     with pytest.raises(ValueError, match="rope layout 'gptj' is not known"):
         ft.rope(torch.from_numpy(x), tc, ts, "gptj")
     g = rng.standard_normal((3, 16)).astype(np.float32) * 3
     for name in ("silu", "gelu_tanh"):
-        np.testing.assert_allclose(ft.ACTIVATIONS[name](torch.from_numpy(g)).numpy(), fnp.activation(name)(g),
-                                   rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(
+            ft.ACTIVATIONS[name](torch.from_numpy(g)).numpy(), fnp.activation(name)(g), rtol=1e-6, atol=1e-6
+        )
     h = rng.standard_normal((4, 32)).astype(np.float32)
     w = rng.standard_normal(32).astype(np.float32)
-    np.testing.assert_allclose(ft.rms_norm(torch.from_numpy(h), torch.from_numpy(w), 1e-5).numpy(),
-                               fnp.rms_norm(h, w, 1e-5), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        ft.rms_norm(torch.from_numpy(h), torch.from_numpy(w), 1e-5).numpy(),
+        fnp.rms_norm(h, w, 1e-5),
+        rtol=1e-6,
+        atol=1e-6,
+    )
 
 
 def test_attention_is_causal_and_grouped(tiny_gguf):

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from reference_llama import reference_gemma3
 
 from bytesup.model.forward import Model, Trace
-from bytesup.model.tokenizer import Tokenizer
 from bytesup.model.synthetic import write_tiny_gemma3
-from reference_llama import reference_gemma3
+from bytesup.model.tokenizer import Tokenizer
 
 IDS = [2, 280, 294, 307, 309, 291, 312, 288, 313, 301, 316, 287]  # 12 tokens > the window of 4
 

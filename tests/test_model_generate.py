@@ -30,7 +30,10 @@ def test_temperature_sharpens_and_flattens():
     assert cold[0] > warm[0] > hot[0] > 0.2  # the top token gains as T falls
     assert np.ptp(hot) < np.ptp(warm) < np.ptp(cold)
     np.testing.assert_allclose(softmax(LOGITS, 1e-3)[0], 1.0)
-    entropy = lambda p: -(p * np.log(p)).sum()
+
+    def entropy(p):
+        return -(p * np.log(p)).sum()
+
     assert entropy(cold) < entropy(warm) < entropy(hot) < np.log(5)
 
 

@@ -12,7 +12,6 @@ Token ids come from each engine's own tokenizer, so this file tests the forward 
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
@@ -37,7 +36,6 @@ def greedy(model: Model, ids: list[int], n: int) -> list[int]:
 def ours(default_gguf):
     with Model.from_gguf(default_gguf) as model:
         yield model
-
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ import pytest
 import regex
 
 from bytesup.gguf.file import GGUFFile
+from bytesup.model.synthetic import write_tiny_llama
 from bytesup.model.tokenizer import (
     PRE_TOKENIZERS,
     Tokenizer,
@@ -17,11 +18,46 @@ from bytesup.model.tokenizer import (
     UnsupportedTokenizerError,
     pre_tokenize,
 )
-from bytesup.model.synthetic import write_tiny_llama
 
 # --- deterministic test strings ------------------------------------------------------------
 
-WORDS = ["the", "cat", "sat", "on", "a", "mat", "while", "the", "quick", "brown", "fox", "jumps", "over", "lazy", "dogs", "tokenizer", "embedding", "attention", "transformer", "don't", "it's", "we're", "they've", "I'm", "you'll", "he'd", "Hello", "WORLD", "café", "naïve", "résumé", "façade", "Ångström", "Straße", "mañana"]
+WORDS = [
+    "the",
+    "cat",
+    "sat",
+    "on",
+    "a",
+    "mat",
+    "while",
+    "the",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "lazy",
+    "dogs",
+    "tokenizer",
+    "embedding",
+    "attention",
+    "transformer",
+    "don't",
+    "it's",
+    "we're",
+    "they've",
+    "I'm",
+    "you'll",
+    "he'd",
+    "Hello",
+    "WORLD",
+    "café",
+    "naïve",
+    "résumé",
+    "façade",
+    "Ångström",
+    "Straße",
+    "mañana",
+]
 CODE = [
     "def f(x):\n    return x + 1\n",
     "for i in range(10):\n\tprint(i)\n\t\tpass\n",
@@ -30,17 +66,79 @@ CODE = [
     "    indented\n        twice\n",
     "class A:\n    def __init__(self):\n        self.x = 0\n",
     "a\tb\t\tc   d",
-    "int main(void){printf(\"%d\\n\", 42);}",
+    'int main(void){printf("%d\\n", 42);}',
 ]
-NUMBERS = ["0", "7", "42", "123", "1234", "12345", "1000000", "3.14159", "-273.15", "1,234,567",
-           "2024-06-01", "x=1000000", "a  1", "a   22", "\t 3", "  2024", "v1.2.3", "0x1F", "1e-5", "½ ²"]
-SPACES = ["", " ", "  ", "   ", "\n", "\n\n", "\r\n", " \n ", "a  b", "a\n\nb", "a \n b", "  lead",
-          "trail  ", "\t", "\t\t", "x \t y", "\u00a0nbsp", "line\u2028sep", "end\n"]
-UNICODE = ["中文分词测试", "日本語のテキスト", "한국어 텍스트", "Привет мир", "مرحبا بالعالم", "שלום",
-           "emoji 😀 here", "👍🏽", "👨‍👩‍👧‍👦 family", "🏳️‍🌈", "e\u0301 combining", "Ω≈ç√∫",
-           "ａｂｃ full width", "ﬁ ligature", "𝔘𝔫𝔦𝔠𝔬𝔡𝔢", "🤖🤖🤖", "\u200bzero width"]
-SPECIALS = ["<|im_start|>user\nhi<|im_end|>", "text<|endoftext|>more", "<|im_start|><|im_end|>",
-            "a <|im_start|> b", "<|im_start|", "<repo_name>x<file_sep>y", "<<|im_end|>>"]
+NUMBERS = [
+    "0",
+    "7",
+    "42",
+    "123",
+    "1234",
+    "12345",
+    "1000000",
+    "3.14159",
+    "-273.15",
+    "1,234,567",
+    "2024-06-01",
+    "x=1000000",
+    "a  1",
+    "a   22",
+    "\t 3",
+    "  2024",
+    "v1.2.3",
+    "0x1F",
+    "1e-5",
+    "½ ²",
+]
+SPACES = [
+    "",
+    " ",
+    "  ",
+    "   ",
+    "\n",
+    "\n\n",
+    "\r\n",
+    " \n ",
+    "a  b",
+    "a\n\nb",
+    "a \n b",
+    "  lead",
+    "trail  ",
+    "\t",
+    "\t\t",
+    "x \t y",
+    "\u00a0nbsp",
+    "line\u2028sep",
+    "end\n",
+]
+UNICODE = [
+    "中文分词测试",
+    "日本語のテキスト",
+    "한국어 텍스트",
+    "Привет мир",
+    "مرحبا بالعالم",
+    "שלום",
+    "emoji 😀 here",
+    "👍🏽",
+    "👨‍👩‍👧‍👦 family",
+    "🏳️‍🌈",
+    "e\u0301 combining",
+    "Ω≈ç√∫",
+    "ａｂｃ full width",
+    "ﬁ ligature",
+    "𝔘𝔫𝔦𝔠𝔬𝔡𝔢",
+    "🤖🤖🤖",
+    "\u200bzero width",
+]
+SPECIALS = [
+    "<|im_start|>user\nhi<|im_end|>",
+    "text<|endoftext|>more",
+    "<|im_start|><|im_end|>",
+    "a <|im_start|> b",
+    "<|im_start|",
+    "<repo_name>x<file_sep>y",
+    "<<|im_end|>>",
+]
 
 
 def generated_strings(n_random: int = 300, seed: int = 0) -> list[str]:
@@ -73,14 +171,16 @@ def hf_pair(default_gguf):
     transformers = pytest.importorskip("transformers")
     from tokenizers import pre_tokenizers
 
-    load = lambda: transformers.AutoTokenizer.from_pretrained(
-        str(default_gguf.parent), gguf_file=default_gguf.name
-    )
+    def load():
+        return transformers.AutoTokenizer.from_pretrained(str(default_gguf.parent), gguf_file=default_gguf.name)
+
     as_built = load()
     own = load()
     own.backend_tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Digits(individual_digits=True),
-         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
     )
     return as_built, own
 
@@ -149,6 +249,7 @@ def test_pre_tokenizers_split_as_llama_cpp():
 
 # --- the tiny synthetic model ------------------------------------------------------------------
 
+
 def test_tiny_synthetic_model_merges(tmp_path):
     path = write_tiny_llama(tmp_path / "tiny.gguf")
     tok = Tokenizer.from_gguf(path)
@@ -161,6 +262,7 @@ def test_tiny_synthetic_model_merges(tmp_path):
 
 
 # --- SentencePiece-style, synthetic vocabularies -------------------------------------------------
+
 
 def spm_metadata(pieces: list[tuple[str, float, int]], **extra) -> dict:
     meta = {
@@ -177,10 +279,20 @@ def spm_metadata(pieces: list[tuple[str, float, int]], **extra) -> dict:
 
 
 SPM_PIECES = [
-    ("<unk>", 0.0, 2), ("<s>", 0.0, 3), ("</s>", 0.0, 3),
-    *[(f"<0x{b:02X}>", 0.0, 6) for b in range(256)],          # ids 3..258
-    ("▁", -1.0, 1), ("c", -2.0, 1), ("a", -2.0, 1), ("t", -2.0, 1), ("s", -2.0, 1),  # 259..263
-    ("▁c", -5.0, 1), ("at", -3.0, 1), ("▁cat", -1.5, 1), ("ca", -4.0, 1), ("cat", -6.0, 1),  # 264..268
+    ("<unk>", 0.0, 2),
+    ("<s>", 0.0, 3),
+    ("</s>", 0.0, 3),
+    *[(f"<0x{b:02X}>", 0.0, 6) for b in range(256)],  # ids 3..258
+    ("▁", -1.0, 1),
+    ("c", -2.0, 1),
+    ("a", -2.0, 1),
+    ("t", -2.0, 1),
+    ("s", -2.0, 1),  # 259..263
+    ("▁c", -5.0, 1),
+    ("at", -3.0, 1),
+    ("▁cat", -1.5, 1),
+    ("ca", -4.0, 1),
+    ("cat", -6.0, 1),  # 264..268
     ("<start>", 0.0, 3),  # 269
 ]
 
@@ -222,6 +334,7 @@ def test_spm_byte_fallback_and_specials():
 
 # --- refusals -------------------------------------------------------------------------------------
 
+
 def test_unsupported_model_and_pre(default_gguf):
     meta = dict(GGUFFile(default_gguf).metadata)
     with pytest.raises(UnsupportedTokenizerError) as err:
@@ -253,13 +366,18 @@ def test_pre_tokenizer_regexes_match_hf_tokenizers():
     hf = {
         "gpt2": byte_level,
         "smollm": pt.Sequence([pt.Digits(individual_digits=True), byte_level]),
-        "llama-bpe": pt.Sequence([
-            pt.Split(Regex(
-                r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-                r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-            ), behavior="isolated"),
-            pt.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]),
+        "llama-bpe": pt.Sequence(
+            [
+                pt.Split(
+                    Regex(
+                        r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+                        r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+                    ),
+                    behavior="isolated",
+                ),
+                pt.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        ),
     }
     assert tokenizers.__version__
     for name, pre in hf.items():
@@ -272,16 +390,32 @@ def test_pre_tokenizer_regexes_match_hf_tokenizers():
 # --- Gemma 3: the SentencePiece-style ('llama') tokenizer of a real file ----------------------------
 
 GEMMA_STRINGS = [
-    "The capital of France is", "The cat sat on the", "  leading spaces", "tabs\tand\nnewlines\n\n\nend",
-    "naïve café 日本語 🙂", "<start_of_turn>user\nHi<end_of_turn>", "1234567 numbers 3.14", "don't stop",
-    "a  b   c    d", "trailing ", "\u00ff\u0001x", "<bos>twice", "    def f(x):\n        return x",
+    "The capital of France is",
+    "The cat sat on the",
+    "  leading spaces",
+    "tabs\tand\nnewlines\n\n\nend",
+    "naïve café 日本語 🙂",
+    "<start_of_turn>user\nHi<end_of_turn>",
+    "1234567 numbers 3.14",
+    "don't stop",
+    "a  b   c    d",
+    "trailing ",
+    "\u00ff\u0001x",
+    "<bos>twice",
+    "    def f(x):\n        return x",
 ]
 
 
 def test_gemma3_tokenizer_metadata(gemma_gguf):
     tok = Tokenizer.from_gguf(gemma_gguf)
     assert (tok.model, len(tok), tok.bos_id, tok.eos_id, tok.add_bos, tok.add_space_prefix) == (
-        "llama", 262144, 2, 1, True, False)
+        "llama",
+        262144,
+        2,
+        1,
+        True,
+        False,
+    )
     assert tok.encode(" cat", add_special=False) == [tok.ids["▁cat"]]  # one piece, no space prefix added
     assert tok.encode("cat", add_special=False) != tok.encode(" cat", add_special=False)
 

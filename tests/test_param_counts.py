@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from bytesup.model import param_counts as pc
 from bytesup.gguf.file import GGUFFile
+from bytesup.model import param_counts as pc
 from bytesup.model.configs import Architecture, llama_tensor_shapes
 from bytesup.model.synthetic import write_tiny_llama
 
@@ -89,8 +89,13 @@ def test_tensor_rows_total_and_by_type(tmp_path):
     with GGUFFile(write_tiny_llama(tmp_path / "tiny.gguf")) as f:
         rows = pc.tensor_rows(f.tensors)
         assert [r["name"] for r in rows] == [t.name for t in f.tensors]
-        assert rows[0] == {"name": f.tensors[0].name, "type": f.tensors[0].type_name, "bytes": f.tensors[0].n_bytes,
-                           "shape": "x".join(map(str, f.tensors[0].shape)), "elements": f.tensors[0].n_elements}
+        assert rows[0] == {
+            "name": f.tensors[0].name,
+            "type": f.tensors[0].type_name,
+            "bytes": f.tensors[0].n_bytes,
+            "shape": "x".join(map(str, f.tensors[0].shape)),
+            "elements": f.tensors[0].n_elements,
+        }
         t = pc.table_counts(rows)
         assert t["total"] == sum(x.n_elements for x in f.tensors) == 22_816
         assert sum(g["tensors"] for g in t["by_type"].values()) == len(f.tensors)

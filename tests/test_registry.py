@@ -21,8 +21,13 @@ LESSONS = registry()
 
 # The course's series (text 000's first line): lesson n is the same lesson in the course and here.
 COURSE_SERIES = {
-    1: "What a model is on disk", 2: "Tokens and embeddings", 3: "A layer is matrix multiplication",
-    4: "The forward pass", 5: "Generating text", 6: "Attention and the KV cache", 7: "The hardware fit",
+    1: "What a model is on disk",
+    2: "Tokens and embeddings",
+    3: "A layer is matrix multiplication",
+    4: "The forward pass",
+    5: "Generating text",
+    6: "Attention and the KV cache",
+    7: "The hardware fit",
 }
 
 
@@ -81,7 +86,9 @@ def test_committed_notebooks_carry_no_outputs_and_belong_to_a_lesson(path):
 
 def test_no_notebook_sets_up_matplotlib_or_names_an_output_file():
     for path in NOTEBOOKS.glob("*.ipynb"):
-        source = "".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code")
+        source = "".join(
+            "".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"
+        )
         assert "matplotlib.use" not in source, path.name
         spec = LESSONS[path.stem]
         body = source.split("\n", 1)[1] if source else ""

@@ -22,12 +22,13 @@ from report_helpers import (
     md_plain,
 )
 
-from bytesup.report import provenance, build as report
-from bytesup.report.citations import SELF
-from bytesup.run.files import sha256_file
 from bytesup.lessons import registry
+from bytesup.report import build as report
+from bytesup.report import provenance
+from bytesup.report.citations import SELF
 from bytesup.report.doc import esc_md
 from bytesup.report.verify import verify_path
+from bytesup.run.files import sha256_file
 
 
 @pytest.fixture
@@ -91,8 +92,16 @@ def test_every_number_in_the_text_is_a_citation(built):
     # a lesson the registry does not know is labelled by its metric keys, names that may hold digits
     from bytesup.model.arch import recipe_summary
 
-    names = [LESSON, "gate_histogram.png", "flops_per_token.csv", "sha256", "manifest.json", "BLAS 0",
-             "files/<row>/<column>", recipe_summary("llama")]  # the recipe: words of the architecture table
+    names = [
+        LESSON,
+        "gate_histogram.png",
+        "flops_per_token.csv",
+        "sha256",
+        "manifest.json",
+        "BLAS 0",
+        "files/<row>/<column>",
+        recipe_summary("llama"),
+    ]  # the recipe: words of the architecture table
     for label in labels() + sorted(metric_keys, key=len, reverse=True) + names:
         text = text.replace(label, "")
     text = re.sub(r"[a-z_]+/[a-z_/0-9]+", "", text)  # manifest keys shown beside provenance values
@@ -113,7 +122,9 @@ def test_sections_and_their_numbers(built):
     assert texts[(claims, "count/status=specimen differs")] == "1"
     assert texts[(claims, "count/status=not reproduced")] == "0"
     assert texts[("claims.csv", "rows")] == "3"  # every lesson's claims, in the report's own claims.csv
-    assert texts[(f"results/{MODEL}/lessons/{LESSON}/metrics.json", "x_rms")] == "0.08545"  # no format given: four significant digits
+    assert (
+        texts[(f"results/{MODEL}/lessons/{LESSON}/metrics.json", "x_rms")] == "0.08545"
+    )  # no format given: four significant digits
     assert texts[(f"results/timing/{MODEL}/cpu/summary.json", "matvec_fraction_of_copy")] == "76.0 %"
     assert texts[(SELF, "machine/cpu_model")] == "Test CPU"
     gguf = f"results/{MODEL}/gguf"
@@ -136,8 +147,11 @@ def test_citation_markup_links_the_file_and_names_key_sha_and_rule(built):
     tip = f"{metrics} \u2192 x_rms \u00b7 sha256 {entry['sha256'][:12]} \u00b7 rule lesson_{LESSON}"
     # a number in running text (here the summary's table) links to its file, relative to index.html,
     # shows file, key and hash on hover or focus (a link is focusable), and has its footnote
-    link = re.search(rf'<a class="cite" href="([^"]+)" data-tip="{re.escape(tip)}">0.08545</a>'
-                     r'<a class="ref" href="#n(\d+)">\2</a>', html)
+    link = re.search(
+        rf'<a class="cite" href="([^"]+)" data-tip="{re.escape(tip)}">0.08545</a>'
+        r'<a class="ref" href="#n(\d+)">\2</a>',
+        html,
+    )
     assert link and link.group(1) == f"../../{metrics}"
     assert (report_dir / link.group(1)).resolve() == (report_dir.parent.parent / metrics).resolve()
     note = re.search(rf'<li id="n{link.group(2)}"[^>]*>([^<]*)</li>', html).group(1)
@@ -156,8 +170,13 @@ def test_manifest_holds_the_provenance(built):
     m = json.loads((report_dir / "manifest.json").read_text())
     assert m["git_describe"] == "abc1234-dirty"
     assert m["config"] == run["config"] and m["config_sha256"] == provenance.config_sha256(run["config"])
-    assert m["model"] == {"record": f"resources/models/{MODEL}.json", "name": MODEL, "source": "path",
-                          "sha256": "ab" * 32, "size": 22080}
+    assert m["model"] == {
+        "record": f"resources/models/{MODEL}.json",
+        "name": MODEL,
+        "source": "path",
+        "sha256": "ab" * 32,
+        "size": 22080,
+    }
     for key in ("python", "os", "cpu_model", "cores", "memory_bytes", "blas", "gpus", "load_average"):
         assert key in m["machine"]
     assert m["packages"]["snakemake"] == "9.0"
@@ -190,17 +209,50 @@ def test_hostile_text_is_inert(built):
     parser = _Tags()
     parser.feed(html)
     tags = parser.tags
-    assert {t for t, _ in tags} <= {"html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "p", "span",
-                                     "a", "table", "caption", "thead", "tbody", "tr", "th", "td", "figure", "img",
-                                     "figcaption", "ol", "li", "ul", "div", "nav", "main", "strong", "details",
-                                     "summary", "dl", "dt", "dd"}
+    assert {t for t, _ in tags} <= {
+        "html",
+        "head",
+        "meta",
+        "title",
+        "style",
+        "body",
+        "h1",
+        "h2",
+        "h3",
+        "p",
+        "span",
+        "a",
+        "table",
+        "caption",
+        "thead",
+        "tbody",
+        "tr",
+        "th",
+        "td",
+        "figure",
+        "img",
+        "figcaption",
+        "ol",
+        "li",
+        "ul",
+        "div",
+        "nav",
+        "main",
+        "strong",
+        "details",
+        "summary",
+        "dl",
+        "dt",
+        "dd",
+    }
     assert not [(t, a) for t, a in tags for name in a if name.startswith("on")]
     hrefs = [a["href"] for t, a in tags if "href" in a]
     # links go to an anchor or to a file beside the report, relative: no scheme, no host, no absolute path
     assert hrefs and all(h.startswith("#") or not re.match(r"[a-zA-Z][a-zA-Z0-9+.-]*:|/", h) for h in hrefs)
     assert all(a["src"].startswith("data:image/png;base64,") for t, a in tags if "src" in a)
     assert [a.get("content") for t, a in tags if t == "meta" and a.get("http-equiv")] == [
-        "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"]
+        "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
+    ]
     md = (report_dir / "report.md").read_text()
     links = re.findall(r'\]\(<([^>]+)>(?: "(?:\\.|[^"\\])*")?\)', md)
     assert links and not [t for t in links if re.match(r"[a-zA-Z][a-zA-Z0-9+.-]*:|/", t)]
@@ -249,7 +301,13 @@ def test_a_second_report_of_the_same_date_keeps_the_first(tmp_path):
     build_and_publish(root, run)
     assert (root / "report" / f"{DATE}.2" / "manifest.json").is_file()
     assert sorted(p.name for p in (root / "report").iterdir()) == [
-        DATE, f"{DATE}.1", f"{DATE}.1.zip", f"{DATE}.2", f"{DATE}.2.zip", f"{DATE}.zip"]
+        DATE,
+        f"{DATE}.1",
+        f"{DATE}.1.zip",
+        f"{DATE}.2",
+        f"{DATE}.2.zip",
+        f"{DATE}.zip",
+    ]
     for name in (f"{DATE}.zip", f"{DATE}.1.zip", f"{DATE}.2.zip", f"{DATE}.1"):
         assert verify_path(root / "report" / name).ok, name
 
@@ -322,7 +380,7 @@ def test_job_times_come_from_snakemakes_record(tmp_path):
     started = datetime.datetime.fromisoformat(times["job_started"])
     finished = datetime.datetime.fromisoformat(times["job_finished"])
     assert started.tzinfo is not None  # an offset is written, whatever the machine's zone
-    assert started == datetime.datetime(2026, 1, 2, 10, 0, tzinfo=datetime.timezone.utc)
+    assert started == datetime.datetime(2026, 1, 2, 10, 0, tzinfo=datetime.UTC)
     assert finished - started == datetime.timedelta(seconds=60)  # written to the second
 
 
@@ -339,13 +397,24 @@ def test_a_measured_gpu_is_reported_and_verifies(tmp_path):
     root = tmp_path / "project"
     run = fake_run(root)
     gpu = run["sources"]["timing_gpu"]["summary"]
-    (root / gpu).write_text(json.dumps({
-        "status": "measured", "device": "cuda:0", "stream_copy_gbps": 3900.5, "stream_triad_gbps": 3950.1,
-        "matvec_cold_gbps": 3100.0, "matvec_fraction_of_copy": 0.79, "matmul_ratio_256_over_1": 1.9,
-        "machine": {"type": "cuda", "name": "NVIDIA H200", "driver": "550.54"},
-        "decode_tokens_per_s": 410.5, "decode_bytes_per_token": 538062336,
-        "decode_ceiling_tokens_per_s": 7249.0, "decode_fraction_of_ceiling": 0.0566,
-    }))
+    (root / gpu).write_text(
+        json.dumps(
+            {
+                "status": "measured",
+                "device": "cuda:0",
+                "stream_copy_gbps": 3900.5,
+                "stream_triad_gbps": 3950.1,
+                "matvec_cold_gbps": 3100.0,
+                "matvec_fraction_of_copy": 0.79,
+                "matmul_ratio_256_over_1": 1.9,
+                "machine": {"type": "cuda", "name": "NVIDIA H200", "driver": "550.54"},
+                "decode_tokens_per_s": 410.5,
+                "decode_bytes_per_token": 538062336,
+                "decode_ceiling_tokens_per_s": 7249.0,
+                "decode_fraction_of_ceiling": 0.0566,
+            }
+        )
+    )
     sweep = f"results/timing/{MODEL}/gpu/sweep.csv"
     (root / sweep).write_text("op,dtype,n,gbps\nmatvec,fp32,1,3100.0\n")
     run["sources"]["timing_gpu"]["sweep"] = sweep
@@ -379,13 +448,17 @@ def test_a_narrative_cites_its_numbers_and_leaves_out_a_sentence_it_cannot_fill(
     files = {"metrics_json": "metrics.json", "claims_csv": "claims.csv"}
     for path in files.values():
         ledger.add_source(path, "lesson_x")
-    template = ("# a comment\nThe embedding has RMS {x_rms}.\nThis one is gone: {gone}.\nNo such key: {missing}.\n"
-                "Both {n} and {missing}, or neither.\n"
-                "\nOf {claims_csv:rows} claims, {claims_csv:count/status=reproduced} reproduced; {n} bytes.\n")
+    template = (
+        "# a comment\nThe embedding has RMS {x_rms}.\nThis one is gone: {gone}.\nNo such key: {missing}.\n"
+        "Both {n} and {missing}, or neither.\n"
+        "\nOf {claims_csv:rows} claims, {claims_csv:count/status=reproduced} reproduced; {n} bytes.\n"
+    )
     paragraphs = report.narrative(template, files, ledger)
     text = [["<" + p.text + ">" if isinstance(p, Citation) else p for p in para] for para in paragraphs]
-    assert ["".join(para) for para in text] == ["The embedding has RMS <0.08545>.",
-                                                "Of <2> claims, <1> reproduced; <22,080> bytes."]
+    assert ["".join(para) for para in text] == [
+        "The embedding has RMS <0.08545>.",
+        "Of <2> claims, <1> reproduced; <22,080> bytes.",
+    ]
     assert [n.key for n in ledger.notes] == ["x_rms", "rows", "count/status=reproduced", "n"]  # none for dropped ones
 
 
@@ -409,8 +482,12 @@ def test_the_summary_states_the_architecture_and_its_recipe(built):
     _, _, report_dir = built
     md = md_plain((report_dir / "report.md").read_text())
     head = re.escape(esc_md("Architecture (general.architecture in the file): "))
-    assert re.search(head + r"llama\[\^\d+\]\. " + re.escape(esc_md(
-        f"The recipe the lessons that run the network follow: {recipe_summary('llama')}.")), md)
+    assert re.search(
+        head
+        + r"llama\[\^\d+\]\. "
+        + re.escape(esc_md(f"The recipe the lessons that run the network follow: {recipe_summary('llama')}.")),
+        md,
+    )
     assert "Every lesson of the course ran for this model." in md
 
 
@@ -432,35 +509,64 @@ def test_the_summary_lists_what_did_not_run_and_why(tmp_path):
 
 
 def _notebook(cells: list[dict]) -> dict:
-    return {"nbformat": 4, "nbformat_minor": 5, "metadata": {"language_info": {"name": "python"}},
-            "cells": [{"id": f"c{i}", "metadata": {}, **cell} for i, cell in enumerate(cells)]}
+    return {
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {"language_info": {"name": "python"}},
+        "cells": [{"id": f"c{i}", "metadata": {}, **cell} for i, cell in enumerate(cells)],
+    }
 
 
 def test_a_notebook_page_renders_markdown_code_and_outputs_and_runs_nothing(tmp_path):
     import base64
     import html as html_lib
 
-    from bytesup.report import notebook_pages
     from report_helpers import png
+
+    from bytesup.report import notebook_pages
 
     figure = base64.b64encode(png()).decode()
     # a pandas DataFrame's HTML, with the <style scoped> pandas puts first
-    table = ('<div><style scoped>\n    .dataframe tbody tr th {\n        vertical-align: top;\n    }\n</style>'
-             '<table border="1" class="dataframe"><thead><tr><th>rows</th></tr></thead>'
-             '<tbody><tr><td>576</td></tr></tbody></table></div>')
-    nb = _notebook([
-        {"cell_type": "markdown", "source": "# Step 1\n\nThe gate is **g**, a `<|im_start|>` token.\n\n## Step 2"},
-        {"cell_type": "code", "execution_count": 3, "source": "g = W_gate @ xn\ng[0]",
-         "outputs": [{"output_type": "stream", "name": "stdout", "text": "576 rows\nline two"},
-                     {"output_type": "execute_result", "execution_count": 3, "metadata": {},
-                      "data": {"text/plain": "-0.2639"}},
-                     {"output_type": "display_data", "metadata": {},
-                      "data": {"image/png": figure, "text/plain": "<Figure>"}},
-                     {"output_type": "display_data", "metadata": {},
-                      "data": {"text/plain": "   rows\n0  576", "text/html": table}},
-                     {"output_type": "error", "ename": "E", "evalue": "x",
-                      "traceback": ["\x1b[31mValueError\x1b[0m: bad <b>"]}]},
-    ])
+    table = (
+        "<div><style scoped>\n    .dataframe tbody tr th {\n        vertical-align: top;\n    }\n</style>"
+        '<table border="1" class="dataframe"><thead><tr><th>rows</th></tr></thead>'
+        "<tbody><tr><td>576</td></tr></tbody></table></div>"
+    )
+    nb = _notebook(
+        [
+            {"cell_type": "markdown", "source": "# Step 1\n\nThe gate is **g**, a `<|im_start|>` token.\n\n## Step 2"},
+            {
+                "cell_type": "code",
+                "execution_count": 3,
+                "source": "g = W_gate @ xn\ng[0]",
+                "outputs": [
+                    {"output_type": "stream", "name": "stdout", "text": "576 rows\nline two"},
+                    {
+                        "output_type": "execute_result",
+                        "execution_count": 3,
+                        "metadata": {},
+                        "data": {"text/plain": "-0.2639"},
+                    },
+                    {
+                        "output_type": "display_data",
+                        "metadata": {},
+                        "data": {"image/png": figure, "text/plain": "<Figure>"},
+                    },
+                    {
+                        "output_type": "display_data",
+                        "metadata": {},
+                        "data": {"text/plain": "   rows\n0  576", "text/html": table},
+                    },
+                    {
+                        "output_type": "error",
+                        "ename": "E",
+                        "evalue": "x",
+                        "traceback": ["\x1b[31mValueError\x1b[0m: bad <b>"],
+                    },
+                ],
+            },
+        ]
+    )
     path = tmp_path / "03_ffn_by_hand.ipynb"
     path.write_text(json.dumps(nb))
     page = notebook_pages.render(path, "Lesson 3 · A layer is matrix multiplication")
@@ -497,17 +603,35 @@ def test_a_notebook_page_shows_hostile_markdown_and_outputs_as_text(tmp_path):
     from bytesup.report import notebook_pages
 
     onerror = '<img src=x onerror="alert(9)">'
-    nb = _notebook([
-        {"cell_type": "markdown", "source": f"# Title\n\n{HOSTILE}\n\n{onerror}\n\n[y](javascript:alert(4))"},
-        {"cell_type": "code", "execution_count": 1, "source": "print(name)",
-         "outputs": [{"output_type": "stream", "name": "stdout", "text": HOSTILE},
-                     {"output_type": "execute_result", "execution_count": 1, "metadata": {},
-                      "data": {"text/plain": HOSTILE, "text/html": f"{HOSTILE}{onerror}<b>kept</b>"}},
-                     {"output_type": "display_data", "metadata": {},
-                      "data": {"application/javascript": "alert(5)", "text/plain": "js"}},
-                     {"output_type": "display_data", "metadata": {},
-                      "data": {"image/png": '"><script>alert(6)</script>', "text/plain": "not a png"}}]},
-    ])
+    nb = _notebook(
+        [
+            {"cell_type": "markdown", "source": f"# Title\n\n{HOSTILE}\n\n{onerror}\n\n[y](javascript:alert(4))"},
+            {
+                "cell_type": "code",
+                "execution_count": 1,
+                "source": "print(name)",
+                "outputs": [
+                    {"output_type": "stream", "name": "stdout", "text": HOSTILE},
+                    {
+                        "output_type": "execute_result",
+                        "execution_count": 1,
+                        "metadata": {},
+                        "data": {"text/plain": HOSTILE, "text/html": f"{HOSTILE}{onerror}<b>kept</b>"},
+                    },
+                    {
+                        "output_type": "display_data",
+                        "metadata": {},
+                        "data": {"application/javascript": "alert(5)", "text/plain": "js"},
+                    },
+                    {
+                        "output_type": "display_data",
+                        "metadata": {},
+                        "data": {"image/png": '"><script>alert(6)</script>', "text/plain": "not a png"},
+                    },
+                ],
+            },
+        ]
+    )
     path = tmp_path / "hostile.ipynb"
     path.write_text(json.dumps(nb))
     page = notebook_pages.render(path, HOSTILE)
@@ -527,16 +651,35 @@ def test_a_notebook_page_is_the_same_bytes_every_time_and_in_every_process(tmp_p
 
     from bytesup.report import notebook_pages
 
-    nb = _notebook([{"cell_type": "markdown", "source": "# Same"},
-                    {"cell_type": "code", "execution_count": 1, "source": "x = 1\nx",
-                     "outputs": [{"output_type": "execute_result", "execution_count": 1, "metadata": {},
-                                  "data": {"text/plain": "1"}}]}])
+    nb = _notebook(
+        [
+            {"cell_type": "markdown", "source": "# Same"},
+            {
+                "cell_type": "code",
+                "execution_count": 1,
+                "source": "x = 1\nx",
+                "outputs": [
+                    {"output_type": "execute_result", "execution_count": 1, "metadata": {}, "data": {"text/plain": "1"}}
+                ],
+            },
+        ]
+    )
     nb["cells"][0].pop("id")  # a cell without an id must not get a random one
     path = tmp_path / "same.ipynb"
     path.write_text(json.dumps(nb))
     page = notebook_pages.render(path, "Same")
     assert page == notebook_pages.render(path, "Same")
-    other = subprocess.run([sys.executable, "-c", "import sys; from bytesup.report import notebook_pages; "
-                            "sys.stdout.write(notebook_pages.render(sys.argv[1], 'Same'))", str(path)],
-                           capture_output=True, text=True, check=True, encoding="utf-8").stdout
+    other = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from bytesup.report import notebook_pages; "
+            "sys.stdout.write(notebook_pages.render(sys.argv[1], 'Same'))",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        encoding="utf-8",
+    ).stdout
     assert other == page

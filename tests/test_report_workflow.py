@@ -14,10 +14,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
-from bytesup.report.verify import verify_path
 from conftest import TINY_DATE, copy_finished
 from workflow_helpers import ROOT, env_with_venv, snakemake
+
+from bytesup.report.verify import verify_path
 
 DATE = TINY_DATE
 
@@ -35,8 +35,14 @@ def bytesup(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 def test_the_dated_report_and_its_archive_verify_with_the_console_script(project):
     report = project / "report" / DATE
-    assert sorted(p.name for p in report.iterdir()) == ["claims.csv", "index.html", "job_resources.csv",
-                                                       "manifest.json", "notebooks", "report.md"]
+    assert sorted(p.name for p in report.iterdir()) == [
+        "claims.csv",
+        "index.html",
+        "job_resources.csv",
+        "manifest.json",
+        "notebooks",
+        "report.md",
+    ]
     jobs = {row["job"]: row for row in csv.DictReader((report / "job_resources.csv").open())}
     assert {"fetch", "extract", "timing_cpu", "lesson_03_ffn_by_hand"} <= set(jobs)  # each job's benchmark file
     assert all(row["within_mem_mb"] == "True" for row in jobs.values() if row["max_rss_mb"]), jobs
@@ -73,13 +79,22 @@ def test_each_lesson_reads_like_the_course_and_links_its_notebook_page(project):
     # headlines by their labels and units, no scientific notation for a count or bytes
     assert "01_gguf_on_disk: " not in html and not re.search(r">\d\.\d+e\+\d+<", html)
     # every claims table says what its verdicts mean
-    assert html.count('<dl class="verdicts">') == sum(1 for x in ran if "claims_csv" in manifest["sources"][f"lesson_{x}"]) + 1
+    assert (
+        html.count('<dl class="verdicts">')
+        == sum(1 for x in ran if "claims_csv" in manifest["sources"][f"lesson_{x}"]) + 1
+    )
 
 
 def test_snakemake_report_works_as_the_readme_writes_it(project):
     assert "`snakemake --report report.html`" in (ROOT / "README.md").read_text()
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "--report", "report.html"], cwd=project,
-                          env=env_with_venv(), capture_output=True, text=True, timeout=600)  # no --cores
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--report", "report.html"],
+        cwd=project,
+        env=env_with_venv(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )  # no --cores
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"dated report of {DATE} for model" in (project / "report.html").read_text()
 
@@ -106,8 +121,10 @@ def test_a_second_run_on_the_same_date_keeps_the_first(project):
     assert (kept / "manifest.json").read_text() == first
     assert verify_path(project / "report" / f"{DATE}.1.zip").ok
     assert verify_path(project / "report" / DATE).ok
-    assert json.loads((project / "report" / DATE / "manifest.json").read_text())["report"]["started"] >= \
-        json.loads(first)["report"]["started"]
+    assert (
+        json.loads((project / "report" / DATE / "manifest.json").read_text())["report"]["started"]
+        >= json.loads(first)["report"]["started"]
+    )
     proc = snakemake(project, "-n")
     assert "Nothing to be done" in proc.stdout + proc.stderr
 

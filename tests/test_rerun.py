@@ -12,11 +12,11 @@ import re
 import time
 
 import pytest
+from conftest import copy_finished
+from workflow_helpers import QUICK_TIMING, sha256, snakemake, write_config
 
 from bytesup.lessons import registry
 from bytesup.model.synthetic import write_tiny_llama
-from conftest import copy_finished
-from workflow_helpers import QUICK_TIMING, sha256, snakemake, write_config
 
 LESSONS = registry()
 ALL_LESSONS = {f"lesson_{lesson}" for lesson in LESSONS}
@@ -77,9 +77,16 @@ def test_editing_one_lesson_notebook_reruns_that_lesson_and_the_report(project, 
 
 def test_editing_timing_settings_reruns_timing_the_lessons_reading_it_and_the_report(project):
     write_config(project, timing={**QUICK_TIMING, "repeats": 4})
-    assert set(planned_jobs(project)) == {"timing_cpu", "timing_decode", "timing_gpu", "timing_figure", "report",
-                                          "all"} | \
-        lessons_reading("timing_summary", "timing_sweep", "gpu_summary", "gpu_sweep", "decode_summary", "decode_prefill")
+    assert set(planned_jobs(project)) == {
+        "timing_cpu",
+        "timing_decode",
+        "timing_gpu",
+        "timing_figure",
+        "report",
+        "all",
+    } | lessons_reading(
+        "timing_summary", "timing_sweep", "gpu_summary", "gpu_sweep", "decode_summary", "decode_prefill"
+    )
 
 
 def test_editing_the_token_reruns_only_the_lessons_taking_it(project):
@@ -89,7 +96,9 @@ def test_editing_the_token_reruns_only_the_lessons_taking_it(project):
 
 def test_another_model_reruns_everything_for_that_model_only(project):
     other = write_tiny_llama(project / "other.gguf", seed=1)
-    write_config(project, model="other", models={"other": {"source": "path", "path": str(other), "sha256": sha256(other)}})
+    write_config(
+        project, model="other", models={"other": {"source": "path", "path": str(other), "sha256": sha256(other)}}
+    )
     jobs = planned_jobs(project)  # the lessons come after the extract checkpoint has run
     assert set(jobs) == UPSTREAM and all(n == 1 for n in jobs.values())
     out = snakemake(project, "-n").stdout
@@ -98,8 +107,12 @@ def test_another_model_reruns_everything_for_that_model_only(project):
 
 
 def test_forcerun_one_stage_reruns_it_and_what_depends_on_it(project):
-    assert set(planned_jobs(project, "--forcerun", "timing_cpu")) == {"timing_cpu", "timing_figure", "report", "all"} | \
-        lessons_reading("timing_summary", "timing_sweep")
+    assert set(planned_jobs(project, "--forcerun", "timing_cpu")) == {
+        "timing_cpu",
+        "timing_figure",
+        "report",
+        "all",
+    } | lessons_reading("timing_summary", "timing_sweep")
 
 
 def test_forcing_the_extract_checkpoint_plans_the_lessons_after_it(project):
@@ -140,8 +153,10 @@ def test_a_truncated_cached_model_is_fetched_again(project):
     cache.unlink()  # the link only; the model stays where it is
     cache.write_bytes(data[: len(data) // 2])
     proc = snakemake(project, "-n")
-    assert f"resources/models/tiny.gguf is truncated: {len(data) // 2} bytes, its fetch recorded {len(data)}" \
+    assert (
+        f"resources/models/tiny.gguf is truncated: {len(data) // 2} bytes, its fetch recorded {len(data)}"
         in proc.stderr
+    )
     assert {"fetch", "extract", "report", "all"} <= set(planned_jobs(project))
 
 
@@ -150,6 +165,8 @@ def test_a_local_model_whose_file_is_gone_is_named_not_hidden(project):
     write_config(project, models={"tiny": {"source": "path", "path": str(gone), "sha256": None}})
     proc = snakemake(project, "-n", check=False)
     assert proc.returncode != 0
-    assert f"config error: models.tiny.path: '{gone}' is not a file; put the model there or fix the path in " \
+    assert (
+        f"config error: models.tiny.path: '{gone}' is not a file; put the model there or fix the path in "
         "config/config.yaml" in proc.stderr
+    )
     assert "Nothing to be done" not in proc.stdout

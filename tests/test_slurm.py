@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from bytesup.lessons import registry
 from conftest import TINY_DATE, copy_finished, tiny_project
 from workflow_helpers import sha256, snakemake
+
+from bytesup.lessons import registry
 
 # A real SLURM cluster on localhost and a whole run through it: about two minutes, so CI's (make test-slow).
 pytestmark = pytest.mark.slow
@@ -38,8 +38,10 @@ REPORT_DATE = TINY_DATE
 # The local cluster has no accounting database, so the plugin asks squeue (which keeps finished
 # jobs for MinJobAge); it checks the first time one second after a submission, not forty.
 TEST_CLUSTER_ARGS = (
-    "--slurm-status-command", "squeue",
-    "--slurm-init-seconds-before-status-checks", "1",
+    "--slurm-status-command",
+    "squeue",
+    "--slurm-init-seconds-before-status-checks",
+    "1",
     "--slurm-keep-successful-logs",
 )
 
@@ -60,13 +62,18 @@ def slurm_cluster():
     if importlib.util.find_spec("snakemake_executor_plugin_slurm") is None:
         _unavailable("snakemake-executor-plugin-slurm is not installed: pip install -e '.[slurm]'")
     proc = subprocess.run(
-        [str(SLURM_SCRIPTS / "start_slurm.sh")], capture_output=True, text=True, timeout=120,
+        [str(SLURM_SCRIPTS / "start_slurm.sh")],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     message = (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-1:] or [""]
     if proc.returncode in (2, 3, 4):  # not root, a real cluster's slurm.conf, missing binaries
         _unavailable(message[0])
     if proc.returncode != 0:
-        pytest.fail(f"tests/slurm/start_slurm.sh failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}", pytrace=False)
+        pytest.fail(
+            f"tests/slurm/start_slurm.sh failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}", pytrace=False
+        )
     node = _sinfo_node()
     yield node
     if proc.stdout.strip().splitlines()[-1] == "started":
@@ -75,7 +82,10 @@ def slurm_cluster():
 
 def _sinfo_node() -> dict:
     name, cpus, mem = subprocess.run(
-        ["sinfo", "-h", "-N", "-p", "debug", "-o", "%N %c %m"], capture_output=True, text=True, check=True,
+        ["sinfo", "-h", "-N", "-p", "debug", "-o", "%N %c %m"],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.split()[:3]
     return {"name": name, "cpus": int(cpus), "mem_mb": int(mem.rstrip("+"))}
 
@@ -100,7 +110,9 @@ def declared_resources(project: Path, *args: str) -> dict:
 def profile_set_resources(project: Path) -> list[str]:
     """The slurm profile's set-resources as command-line items (rule:resource=value)."""
     profile = yaml.safe_load((project / "workflow/profiles/slurm/config.yaml").read_text())
-    return [f"{rule}:{key}={value}" for rule, res in profile.get("set-resources", {}).items() for key, value in res.items()]
+    return [
+        f"{rule}:{key}={value}" for rule, res in profile.get("set-resources", {}).items() for key, value in res.items()
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -121,8 +133,11 @@ def runs(slurm_cluster, finished_tiny, tmp_path_factory):
     declared = declared_now()
     # A small CI machine may hold less memory than a rule asks for: cap those rules to the node
     # (--set-resources replaces the profile's list, so that list goes in again first).
-    caps = [f"{rule}:mem_mb={slurm_cluster['mem_mb']}"
-            for rule, res in declared.items() if res.get("mem_mb", 0) > slurm_cluster["mem_mb"]]
+    caps = [
+        f"{rule}:mem_mb={slurm_cluster['mem_mb']}"
+        for rule, res in declared.items()
+        if res.get("mem_mb", 0) > slurm_cluster["mem_mb"]
+    ]
     if caps:
         args += ["--set-resources", *profile_set_resources(cluster), *caps]
         declared = declared_now()
@@ -137,14 +152,20 @@ def _slurm_jobs(project: Path) -> dict:
     assert ids, "the plugin left no SLURM log under .snakemake/slurm_logs"
     out = subprocess.run(
         ["squeue", "--states=all", "-h", "-j", ",".join(ids), "-o", "%i|%T|%k|%C|%m|%l|%P|%h"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     jobs = {}
     for line in out.splitlines():
         job_id, state, comment, cpus, mem, limit, partition, oversubscribe = line.split("|")
         jobs[job_id] = {
-            "state": state, "rule": re.sub(r"^rule_|_wildcards_.*$", "", comment),
-            "cpus": int(cpus), "mem": mem, "limit": limit, "partition": partition,
+            "state": state,
+            "rule": re.sub(r"^rule_|_wildcards_.*$", "", comment),
+            "cpus": int(cpus),
+            "mem": mem,
+            "limit": limit,
+            "partition": partition,
             "oversubscribe": oversubscribe,
         }
     assert set(jobs) == set(ids), f"squeue lists {sorted(jobs)}, the logs name {ids}"
@@ -225,8 +246,18 @@ def test_gpu_on_asks_slurm_for_a_gpu(runs, tmp_path):
     project = tmp_path / "gpu-project"
     shutil.copytree(runs["cluster"], project, symlinks=True, ignore=shutil.ignore_patterns("slurm_logs", "locks"))
     proc = snakemake(
-        project, "--profile", "workflow/profiles/slurm", "--cores", str(runs["cores"]), *TEST_CLUSTER_ARGS,
-        "--config", "gpu=on", "--until", "timing_gpu", check=False, timeout=300,
+        project,
+        "--profile",
+        "workflow/profiles/slurm",
+        "--cores",
+        str(runs["cores"]),
+        *TEST_CLUSTER_ARGS,
+        "--config",
+        "gpu=on",
+        "--until",
+        "timing_gpu",
+        check=False,
+        timeout=300,
     )
     log = proc.stdout + proc.stderr
     assert proc.returncode != 0

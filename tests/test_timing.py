@@ -12,9 +12,9 @@ import math
 import numpy as np
 import pytest
 
-from bytesup.timing import cpu as timing
 from bytesup.gguf.file import GGUFFile
 from bytesup.model.synthetic import write_tiny_llama
+from bytesup.timing import cpu as timing
 
 TINY_CFG = {
     "batch_sizes": [1, 2, 4, 256],
@@ -105,8 +105,9 @@ def test_time_ratios_and_256_over_1_come_from_the_table():
     def row(n, t, dtype="fp32"):
         return {"op": "matvec" if n == 1 else "matmul", "n": n, "median_s": t, "dtype": dtype}
 
-    rows = timing.add_time_ratios([row(1, 2.0), row(16, 4.0), row(256, 40.0), row(1, 1.0, "bf16"),
-                                   row(256, 5.0, "bf16")])
+    rows = timing.add_time_ratios(
+        [row(1, 2.0), row(16, 4.0), row(256, 40.0), row(1, 1.0, "bf16"), row(256, 5.0, "bf16")]
+    )
     assert [r["time_over_n1"] for r in rows] == [1.0, 2.0, 20.0, 1.0, 5.0]
     assert timing.ratio_256_over_1(rows) == 20.0
     assert timing.ratio_256_over_1(rows, "bf16") == 5.0
@@ -155,9 +156,13 @@ def test_ffn_buffers_stack_real_weights_until_big_enough(ffn_gguf):
 
     two = timing.ffn_weight_buffers(model, min_bytes=gate[0] * gate[1] * 4 + 1)  # > one block: two
     assert two.matrices[0].shape == (2 * gate[0], gate[1])
-    np.testing.assert_array_equal(two.matrices[0][gate[0]:], model.load("blk.1.ffn_gate.weight"))
-    assert two.tensors == ["blk.0.ffn_gate.weight", "blk.1.ffn_gate.weight",
-                           "blk.0.ffn_up.weight", "blk.1.ffn_up.weight"]
+    np.testing.assert_array_equal(two.matrices[0][gate[0] :], model.load("blk.1.ffn_gate.weight"))
+    assert two.tensors == [
+        "blk.0.ffn_gate.weight",
+        "blk.1.ffn_gate.weight",
+        "blk.0.ffn_up.weight",
+        "blk.1.ffn_up.weight",
+    ]
 
     every = timing.ffn_weight_buffers(model, min_bytes=1 << 40)
     assert every.matrices[0].shape == (3 * gate[0], gate[1])
@@ -181,8 +186,9 @@ def test_matvec_sweep_rows_per_n(ffn_gguf):
 
 
 def test_dequant_bench_is_bit_exact_and_rates_follow_the_counts(ffn_gguf):
-    rows = timing.dequant_bench(GGUFFile(ffn_gguf), ["Q8_0", "Q4_1", "Q6_K"], budget_bytes=1, repeats=3, warmup=1,
-                                noisy_spread=0.1)
+    rows = timing.dequant_bench(
+        GGUFFile(ffn_gguf), ["Q8_0", "Q4_1", "Q6_K"], budget_bytes=1, repeats=3, warmup=1, noisy_spread=0.1
+    )
     by_type = {r["type"]: r for r in rows}
     for t, goal in (("Q8_0", 5.0), ("Q4_1", 3.0)):
         r = by_type[t]
@@ -192,8 +198,7 @@ def test_dequant_bench_is_bit_exact_and_rates_follow_the_counts(ffn_gguf):
         assert r["ratio"] == pytest.approx(r["gguf_median_s"] / r["ours_median_s"])
         assert r["ratio"] == pytest.approx(r["ours_mbps"] / r["gguf_mbps"])
         assert r["target"] == goal and r["met"] == (r["ratio"] >= goal) and r["threads"] == 1
-    assert by_type["Q6_K"] == {"type": "Q6_K", "present": False, "note": "no Q6_K tensors in this model",
-                               "target": 3.0}
+    assert by_type["Q6_K"] == {"type": "Q6_K", "present": False, "note": "no Q6_K tensors in this model", "target": 3.0}
 
 
 def test_dequant_bench_covers_every_type_of_the_model(ffn_gguf):
@@ -209,7 +214,8 @@ def test_dequant_bench_covers_every_type_of_the_model(ffn_gguf):
         assert r["target"] == timing.dequant_goal(r["type"])
     assert timing.dequant_goal("F32") is None and timing.dequant_goal("Q6_K") == 3.0
     assert [t["name"] for t in timing.dequant_targets(rows)] == [
-        f"dequant_{t}_speedup_over_gguf" for t in held if t not in ("F32", "F16", "BF16")]
+        f"dequant_{t}_speedup_over_gguf" for t in held if t not in ("F32", "F16", "BF16")
+    ]
 
 
 def test_dequant_bench_catches_a_wrong_dequantizer(ffn_gguf):
@@ -249,8 +255,11 @@ def test_dequant_targets_met_logic():
     assert (q8["target"], q8["measured"], q8["met"]) == (5.0, 5.0, True)  # >= is met
     assert (q4["target"], q4["measured"], q4["met"], q4["noisy"]) == (3.0, 2.99, False, True)  # a miss stays
     assert targets["dequant_Q6_K_speedup_over_gguf"]["met"] is True  # any other quantized type: 3x
-    assert list(targets) == ["dequant_Q8_0_speedup_over_gguf", "dequant_Q4_1_speedup_over_gguf",
-                             "dequant_Q6_K_speedup_over_gguf"]  # F32 is a copy: measured, no goal
+    assert list(targets) == [
+        "dequant_Q8_0_speedup_over_gguf",
+        "dequant_Q4_1_speedup_over_gguf",
+        "dequant_Q6_K_speedup_over_gguf",
+    ]  # F32 is a copy: measured, no goal
 
 
 def test_dequant_target_for_an_unmeasured_type_is_listed_not_dropped():
@@ -302,8 +311,12 @@ def test_run_cpu_summary_is_consistent_with_its_tables(tiny_run):
         assert s["dequant"][t]["bit_exact"] is True
     assert "skipped" in s["dequant"]["Q6_K"]
     names = [t["name"] for t in s["targets"]]
-    assert names == ["dequant_Q8_0_speedup_over_gguf", "dequant_Q4_1_speedup_over_gguf",
-                     "dequant_Q6_K_speedup_over_gguf", "matvec_cold_fraction_of_stream_copy"]
+    assert names == [
+        "dequant_Q8_0_speedup_over_gguf",
+        "dequant_Q4_1_speedup_over_gguf",
+        "dequant_Q6_K_speedup_over_gguf",
+        "matvec_cold_fraction_of_stream_copy",
+    ]
     for t in s["targets"]:
         assert set(t) >= {"name", "target", "measured", "unit", "met"}
         if t["name"].startswith("dequant_Q6_K"):  # asked for, absent from the tiny model: listed, not met

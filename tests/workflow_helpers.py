@@ -23,9 +23,14 @@ PROJECT_FILES = ("Snakefile", "config", "workflow")
 
 # Timing settings small enough that the timing jobs take seconds on a tiny model.
 QUICK_TIMING = {
-    "batch_sizes": [1, 4, 256], "repeats": 3, "warmup": 1,
-    "min_weight_bytes": 1 << 20, "stream_bytes": 8 << 20, "dequant_bytes": 1 << 20,
-    "decode_tokens": 3, "prefill_sizes": [1, 8],
+    "batch_sizes": [1, 4, 256],
+    "repeats": 3,
+    "warmup": 1,
+    "min_weight_bytes": 1 << 20,
+    "stream_bytes": 8 << 20,
+    "dequant_bytes": 1 << 20,
+    "decode_tokens": 3,
+    "prefill_sizes": [1, 8],
 }
 
 
@@ -54,10 +59,16 @@ def write_config(project: Path, **overrides) -> dict:
 def snakemake(project: Path, *args: str, timeout: int = 900, check: bool = True) -> subprocess.CompletedProcess:
     proc = subprocess.run(
         [sys.executable, "-m", "snakemake", "--cores", "2", *args],
-        cwd=project, env=env_with_venv(), capture_output=True, text=True, timeout=timeout,
+        cwd=project,
+        env=env_with_venv(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     if check and proc.returncode != 0:
-        raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
+        raise AssertionError(
+            f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
+        )
     return proc
 
 
@@ -69,9 +80,24 @@ def run_notebook(notebook: Path, executed: Path, *, cwd: Path, **parameters) -> 
     params = executed.with_name(executed.name + ".params.yaml")
     params.write_text(yaml.safe_dump({k: str(v) if isinstance(v, Path) else v for k, v in parameters.items()}))
     proc = subprocess.run(
-        [sys.executable, "-m", "papermill", "-k", "python3", "--no-progress-bar", "--cwd", str(cwd),
-         str(notebook), str(executed), "-f", str(params)],
-        env=env_with_venv(), capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "papermill",
+            "-k",
+            "python3",
+            "--no-progress-bar",
+            "--cwd",
+            str(cwd),
+            str(notebook),
+            str(executed),
+            "-f",
+            str(params),
+        ],
+        env=env_with_venv(),
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
 
@@ -86,8 +112,15 @@ def run_lesson_notebook(spec, gguf: Path, folder: Path, **params) -> tuple[dict,
     extract(gguf, folder / "gguf", [])
     out = folder / "out"
     outputs = {parameter(name): out / name for name in spec.files}
-    run_notebook(ROOT / "workflow" / "notebooks" / f"{spec.id}.ipynb", folder / "run.ipynb", cwd=ROOT,
-                 model_gguf=gguf, metadata_json=folder / "gguf" / "metadata.json", **outputs, **params)
+    run_notebook(
+        ROOT / "workflow" / "notebooks" / f"{spec.id}.ipynb",
+        folder / "run.ipynb",
+        cwd=ROOT,
+        model_gguf=gguf,
+        metadata_json=folder / "gguf" / "metadata.json",
+        **outputs,
+        **params,
+    )
     assert sorted(p.name for p in out.iterdir()) == sorted(spec.files)
     return json.loads((out / "metrics.json").read_text(encoding="utf-8")), out
 

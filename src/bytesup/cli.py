@@ -18,12 +18,12 @@ from collections.abc import Callable
 from typing import Any
 
 from bytesup import __version__
-from bytesup.model import param_counts
 from bytesup.gguf.extract import shape_text
-from bytesup.run.files import plain
 from bytesup.gguf.file import GGUF_MAGIC, GGUFFile, GGUFFormatError, printable
 from bytesup.lessons import registry
+from bytesup.model import param_counts
 from bytesup.report.verify import VerifyError, verify_path
+from bytesup.run.files import plain
 
 EXIT_ERROR = 2
 ARRAY_HEAD = 8  # arrays longer than this are shown as their first ARRAY_HEAD items + length
@@ -176,15 +176,19 @@ def _open(path: str) -> GGUFFile:
 
 def add_verify(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "verify", help="re-hash a report's files and re-read every number it cites",
+        "verify",
+        help="re-hash a report's files and re-read every number it cites",
         description="Re-hash every file a dated report cites, re-render index.html, report.md and the notebook"
-                    " pages from the manifest and those files, and compare them byte for byte with what was"
-                    " shared. Exit 0 with one line when all agree; 1 with one line per difference (the first"
-                    " place each page differs, each changed file and number, each added file) otherwise; 2 when"
-                    " PATH is not a report, the archive is damaged, or the folder was moved from its project.",
+        " pages from the manifest and those files, and compare them byte for byte with what was"
+        " shared. Exit 0 with one line when all agree; 1 with one line per difference (the first"
+        " place each page differs, each changed file and number, each added file) otherwise; 2 when"
+        " PATH is not a report, the archive is damaged, or the folder was moved from its project.",
     )
-    p.add_argument("path", help="a report folder (report/<date>/, or llm-bytes-up-<date>/report/<date>/ unpacked)"
-                                " or its archive (report/<date>.zip)")
+    p.add_argument(
+        "path",
+        help="a report folder (report/<date>/, or llm-bytes-up-<date>/report/<date>/ unpacked)"
+        " or its archive (report/<date>.zip)",
+    )
     p.add_argument("--root", help="where the cited paths start (default: the archive's root, or two folders"
                                   " above a report folder: the project)")  # fmt: skip
     p.set_defaults(run=run_verify)
@@ -222,7 +226,9 @@ COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_inspect, add
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bytesup", description="Look inside GGUF model files; check dated reports; list the lessons.")
+    parser = argparse.ArgumentParser(
+        prog="bytesup", description="Look inside GGUF model files; check dated reports; list the lessons."
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in COMMANDS:

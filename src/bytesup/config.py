@@ -28,7 +28,9 @@ def check_config_file(path: str | Path) -> None:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as err:
-        raise ConfigError(f"{path}: cannot read it ({err.strerror}); restore it from git (git checkout {path})") from None
+        raise ConfigError(
+            f"{path}: cannot read it ({err.strerror}); restore it from git (git checkout {path})"
+        ) from None
     try:
         yaml.safe_load(text)
     except yaml.MarkedYAMLError as err:
@@ -40,8 +42,7 @@ def check_config_file(path: str | Path) -> None:
         raise ConfigError(f"{path}: not valid YAML ({str(err).splitlines()[0]}); fix it there") from None
 
 
-_JSON_TYPES = {"string": str, "integer": int, "number": (int, float), "null": type(None), "array": list,
-               "object": dict}
+_JSON_TYPES = {"string": str, "integer": int, "number": (int, float), "null": type(None), "array": list, "object": dict}
 
 
 def _allows(schema: dict, value, root: dict) -> bool:

@@ -18,7 +18,9 @@ from bytesup.run.joblog import job_logging
 def lessons_needing(tensor: str, needs: dict) -> list[str]:
     """The lessons whose tensor patterns (see rule `extract`, params.needed_by) match `tensor`."""
     return sorted(
-        lesson for lesson, patterns in needs.items() if any(fnmatch.fnmatchcase(tensor, p.lstrip("?")) for p in patterns)
+        lesson
+        for lesson, patterns in needs.items()
+        if any(fnmatch.fnmatchcase(tensor, p.lstrip("?")) for p in patterns)
     )
 
 

@@ -10,8 +10,8 @@ model (source: path) name the user's file, not the copy or link under resources/
 import sys
 from pathlib import Path
 
-from bytesup.run.fetch import FetchError, fetch_model, mark_verified, write_record
 from bytesup.gguf.file import GGUFFile, GGUFFormatError
+from bytesup.run.fetch import FetchError, fetch_model, mark_verified, write_record
 from bytesup.run.joblog import job_logging
 
 
@@ -23,8 +23,13 @@ def main(sm) -> None:
         try:
             record = fetch_model(sm.params.name, spec, dest)
             with GGUFFile(dest) as gguf:
-                logger.info("%s: GGUF v%d, %d tensors, %d metadata keys", shown, gguf.version,
-                            len(gguf.tensors), len(gguf.metadata))
+                logger.info(
+                    "%s: GGUF v%d, %d tensors, %d metadata keys",
+                    shown,
+                    gguf.version,
+                    len(gguf.tensors),
+                    len(gguf.metadata),
+                )
         except (FetchError, GGUFFormatError) as err:
             if isinstance(err, GGUFFormatError):
                 dest.unlink(missing_ok=True)

@@ -13,7 +13,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from bytesup.report import job_resources, provenance, build as report
+from bytesup.report import build as report
+from bytesup.report import job_resources, provenance
 from bytesup.run import joblog
 
 sm = snakemake  # noqa: F821  (injected by Snakemake's script directive)

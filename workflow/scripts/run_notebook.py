@@ -10,8 +10,8 @@ with one line (bytesup.run.notebook_job).
 import json
 import logging
 import os
-import sys
 import shutil
+import sys
 from pathlib import Path
 
 from bytesup.run.notebook_job import NotebookFailed, run_notebook

@@ -20,7 +20,11 @@ def main(sm) -> None:
         except (GGUFFormatError, TimingError) as err:
             logger.error("%s", err)
             sys.exit(1)
-        write_results(result, sm.output.summary, {"sweep": sm.output.sweep, "stream": sm.output.stream, "dequant": sm.output.dequant})
+        write_results(
+            result,
+            sm.output.summary,
+            {"sweep": sm.output.sweep, "stream": sm.output.stream, "dequant": sm.output.dequant},
+        )
 
 
 main(snakemake)  # noqa: F821  (injected by Snakemake's script directive)

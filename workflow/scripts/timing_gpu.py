@@ -9,8 +9,8 @@ import sys
 
 from bytesup.gguf.file import GGUFFormatError
 from bytesup.run.joblog import job_logging
-from bytesup.timing.gpu import GPUUnavailable, run_gpu
 from bytesup.timing.cpu import TimingError, write_results
+from bytesup.timing.gpu import GPUUnavailable, run_gpu
 
 
 def main(sm) -> None:

@@ -285,9 +285,9 @@ def _nibble_runs(first_byte: int, runs: int, run_bytes: int) -> list[str]:
 
 
 def _crumbs(first_byte: int) -> list[str]:
-    """2-bit fields in two halves of 32 bytes: in half h, bits 2s..2s+1 of byte l are weight 128h + 32s + l."""
-    return [f"byte {first_byte + 32 * h + l} bits {2 * s}-{2 * s + 1}" for h in range(2) for s in range(4)
-            for l in range(32)]  # fmt: skip
+    """2-bit fields in two halves of 32 bytes: in half h, bits 2s..2s+1 of byte j are weight 128h + 32s + j."""
+    return [f"byte {first_byte + 32 * h + j} bits {2 * s}-{2 * s + 1}" for h in range(2) for s in range(4)
+            for j in range(32)]  # fmt: skip
 
 
 def _high_bit(first_byte: int) -> list[str]:

@@ -334,8 +334,9 @@ def _chunk_blocks(block_size: int) -> int:
     return max(1, CHUNK_BLOCKS * 32 // block_size if block_size <= 32 else CHUNK_BLOCKS // 4)
 
 
-def _fast_blocks(raw: np.ndarray, type_size: int, out: np.ndarray | None, step, block_size: int = 32,
-                 threads: int | None = None) -> np.ndarray:
+def _fast_blocks(
+    raw: np.ndarray, type_size: int, out: np.ndarray | None, step, block_size: int = 32, threads: int | None = None
+) -> np.ndarray:
     """Run step(block_bytes_chunk, out_chunk) over the tensor, _chunk_blocks(block_size) blocks at a time.
 
     With threads > 1 (None: default_threads()) the chunks go to a pool of that many
@@ -599,8 +600,15 @@ def _unpack_iq4_xs(f: dict) -> dict:
     return {"scale": unpack_iq4_xs_scales(f["scales_h"], f["scales_l"]), "q": q}
 
 
-_UNPACK = {"Q2_K": _unpack_q2_k, "Q3_K": _unpack_q3_k, "Q4_K": _unpack_q4_k, "Q5_K": _unpack_q5_k,
-           "Q6_K": _unpack_q6_k, "IQ4_NL": _unpack_iq4_nl, "IQ4_XS": _unpack_iq4_xs}
+_UNPACK = {
+    "Q2_K": _unpack_q2_k,
+    "Q3_K": _unpack_q3_k,
+    "Q4_K": _unpack_q4_k,
+    "Q5_K": _unpack_q5_k,
+    "Q6_K": _unpack_q6_k,
+    "IQ4_NL": _unpack_iq4_nl,
+    "IQ4_XS": _unpack_iq4_xs,
+}
 
 
 def unpack_fields(raw: np.ndarray, type_name: str) -> dict[str, np.ndarray]:

@@ -43,8 +43,8 @@ from typing import Any
 import numpy as np
 
 from bytesup.gguf.dequant import dequantize, dequantizer_used
-from bytesup.run.files import plain, sha256_file
 from bytesup.gguf.file import GGUFFile, UnsupportedTypeError, printable
+from bytesup.run.files import plain, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -189,9 +189,13 @@ def _save_tensor_npy(path: Path, f: GGUFFile, info, chunk_bytes: int = CHUNK_BYT
                 try:
                     rows = dequantize(raw, info.type_name, (n, *shape[1:]))
                 except NotImplementedError:
-                    raise UnsupportedTypeError(f.path, info.name, f"ggml type {info.ggml_type} ({info.type_name}) "
-                                               "cannot be dequantized by bytesup or gguf.quants",
-                                               offset=info.offset) from None
+                    raise UnsupportedTypeError(
+                        f.path,
+                        info.name,
+                        f"ggml type {info.ggml_type} ({info.type_name}) "
+                        "cannot be dequantized by bytesup or gguf.quants",
+                        offset=info.offset,
+                    ) from None
                 tee.write(np.ascontiguousarray(rows, "<f4").data)
         holder["sha256"] = tee.sha256.hexdigest()
 
@@ -217,8 +221,10 @@ def _check_space(tensors_dir: Path, total: int) -> None:
     have = sum(p.stat().st_size for p in tensors_dir.glob("*.npy"))
     need = total - have
     if need > shutil.disk_usage(tensors_dir).free:
-        raise NoSpaceError(f"extract: {tensors_dir} has {_free_mb(tensors_dir):.1f} MiB free, the tensors need "
-                           f"{need / 2**20:.1f} MiB more; free some space and run again")
+        raise NoSpaceError(
+            f"extract: {tensors_dir} has {_free_mb(tensors_dir):.1f} MiB free, the tensors need "
+            f"{need / 2**20:.1f} MiB more; free some space and run again"
+        )
 
 
 def shape_text(shape: tuple[int, ...]) -> str:
@@ -313,9 +319,10 @@ def extract(
             except OSError as err:
                 if err.errno != errno.ENOSPC:
                     raise
-                raise NoSpaceError(f"extract: no space left writing {npy} ({_free_mb(tensors_dir):.1f} MiB free; "
-                                   f"the tensors need {total / 2**20:.1f} MiB in all); free some space and run again"
-                                   ) from None
+                raise NoSpaceError(
+                    f"extract: no space left writing {npy} ({_free_mb(tensors_dir):.1f} MiB free; "
+                    f"the tensors need {total / 2**20:.1f} MiB in all); free some space and run again"
+                ) from None
             how = dequantizer_used(info.type_name)
             entries[name] = {
                 "file": os.path.relpath(npy, index_dir),

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bytesup.run.files import plain  # noqa: F401  (lessons and their tests write metrics with it)
 from bytesup.lessons.spec import LessonSpec
+from bytesup.run.files import plain  # lessons and their tests write metrics with it
 
 FIGSIZE = (7.0, 4.0)  # inches; every lesson figure has the same size ...
 DPI = 120  # ... and resolution, so PNG bytes depend only on the data

@@ -36,8 +36,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from bytesup.lessons import claims as claims_mod
 from bytesup.lessons import LessonInputError, figure
+from bytesup.lessons import claims as claims_mod
 from bytesup.lessons.spec import SERIES, Headline, LessonSpec
 from bytesup.model.arch import ARCHITECTURES, ArchSpec
 from bytesup.model.configs import (
@@ -93,21 +93,31 @@ SPEC = LessonSpec(
         Headline("kv_bytes_per_token_f32", "the same in float32, as this NumPy decoder keeps it", "bytes", ",d"),
         Headline("gqa_group_size", "query heads sharing one K/V head", "", "d"),
         Headline("kv_mb_at_context_length", "KV cache at this model's full context, F16", "MB", ".1f"),
-        Headline("kv_cache_equals_weights_tokens", "context at which the F16 cache is as big as the model file",
-                 "tokens", ",.0f"),
-        Headline("specimen_kv_bytes_per_token", "KV cache per token, deepseek-coder-6.7b (32 KV heads), F16",
-                 "bytes", ",d"),
+        Headline(
+            "kv_cache_equals_weights_tokens",
+            "context at which the F16 cache is as big as the model file",
+            "tokens",
+            ",.0f",
+        ),
+        Headline(
+            "specimen_kv_bytes_per_token", "KV cache per token, deepseek-coder-6.7b (32 KV heads), F16", "bytes", ",d"
+        ),
         Headline("llama3_8b_kv_bytes_per_token", "KV cache per token, Llama-3-8B (8 KV heads), F16", "bytes", ",d"),
-        Headline("kv_cache_max_abs_diff", "max |logit difference|, cached decode against full recompute", "",
-                 ".1e"),
+        Headline("kv_cache_max_abs_diff", "max |logit difference|, cached decode against full recompute", "", ".1e"),
         Headline("timing_cached_s_at_max", "time per token with the cache, longest context timed", "s", ".3g"),
-        Headline("timing_recompute_s_at_max", "time per token recomputing the prefix, longest context timed", "s",
-                 ".3g"),
+        Headline(
+            "timing_recompute_s_at_max", "time per token recomputing the prefix, longest context timed", "s", ".3g"
+        ),
         Headline("timing_recompute_over_cached_at_max", "recompute over cached, longest context timed", "", ".1f"),
-        Headline("attention_first_position_share", "heads whose strongest link from the last token is the first token",
-                 "", "%"),
-        Headline("hand_vs_block_max_abs_diff", "attention by hand against attention_block, max |difference|", "",
-                 ".1e"),
+        Headline(
+            "attention_first_position_share",
+            "heads whose strongest link from the last token is the first token",
+            "",
+            "%",
+        ),
+        Headline(
+            "hand_vs_block_max_abs_diff", "attention by hand against attention_block, max |difference|", "", ".1e"
+        ),
     ),
     config_keys=("prompt", "forward"),
     architectures=tuple(ARCHITECTURES),  # attention_by_hand follows every row of the table
@@ -157,8 +167,12 @@ class AttnWeights:
         def copy(a):
             return None if a is None else np.array(a, dtype=np.float32)
 
-        return cls(*(copy(a) for a in (w.attn_norm, w.wq, w.wk, w.wv, w.wo, w.bq, w.bk, w.bv, w.q_norm, w.k_norm,
-                                       w.post_attn_norm)))
+        return cls(
+            *(
+                copy(a)
+                for a in (w.attn_norm, w.wq, w.wk, w.wv, w.wo, w.bq, w.bk, w.bv, w.q_norm, w.k_norm, w.post_attn_norm)
+            )
+        )
 
 
 def kv_head(h: int, spec: ArchSpec) -> int:
@@ -274,8 +288,9 @@ def wrap(a: np.ndarray) -> np.ndarray:
     return np.angle(np.exp(1j * np.asarray(a, dtype=np.float64)))
 
 
-def rope_table(spec: ArchSpec, n_positions: int = ROPE_POSITIONS, pairs: Sequence[int] = ROPE_PAIRS,
-               block: int = BLOCK) -> list[dict]:
+def rope_table(
+    spec: ArchSpec, n_positions: int = ROPE_POSITIONS, pairs: Sequence[int] = ROPE_PAIRS, block: int = BLOCK
+) -> list[dict]:
     """For a few pairs i: radians per token, tokens per full turn, and the angle at positions 0..n-1
     (with block ``block``'s rope base)."""
     theta = rope_theta(spec, block)
@@ -283,8 +298,7 @@ def rope_table(spec: ArchSpec, n_positions: int = ROPE_POSITIONS, pairs: Sequenc
     rows = []
     for i in chosen:
         dims = f"{i},{i + spec.n_rot // 2}" if spec.rope_layout == "neox" else f"{2 * i},{2 * i + 1}"
-        row = {"pair": i, "dims": dims, "radians_per_token": theta[i],
-               "tokens_per_turn": 2 * math.pi / theta[i]}
+        row = {"pair": i, "dims": dims, "radians_per_token": theta[i], "tokens_per_turn": 2 * math.pi / theta[i]}
         row.update({f"pos_{p}": p * theta[i] for p in range(n_positions)})
         rows.append(row)
     return rows
@@ -310,8 +324,9 @@ def hf_layout_scores(hand: HandAttention, w: AttnWeights, spec: ArchSpec) -> np.
     """Block scores (n_heads, N, N) with the rows un-permuted and rope on halves, as transformers computes them."""
     n, hd = hand.xn.shape[0], spec.head_dim
     q = rope_halves((hand.xn @ gguf_rows_to_hf(w.wq, spec.n_heads).T).reshape(n, spec.n_heads, hd), hand.cos, hand.sin)
-    k = rope_halves((hand.xn @ gguf_rows_to_hf(w.wk, spec.n_kv_heads).T).reshape(n, spec.n_kv_heads, hd),
-                    hand.cos, hand.sin)
+    k = rope_halves(
+        (hand.xn @ gguf_rows_to_hf(w.wk, spec.n_kv_heads).T).reshape(n, spec.n_kv_heads, hd), hand.cos, hand.sin
+    )
     s = np.stack([q[:, h] @ k[:, kv_head(h, spec)].T for h in range(spec.n_heads)]) * np.float32(1 / math.sqrt(hd))
     s[:, causal_mask(n)] = -np.inf
     return s
@@ -340,9 +355,18 @@ def attention_top(attention: Sequence[np.ndarray], tokens: Sequence[str], spec: 
         for h in range(spec.n_heads):
             row = np.asarray(a[h, last], dtype=np.float64)
             top = int(np.argmax(row))
-            rows.append({"block": b, "head": h, "kv_head": kv_head(h, spec), "top_position": top,
-                         "top_token": tokens[top], "top_weight": row[top], "first_token_weight": row[0],
-                         "self_weight": row[last]})
+            rows.append(
+                {
+                    "block": b,
+                    "head": h,
+                    "kv_head": kv_head(h, spec),
+                    "top_position": top,
+                    "top_token": tokens[top],
+                    "top_weight": row[top],
+                    "first_token_weight": row[0],
+                    "self_weight": row[last],
+                }
+            )
     return rows
 
 
@@ -351,9 +375,18 @@ def attention_top(attention: Sequence[np.ndarray], tokens: Sequence[str], spec: 
 
 def architecture_of(spec: ArchSpec, name: str) -> Architecture:
     """This run's model as a configs.Architecture (for kv_bytes_per_token)."""
-    return Architecture(name, d_model=spec.d_model, d_ff=spec.d_ff, n_layers=spec.n_layers, vocab=spec.vocab,
-                        n_heads=spec.n_heads, n_kv_heads=spec.n_kv_heads, head_dim=spec.head_dim, tied=spec.tied,
-                        source="this run's GGUF metadata")
+    return Architecture(
+        name,
+        d_model=spec.d_model,
+        d_ff=spec.d_ff,
+        n_layers=spec.n_layers,
+        vocab=spec.vocab,
+        n_heads=spec.n_heads,
+        n_kv_heads=spec.n_kv_heads,
+        head_dim=spec.head_dim,
+        tied=spec.tied,
+        source="this run's GGUF metadata",
+    )
 
 
 def kv_cache_bytes(bytes_per_token: int, tokens, window: int | None = None):
@@ -366,8 +399,9 @@ def kv_cache_bytes(bytes_per_token: int, tokens, window: int | None = None):
 
 def stored_bytes(a: Architecture, matrices: str, vectors: str) -> int:
     """Bytes of a llama-style model's weights stored as `matrices` (2-D tensors) and `vectors` (norms)."""
-    return sum(type_bytes(matrices if len(shape) == 2 else vectors, math.prod(shape))
-               for _, shape in llama_tensor_shapes(a))
+    return sum(
+        type_bytes(matrices if len(shape) == 2 else vectors, math.prod(shape)) for _, shape in llama_tensor_shapes(a)
+    )
 
 
 def kv_size_table(spec: ArchSpec, model: str, file_bytes: int, window: int | None = None) -> list[dict]:
@@ -381,14 +415,24 @@ def kv_size_table(spec: ArchSpec, model: str, file_bytes: int, window: int | Non
     rows = []
     for a, context, win, weights, what in entries:
         per_token = kv_bytes_per_token(a, "F16")
-        rows.append({
-            "model": a.name, "blocks": a.n_layers, "heads": a.n_heads, "kv_heads": a.n_kv_heads,
-            "head_dim": a.head_dim, "kv_bytes_per_token_f16": per_token,
-            "kv_bytes_per_token_f32": kv_bytes_per_token(a, "F32"), "context_length": context,
-            "sliding_window": win, "kv_bytes_at_context_f16": int(kv_cache_bytes(per_token, context, win)),
-            "weights_bytes": weights, "weights_stored_as": what,
-            "cache_equals_weights_tokens": weights / per_token, "source": a.source,
-        })
+        rows.append(
+            {
+                "model": a.name,
+                "blocks": a.n_layers,
+                "heads": a.n_heads,
+                "kv_heads": a.n_kv_heads,
+                "head_dim": a.head_dim,
+                "kv_bytes_per_token_f16": per_token,
+                "kv_bytes_per_token_f32": kv_bytes_per_token(a, "F32"),
+                "context_length": context,
+                "sliding_window": win,
+                "kv_bytes_at_context_f16": int(kv_cache_bytes(per_token, context, win)),
+                "weights_bytes": weights,
+                "weights_stored_as": what,
+                "cache_equals_weights_tokens": weights / per_token,
+                "source": a.source,
+            }
+        )
     return rows
 
 
@@ -445,7 +489,9 @@ def _seconds(fn, *args) -> float:
     return time.perf_counter() - t0
 
 
-def time_decode(model: Model, ids: Sequence[int], contexts: Sequence[int] = CONTEXTS, repeats: int = REPEATS) -> list[dict]:
+def time_decode(
+    model: Model, ids: Sequence[int], contexts: Sequence[int] = CONTEXTS, repeats: int = REPEATS
+) -> list[dict]:
     """Seconds for one generated token at each context length n: with the cache (one token through
     the model, the n-1 before it cached) and without (the whole n-token prefix recomputed). The
     prompt's ids are repeated to fill the longest context. Median, min and max of `repeats` runs."""
@@ -467,13 +513,19 @@ def time_decode(model: Model, ids: Sequence[int], contexts: Sequence[int] = CONT
             cached.append(_seconds(model.forward, seq[n - 1 : n], cache))  # one new token, n - 1 cached
             cache.n = n - 1  # forget that token again, so every repeat decodes the same step
         recomputed = [_seconds(recompute_last_logits, model, seq[:n]) for _ in range(repeats)]
-        rows.append({
-            "context": n, "repeats": repeats,
-            "cached_median_s": float(np.median(cached)), "cached_min_s": min(cached), "cached_max_s": max(cached),
-            "recompute_median_s": float(np.median(recomputed)), "recompute_min_s": min(recomputed),
-            "recompute_max_s": max(recomputed),
-            "recompute_over_cached": float(np.median(recomputed) / np.median(cached)),
-        })
+        rows.append(
+            {
+                "context": n,
+                "repeats": repeats,
+                "cached_median_s": float(np.median(cached)),
+                "cached_min_s": min(cached),
+                "cached_max_s": max(cached),
+                "recompute_median_s": float(np.median(recomputed)),
+                "recompute_min_s": min(recomputed),
+                "recompute_max_s": max(recomputed),
+                "recompute_over_cached": float(np.median(recomputed) / np.median(cached)),
+            }
+        )
     return rows
 
 
@@ -493,12 +545,24 @@ def resident_budget_bytes(forward: Mapping | None) -> int:
     try:
         return int(float((forward or {})["resident_budget_mb"]) * 2**20)
     except (KeyError, TypeError, ValueError):
-        raise LessonInputError(f"config key forward.resident_budget_mb: expected a number of MB, got {forward!r}") from None
+        raise LessonInputError(
+            f"config key forward.resident_budget_mb: expected a number of MB, got {forward!r}"
+        ) from None
 
 
-def run(model_gguf: str | os.PathLike, metadata: Mapping, prompt: str, forward: Mapping | None = None, *,
-        model_name: str = "this model", block: int = BLOCK, contexts: Sequence[int] = CONTEXTS,
-        repeats: int = REPEATS, decode_steps: int = DECODE_STEPS, window: int | None = None) -> tuple[dict, dict]:
+def run(
+    model_gguf: str | os.PathLike,
+    metadata: Mapping,
+    prompt: str,
+    forward: Mapping | None = None,
+    *,
+    model_name: str = "this model",
+    block: int = BLOCK,
+    contexts: Sequence[int] = CONTEXTS,
+    repeats: int = REPEATS,
+    decode_steps: int = DECODE_STEPS,
+    window: int | None = None,
+) -> tuple[dict, dict]:
     """(metrics, tables): every number the lesson reports, and what its cells show, each computed once.
 
     tables: "spec", "ids", "tokens", "weights" (block's AttnWeights), "hand" (HandAttention),
@@ -521,10 +585,19 @@ def run(model_gguf: str | os.PathLike, metadata: Mapping, prompt: str, forward: 
     attention = [np.asarray(a) for a in trace.attention]
 
     m: dict = {
-        "prompt": prompt, "prompt_ids": ids, "prompt_tokens": tokens, "n_prompt_tokens": len(ids),
-        "architecture": spec.arch, "block_count": spec.n_layers, "embedding_length": spec.d_model,
-        "head_count": spec.n_heads, "head_count_kv": spec.n_kv_heads, "head_dim": spec.head_dim,
-        "rope_dimension_count": spec.n_rot, "rope_freq_base": spec.rope_base, "context_length": spec.context_length,
+        "prompt": prompt,
+        "prompt_ids": ids,
+        "prompt_tokens": tokens,
+        "n_prompt_tokens": len(ids),
+        "architecture": spec.arch,
+        "block_count": spec.n_layers,
+        "embedding_length": spec.d_model,
+        "head_count": spec.n_heads,
+        "head_count_kv": spec.n_kv_heads,
+        "head_dim": spec.head_dim,
+        "rope_dimension_count": spec.n_rot,
+        "rope_freq_base": spec.rope_base,
+        "context_length": spec.context_length,
         "weights_mode": mode,
         # grouped-query attention
         "gqa_group_size": spec.group,
@@ -532,35 +605,46 @@ def run(model_gguf: str | os.PathLike, metadata: Mapping, prompt: str, forward: 
     }
     # 1. by hand against the package
     last = len(ids) - 1
-    m.update({
-        "hand_block": block,
-        "hand_q_shape": list(hand.q.shape), "hand_k_shape": list(hand.k.shape),
-        "hand_scores_last_head0": [None if not np.isfinite(s) else s for s in hand.scores[0, last]],
-        "hand_weights_last_head0": hand.weights[0, last],
-        "hand_weights_row_sums_max_abs_err": np.abs(hand.weights.sum(-1) - 1).max(),
-        "hand_masked_weight_max": hand.weights[:, causal_mask(len(ids), hand.window)].max(initial=0.0),
-        "hand_rope_base": hand.rope_base, "hand_window": hand.window, "rope_layout": spec.rope_layout,
-        "hand_qk_norm": w.q_norm is not None, "hand_post_attention_norm": w.post_attn_norm is not None,
-        "attention_scale": spec.attn_scale,
-        "hand_out_last_first3": hand.out[last, :3],
-        "hand_vs_block_max_abs_diff": np.abs(hand.y - y_pkg).max(),
-        "hand_k_vs_cache_max_abs_diff": np.abs(hand.k_rot - k_pkg).max(),
-        "hand_v_vs_cache_max_abs_diff": np.abs(hand.v - v_pkg).max(),
-        "hand_weights_vs_trace_max_abs_diff": np.abs(hand.weights - attention[block]).max(),
-        "block_attention_y_last_first3": y_pkg[last, :3],
-    })
+    m.update(
+        {
+            "hand_block": block,
+            "hand_q_shape": list(hand.q.shape),
+            "hand_k_shape": list(hand.k.shape),
+            "hand_scores_last_head0": [None if not np.isfinite(s) else s for s in hand.scores[0, last]],
+            "hand_weights_last_head0": hand.weights[0, last],
+            "hand_weights_row_sums_max_abs_err": np.abs(hand.weights.sum(-1) - 1).max(),
+            "hand_masked_weight_max": hand.weights[:, causal_mask(len(ids), hand.window)].max(initial=0.0),
+            "hand_rope_base": hand.rope_base,
+            "hand_window": hand.window,
+            "rope_layout": spec.rope_layout,
+            "hand_qk_norm": w.q_norm is not None,
+            "hand_post_attention_norm": w.post_attn_norm is not None,
+            "attention_scale": spec.attn_scale,
+            "hand_out_last_first3": hand.out[last, :3],
+            "hand_vs_block_max_abs_diff": np.abs(hand.y - y_pkg).max(),
+            "hand_k_vs_cache_max_abs_diff": np.abs(hand.k_rot - k_pkg).max(),
+            "hand_v_vs_cache_max_abs_diff": np.abs(hand.v - v_pkg).max(),
+            "hand_weights_vs_trace_max_abs_diff": np.abs(hand.weights - attention[block]).max(),
+            "block_attention_y_last_first3": y_pkg[last, :3],
+        }
+    )
     # 2. rope on the real queries: the turn of each pair of query head 0 at each position
     theta = rope_theta(spec, block)
     layout = spec.rope_layout
     turned = wrap(pair_angles(hand.q_rot[:, 0, : spec.n_rot], layout) - pair_angles(hand.q[:, 0, : spec.n_rot], layout))
     expected = wrap(np.outer(np.arange(len(ids)), theta))
-    m.update({
-        "rope_radians_per_token_first_pair": theta[0], "rope_radians_per_token_last_pair": theta[-1],
-        "rope_tokens_per_turn_first_pair": 2 * math.pi / theta[0],
-        "rope_tokens_per_turn_last_pair": 2 * math.pi / theta[-1],
-        "rope_turn_max_abs_err": np.abs(wrap(turned - expected)).max(),
-        "rope_norm_change_max_rel": np.abs(np.linalg.norm(hand.q_rot, axis=-1) / np.linalg.norm(hand.q, axis=-1) - 1).max(),
-    })
+    m.update(
+        {
+            "rope_radians_per_token_first_pair": theta[0],
+            "rope_radians_per_token_last_pair": theta[-1],
+            "rope_tokens_per_turn_first_pair": 2 * math.pi / theta[0],
+            "rope_tokens_per_turn_last_pair": 2 * math.pi / theta[-1],
+            "rope_turn_max_abs_err": np.abs(wrap(turned - expected)).max(),
+            "rope_norm_change_max_rel": np.abs(
+                np.linalg.norm(hand.q_rot, axis=-1) / np.linalg.norm(hand.q, axis=-1) - 1
+            ).max(),
+        }
+    )
     # a llama GGUF permutes Q/K rows for adjacent pairs; a NeoX-style file keeps Hugging Face's rows (nothing to undo)
     m["rope_layouts_scores_max_abs_diff"] = None
     if layout == "adjacent" and w.q_norm is None and w.bq is None:
@@ -573,37 +657,62 @@ def run(model_gguf: str | os.PathLike, metadata: Mapping, prompt: str, forward: 
     m["attention_self_share"] = float(np.mean([r["top_position"] == last for r in top]))
     by = {(r["block"], r["head"]): r for r in top}
     m["attention_top_shown"] = [
-        {"block": b, "head": h, "position": by[b, h]["top_position"], "token": by[b, h]["top_token"],
-         "weight": by[b, h]["top_weight"]} for b, h in shown_heads(spec)
+        {
+            "block": b,
+            "head": h,
+            "position": by[b, h]["top_position"],
+            "token": by[b, h]["top_token"],
+            "weight": by[b, h]["top_weight"],
+        }
+        for b, h in shown_heads(spec)
     ]
     # 4. the cache's size
     file_bytes = os.path.getsize(model_gguf)
     size = kv_size_table(spec, model_name, file_bytes, window)
     this, specimen, llama = size
-    m.update({
-        "kv_bytes_per_token": this["kv_bytes_per_token_f16"], "kv_bytes_per_token_f32": this["kv_bytes_per_token_f32"],
-        "kv_bytes_at_context_length": this["kv_bytes_at_context_f16"],
-        "kv_mb_at_context_length": this["kv_bytes_at_context_f16"] / 1e6,
-        "kv_sliding_window": window, "model_file_bytes": file_bytes,
-        "kv_cache_equals_weights_tokens": this["cache_equals_weights_tokens"],
-        "specimen_kv_bytes_per_token": specimen["kv_bytes_per_token_f16"],
-        "specimen_kv_bytes_at_context_length": specimen["kv_bytes_at_context_f16"],
-        "specimen_context_length": specimen["context_length"], "specimen_weights_bytes": specimen["weights_bytes"],
-        "specimen_cache_equals_weights_tokens": specimen["cache_equals_weights_tokens"],
-        "llama3_8b_kv_bytes_per_token": llama["kv_bytes_per_token_f16"],
-        "llama3_8b_kv_bytes_at_context_length": llama["kv_bytes_at_context_f16"],
-        "llama3_8b_context_length": llama["context_length"], "llama3_8b_weights_bytes": llama["weights_bytes"],
-        "llama3_8b_cache_equals_weights_tokens": llama["cache_equals_weights_tokens"],
-        # without grouped-query attention (as many K/V heads as query heads) the cache would be this much larger
-        "kv_bytes_per_token_without_gqa": kv_bytes_per_token(replace(architecture_of(spec, model_name),
-                                                                     n_kv_heads=spec.n_heads)),
-    })
+    m.update(
+        {
+            "kv_bytes_per_token": this["kv_bytes_per_token_f16"],
+            "kv_bytes_per_token_f32": this["kv_bytes_per_token_f32"],
+            "kv_bytes_at_context_length": this["kv_bytes_at_context_f16"],
+            "kv_mb_at_context_length": this["kv_bytes_at_context_f16"] / 1e6,
+            "kv_sliding_window": window,
+            "model_file_bytes": file_bytes,
+            "kv_cache_equals_weights_tokens": this["cache_equals_weights_tokens"],
+            "specimen_kv_bytes_per_token": specimen["kv_bytes_per_token_f16"],
+            "specimen_kv_bytes_at_context_length": specimen["kv_bytes_at_context_f16"],
+            "specimen_context_length": specimen["context_length"],
+            "specimen_weights_bytes": specimen["weights_bytes"],
+            "specimen_cache_equals_weights_tokens": specimen["cache_equals_weights_tokens"],
+            "llama3_8b_kv_bytes_per_token": llama["kv_bytes_per_token_f16"],
+            "llama3_8b_kv_bytes_at_context_length": llama["kv_bytes_at_context_f16"],
+            "llama3_8b_context_length": llama["context_length"],
+            "llama3_8b_weights_bytes": llama["weights_bytes"],
+            "llama3_8b_cache_equals_weights_tokens": llama["cache_equals_weights_tokens"],
+            # without grouped-query attention (as many K/V heads as query heads) the cache would be this much larger
+            "kv_bytes_per_token_without_gqa": kv_bytes_per_token(
+                replace(architecture_of(spec, model_name), n_kv_heads=spec.n_heads)
+            ),
+        }
+    )
     # 5. measured
     m.update(check)
     m.update(timing_metrics(timing, mode))
-    tables = {"spec": spec, "ids": ids, "tokens": tokens, "weights": w, "hand": hand,
-              "package": (y_pkg, k_pkg, v_pkg), "attention": attention, "attention_top": top,
-              "rope": rope_table(spec, block=block), "kv_size": size, "timing": timing, "mode": mode, "trace": trace}
+    tables = {
+        "spec": spec,
+        "ids": ids,
+        "tokens": tokens,
+        "weights": w,
+        "hand": hand,
+        "package": (y_pkg, k_pkg, v_pkg),
+        "attention": attention,
+        "attention_top": top,
+        "rope": rope_table(spec, block=block),
+        "kv_size": size,
+        "timing": timing,
+        "mode": mode,
+        "trace": trace,
+    }
     return m, tables
 
 
@@ -611,12 +720,23 @@ def timing_metrics(rows: Sequence[Mapping], mode: str) -> dict:
     """The timing table's medians as lists, and the longest context's numbers; None when not timed."""
     if not rows:
         why = "model streams its weights: timing runs on a resident model only" if mode != "resident" else "no context"
-        return {"timing_done": False, "timing_skipped": why, "timing_contexts": [], "timing_cached_median_s": [],
-                "timing_recompute_median_s": [], "timing_cached_min_s": [], "timing_recompute_min_s": [],
-                "timing_cached_s_at_max": None, "timing_recompute_s_at_max": None,
-                "timing_recompute_over_cached_at_max": None, "timing_max_context": None}
+        return {
+            "timing_done": False,
+            "timing_skipped": why,
+            "timing_contexts": [],
+            "timing_cached_median_s": [],
+            "timing_recompute_median_s": [],
+            "timing_cached_min_s": [],
+            "timing_recompute_min_s": [],
+            "timing_cached_s_at_max": None,
+            "timing_recompute_s_at_max": None,
+            "timing_recompute_over_cached_at_max": None,
+            "timing_max_context": None,
+        }
     return {
-        "timing_done": True, "timing_skipped": None, "timing_repeats": rows[0]["repeats"],
+        "timing_done": True,
+        "timing_skipped": None,
+        "timing_repeats": rows[0]["repeats"],
         "timing_contexts": [r["context"] for r in rows],
         "timing_cached_median_s": [r["cached_median_s"] for r in rows],
         "timing_recompute_median_s": [r["recompute_median_s"] for r in rows],
@@ -645,8 +765,9 @@ def plot_attention(attention: Sequence[np.ndarray], tokens: Sequence[str], spec:
     heads = sorted({h for _, h in pairs})
     n = len(tokens)
     labels = [token_label(t) for t in tokens]
-    fig, axes = figure(len(blocks), len(heads), figsize=(7.0, 1.2 + 2.0 * len(blocks)), squeeze=False,
-                       layout="constrained")
+    fig, axes = figure(
+        len(blocks), len(heads), figsize=(7.0, 1.2 + 2.0 * len(blocks)), squeeze=False, layout="constrained"
+    )
     image = None
     for r, b in enumerate(blocks):
         for c, h in enumerate(heads):
@@ -660,8 +781,15 @@ def plot_attention(attention: Sequence[np.ndarray], tokens: Sequence[str], spec:
             if n <= 8:
                 for i in range(n):
                     for j in range(i + 1):
-                        ax.text(j, i, f"{a[i, j]:.2f}", ha="center", va="center", fontsize=6,
-                                color="white" if a[i, j] < 0.6 else "black")
+                        ax.text(
+                            j,
+                            i,
+                            f"{a[i, j]:.2f}",
+                            ha="center",
+                            va="center",
+                            fontsize=6,
+                            color="white" if a[i, j] < 0.6 else "black",
+                        )
     fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
     if title:
         fig.suptitle(title, fontsize=9)
@@ -685,14 +813,31 @@ def plot_kv_size(rows: Sequence[Mapping], title: str = ""):
     for i, r in enumerate(rows):
         colour = f"C{i}"
         t = np.unique(np.geomspace(16, r["context_length"], 200).astype(int))
-        ax.plot(t, kv_cache_bytes(r["kv_bytes_per_token_f16"], t, r["sliding_window"]), color=colour, lw=2,
-                label=f"{r['model']}: {r['kv_bytes_per_token_f16']:,} B/token ({r['kv_heads']} KV heads)")
-        ax.axhline(r["weights_bytes"], color=colour, ls="--", lw=1,
-                   label=f"{r['model']} weights, {r['weights_stored_as']}: {_bytes_label(r['weights_bytes'])}")
+        ax.plot(
+            t,
+            kv_cache_bytes(r["kv_bytes_per_token_f16"], t, r["sliding_window"]),
+            color=colour,
+            lw=2,
+            label=f"{r['model']}: {r['kv_bytes_per_token_f16']:,} B/token ({r['kv_heads']} KV heads)",
+        )
+        ax.axhline(
+            r["weights_bytes"],
+            color=colour,
+            ls="--",
+            lw=1,
+            label=f"{r['model']} weights, {r['weights_stored_as']}: {_bytes_label(r['weights_bytes'])}",
+        )
         if r["cache_equals_weights_tokens"] <= r["context_length"]:  # the cache outgrows the weights here
             ax.plot(r["cache_equals_weights_tokens"], r["weights_bytes"], "o", color=colour, ms=5)
-            ax.annotate(f"{r['cache_equals_weights_tokens']:,.0f}", (r["cache_equals_weights_tokens"], r["weights_bytes"]),
-                        textcoords="offset points", xytext=(-4, 6), ha="right", fontsize=7, color=colour)
+            ax.annotate(
+                f"{r['cache_equals_weights_tokens']:,.0f}",
+                (r["cache_equals_weights_tokens"], r["weights_bytes"]),
+                textcoords="offset points",
+                xytext=(-4, 6),
+                ha="right",
+                fontsize=7,
+                color=colour,
+            )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ticks = [2**k for k in range(4, 1 + int(math.log2(max(r["context_length"] for r in rows))), 2)]
@@ -713,8 +858,10 @@ def plot_timing(rows: Sequence[Mapping], title: str = ""):
     fig, ax = figure()
     if rows:
         n = [r["context"] for r in rows]
-        for key, label, colour in (("recompute", "without the cache: whole prefix recomputed", "C3"),
-                                   ("cached", "with the KV cache: one token through the model", "C0")):
+        for key, label, colour in (
+            ("recompute", "without the cache: whole prefix recomputed", "C3"),
+            ("cached", "with the KV cache: one token through the model", "C0"),
+        ):
             med = np.array([r[f"{key}_median_s"] for r in rows])
             lo = med - np.array([r[f"{key}_min_s"] for r in rows])
             hi = np.array([r[f"{key}_max_s"] for r in rows]) - med

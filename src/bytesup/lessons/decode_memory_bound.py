@@ -44,13 +44,13 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from bytesup.lessons import claims as claims_mod
-from bytesup.model import param_counts as pc
 from bytesup.gguf.extract import parse_shape
-from bytesup.lessons.ffn_walk import dims
 from bytesup.lessons import LessonInputError, figure
+from bytesup.lessons import claims as claims_mod
+from bytesup.lessons.ffn_walk import dims
 from bytesup.lessons.spec import CAPSTONE, Headline, LessonSpec
 from bytesup.model import configs
+from bytesup.model import param_counts as pc
 from bytesup.model.configs import (
     DEEPSEEK_CODER_6_7B,
     kv_bytes_per_token,
@@ -59,45 +59,85 @@ from bytesup.model.configs import (
 from bytesup.timing.results import course_machine, number, read_timing  # noqa: F401  (read_timing: the notebook)
 
 SPEC = LessonSpec(
-    id='capstone_decode_is_memory_bound',
-    title='Why LLM decode is memory-bound',
+    id="capstone_decode_is_memory_bound",
+    title="Why LLM decode is memory-bound",
     kind=CAPSTONE,
     position=8,
-    source=(
-        'The capstone of the LLM Basics series'
+    source=("The capstone of the LLM Basics series"),
+    reads=(
+        "metadata_json",
+        "tensors_csv",
+        "timing_summary",
+        "timing_sweep",
+        "gpu_summary",
+        "gpu_sweep",
+        "decode_summary",
+        "decode_prefill",
     ),
-    reads=('metadata_json', 'tensors_csv', 'timing_summary', 'timing_sweep', 'gpu_summary', 'gpu_sweep',
-           'decode_summary', 'decode_prefill'),
-    tables=('tensor_reads.csv', 'bytes_per_token.csv', 'decode_ceilings.csv', 'roofline_points.csv',
-            'whole_model_timing.csv'),
+    tables=(
+        "tensor_reads.csv",
+        "bytes_per_token.csv",
+        "decode_ceilings.csv",
+        "roofline_points.csv",
+        "whole_model_timing.csv",
+    ),
     figures={
-        'bytes_per_token.png': 'Bytes one generated token reads (batch 1, weights only), by tensor group: this model, deepseek-coder-6.7b Q8_0 and Llama-3-8B bf16',
-        'prefill.png': "The whole model on this machine: prefill tokens/s against N (tokens in one pass) and decode at batch 1, under the memory limit (N x STREAM copy / bytes per token) and the arithmetic limit (the sweep's measured peak / FLOPs per token); llama.cpp beside ours where installed",
-        'roofline.png': "This run's timing sweep on a roofline: measured STREAM copy bandwidth (sloped roof) and the sweep's best GFLOP/s (flat roof, a measured peak); the whole model's decode and prefill points, and the course's DGX Spark numbers (quoted 273 GB/s, its CPU matvec at N = 1 and 256)",
+        "bytes_per_token.png": "Bytes one generated token reads (batch 1, weights only), by tensor group: this model, deepseek-coder-6.7b Q8_0 and Llama-3-8B bf16",
+        "prefill.png": "The whole model on this machine: prefill tokens/s against N (tokens in one pass) and decode at batch 1, under the memory limit (N x STREAM copy / bytes per token) and the arithmetic limit (the sweep's measured peak / FLOPs per token); llama.cpp beside ours where installed",
+        "roofline.png": "This run's timing sweep on a roofline: measured STREAM copy bandwidth (sloped roof) and the sweep's best GFLOP/s (flat roof, a measured peak); the whole model's decode and prefill points, and the course's DGX Spark numbers (quoted 273 GB/s, its CPU matvec at N = 1 and 256)",
     },
     headlines=(
-        Headline('model_bytes_per_token_gb', 'bytes read per generated token, this model (as stored)', unit='GB', fmt='.4f'),
-        Headline('decode_tokens_per_s', 'our NumPy decoder, batch 1, measured', unit='tokens/s', fmt='.1f'),
-        Headline('decode_ceiling_tokens_per_s', "its ceiling: the same job's STREAM copy / its bytes per token", unit='tokens/s', fmt='.1f'),
-        Headline('decode_fraction_of_ceiling', 'fraction of that ceiling reached (goal: 60 %)', fmt='.1%'),
-        Headline('decode_bytes_per_token', 'bytes our decoder reads per token (float32 weights)', unit='bytes', fmt=',d'),
-        Headline('prefill_best_tokens_per_s', 'our decoder, prefill: best tokens/s over N', unit='tokens/s', fmt='.0f'),
-        Headline('decode_crossover_n', 'N where prefill turns from memory- to arithmetic-bound (measured)', unit='tokens', fmt='.0f'),
-        Headline('llama_cpp_decode_tokens_per_s', 'llama.cpp, batch 1, same file and threads', unit='tokens/s', fmt='.1f'),
-        Headline('llama_cpp_decode_fraction_of_ceiling', "llama.cpp: fraction of the quantized file's ceiling", fmt='.1%'),
-        Headline('model_ffn_share_of_bytes', 'FFN share of the bytes per token', fmt='.1%'),
-        Headline('model_ceiling_stream_copy_tps', 'tokens/s ceiling at STREAM copy bandwidth (as stored)', fmt='.0f'),
-        Headline('model_ceiling_matvec_cold_tps', 'tokens/s ceiling at cold matvec bandwidth (as stored)', fmt='.0f'),
-        Headline('deepseek_q8_0_bytes_per_token_gb', 'deepseek-coder-6.7b Q8_0: bytes per token', unit='GB', fmt='.2f'),
-        Headline('deepseek_q8_0_ceiling_stream_copy_tps', 'deepseek-coder-6.7b Q8_0: ceiling on this machine', unit='tokens/s', fmt='.1f'),
-        Headline('deepseek_q8_0_ceiling_course_peak_tps', "deepseek-coder-6.7b Q8_0: ceiling at the DGX Spark's quoted peak", unit='tokens/s', fmt='.1f'),
-        Headline('llama3_8b_bf16_bytes_per_token_gb', 'Llama-3-8B bf16: bytes per token', unit='GB', fmt='.2f'),
-        Headline('llama3_8b_bf16_ffn_bytes_per_token_gb', 'Llama-3-8B bf16: FFN bytes per token', unit='GB', fmt='.2f'),
-        Headline('roofline_cpu_ridge_intensity', 'CPU roofline ridge', unit='FLOP/byte', fmt='.2f'),
-        Headline('roofline_cpu_peak_gflops', 'CPU measured peak', unit='GFLOP/s', fmt='.0f'),
-        Headline('timing_matmul_ratio_256_over_1', 'time for 256 tokens / time for 1', fmt='.1f'),
+        Headline(
+            "model_bytes_per_token_gb", "bytes read per generated token, this model (as stored)", unit="GB", fmt=".4f"
+        ),
+        Headline("decode_tokens_per_s", "our NumPy decoder, batch 1, measured", unit="tokens/s", fmt=".1f"),
+        Headline(
+            "decode_ceiling_tokens_per_s",
+            "its ceiling: the same job's STREAM copy / its bytes per token",
+            unit="tokens/s",
+            fmt=".1f",
+        ),
+        Headline("decode_fraction_of_ceiling", "fraction of that ceiling reached (goal: 60 %)", fmt=".1%"),
+        Headline(
+            "decode_bytes_per_token", "bytes our decoder reads per token (float32 weights)", unit="bytes", fmt=",d"
+        ),
+        Headline("prefill_best_tokens_per_s", "our decoder, prefill: best tokens/s over N", unit="tokens/s", fmt=".0f"),
+        Headline(
+            "decode_crossover_n",
+            "N where prefill turns from memory- to arithmetic-bound (measured)",
+            unit="tokens",
+            fmt=".0f",
+        ),
+        Headline(
+            "llama_cpp_decode_tokens_per_s", "llama.cpp, batch 1, same file and threads", unit="tokens/s", fmt=".1f"
+        ),
+        Headline(
+            "llama_cpp_decode_fraction_of_ceiling", "llama.cpp: fraction of the quantized file's ceiling", fmt=".1%"
+        ),
+        Headline("model_ffn_share_of_bytes", "FFN share of the bytes per token", fmt=".1%"),
+        Headline("model_ceiling_stream_copy_tps", "tokens/s ceiling at STREAM copy bandwidth (as stored)", fmt=".0f"),
+        Headline("model_ceiling_matvec_cold_tps", "tokens/s ceiling at cold matvec bandwidth (as stored)", fmt=".0f"),
+        Headline("deepseek_q8_0_bytes_per_token_gb", "deepseek-coder-6.7b Q8_0: bytes per token", unit="GB", fmt=".2f"),
+        Headline(
+            "deepseek_q8_0_ceiling_stream_copy_tps",
+            "deepseek-coder-6.7b Q8_0: ceiling on this machine",
+            unit="tokens/s",
+            fmt=".1f",
+        ),
+        Headline(
+            "deepseek_q8_0_ceiling_course_peak_tps",
+            "deepseek-coder-6.7b Q8_0: ceiling at the DGX Spark's quoted peak",
+            unit="tokens/s",
+            fmt=".1f",
+        ),
+        Headline("llama3_8b_bf16_bytes_per_token_gb", "Llama-3-8B bf16: bytes per token", unit="GB", fmt=".2f"),
+        Headline("llama3_8b_bf16_ffn_bytes_per_token_gb", "Llama-3-8B bf16: FFN bytes per token", unit="GB", fmt=".2f"),
+        Headline("roofline_cpu_ridge_intensity", "CPU roofline ridge", unit="FLOP/byte", fmt=".2f"),
+        Headline("roofline_cpu_peak_gflops", "CPU measured peak", unit="GFLOP/s", fmt=".0f"),
+        Headline("timing_matmul_ratio_256_over_1", "time for 256 tokens / time for 1", fmt=".1f"),
     ),
 )
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -241,14 +281,26 @@ def group_table(accounts: Sequence[Accounting]) -> list[dict]:
         total = acc.summary["bytes_per_token"]
         for group, parts in GROUPS.items():
             mine = [r for r in acc.reads if r["part"] in parts]
-            rows.append({
-                "model": acc.label, "group": group, "tensors": len(mine),
-                "weights_read": sum(r["elements_read"] for r in mine),
-                "bytes_read": sum(r["bytes_read"] for r in mine),
-                "share_of_bytes": sum(r["bytes_read"] for r in mine) / total if total else None,
-            })
-        rows.append({"model": acc.label, "group": "total", "tensors": len(acc.reads),
-                     "weights_read": acc.summary["weights_read"], "bytes_read": total, "share_of_bytes": 1.0})
+            rows.append(
+                {
+                    "model": acc.label,
+                    "group": group,
+                    "tensors": len(mine),
+                    "weights_read": sum(r["elements_read"] for r in mine),
+                    "bytes_read": sum(r["bytes_read"] for r in mine),
+                    "share_of_bytes": sum(r["bytes_read"] for r in mine) / total if total else None,
+                }
+            )
+        rows.append(
+            {
+                "model": acc.label,
+                "group": "total",
+                "tensors": len(acc.reads),
+                "weights_read": acc.summary["weights_read"],
+                "bytes_read": total,
+                "share_of_bytes": 1.0,
+            }
+        )
     return rows
 
 
@@ -298,10 +350,18 @@ def bandwidths(cpu: Mapping, gpu: Mapping) -> tuple[list[dict], list[str]]:
         why = gpu.get("skipped") or ("no GPU summary" if not gpu else f"status {gpu.get('status')!r}")
         add("this run", "GPU copy", None, f"not measured: {why}")
         notes.append(f"GPU not measured: {why}")
-    add("course (the lesson 3 text)", "DGX Spark memory peak (quoted by the course)", published("timing.peak_gbps"),
-        "a hardware figure the course quotes, not measured here")
-    add("course (the lesson 3 text)", "DGX Spark CPU matvec (measured by the course)", published("timing.matvec_gbps"),
-        "the course's run on its machine and model")
+    add(
+        "course (the lesson 3 text)",
+        "DGX Spark memory peak (quoted by the course)",
+        published("timing.peak_gbps"),
+        "a hardware figure the course quotes, not measured here",
+    )
+    add(
+        "course (the lesson 3 text)",
+        "DGX Spark CPU matvec (measured by the course)",
+        published("timing.matvec_gbps"),
+        "the course's run on its machine and model",
+    )
     return rows, notes
 
 
@@ -313,19 +373,41 @@ def ceilings(accounts: Sequence[Accounting], bw_rows: Sequence[Mapping]) -> list
         for bw in bw_rows:
             g = bw["gbps"]
             tps = g * GB / b if g and b else None
-            out.append({"model": acc.label, "bytes_per_token": b, "bandwidth": bw["bandwidth"],
-                        "source": bw["source"], "gbps": g, "tokens_per_s_ceiling": tps,
-                        "ms_per_token_floor": 1e3 / tps if tps else None, "note": bw["note"]})
+            out.append(
+                {
+                    "model": acc.label,
+                    "bytes_per_token": b,
+                    "bandwidth": bw["bandwidth"],
+                    "source": bw["source"],
+                    "gbps": g,
+                    "tokens_per_s_ceiling": tps,
+                    "ms_per_token_floor": 1e3 / tps if tps else None,
+                    "note": bw["note"],
+                }
+            )
     return out
 
 
 # --- 3. the roofline -----------------------------------------------------------------------------
 
-ROOFLINE_COLUMNS = ("device", "dtype", "op", "n", "flops", "bytes", "intensity", "gflops", "median_s", "noisy",
-                    "derived")
+ROOFLINE_COLUMNS = (
+    "device",
+    "dtype",
+    "op",
+    "n",
+    "flops",
+    "bytes",
+    "intensity",
+    "gflops",
+    "median_s",
+    "noisy",
+    "derived",
+)
 # The timing sweep's dtype names -> bytes per element, from gguf-py's table (configs.type_bytes).
-ITEMSIZE = {name: configs.type_bytes(ggml, 1) for name, ggml in
-            (("fp32", "F32"), ("float32", "F32"), ("bf16", "BF16"), ("fp16", "F16"))}
+ITEMSIZE = {
+    name: configs.type_bytes(ggml, 1)
+    for name, ggml in (("fp32", "F32"), ("float32", "F32"), ("bf16", "BF16"), ("fp16", "F16"))
+}
 
 
 def roofline_points(sweep: Sequence[Mapping], device: str) -> tuple[list[dict], list[str]]:
@@ -359,13 +441,21 @@ def roofline_points(sweep: Sequence[Mapping], device: str) -> tuple[list[dict], 
         if not (flops and nbytes and gflops):
             notes.append(f"{device} sweep row n={raw.get('n')!r} ({dtype}): not enough columns to place it")
             continue
-        points.append({
-            "device": device, "dtype": dtype, "op": raw.get("op") or ("matvec" if n == 1 else "matmul"),
-            "n": int(n) if n is not None else None, "flops": flops, "bytes": nbytes, "intensity": flops / nbytes,
-            "gflops": gflops, "median_s": median,
-            "noisy": {"true": True, "false": False}.get(str(raw.get("noisy")).strip().lower()),
-            "derived": " ".join(derived),
-        })
+        points.append(
+            {
+                "device": device,
+                "dtype": dtype,
+                "op": raw.get("op") or ("matvec" if n == 1 else "matmul"),
+                "n": int(n) if n is not None else None,
+                "flops": flops,
+                "bytes": nbytes,
+                "intensity": flops / nbytes,
+                "gflops": gflops,
+                "median_s": median,
+                "noisy": {"true": True, "false": False}.get(str(raw.get("noisy")).strip().lower()),
+                "derived": " ".join(derived),
+            }
+        )
     points.sort(key=lambda p: (p["dtype"], p["n"] or 0))
     if any(p["derived"] for p in points):
         notes.append(f"{device}: some roofline values worked out from other columns (see 'derived')")
@@ -396,8 +486,12 @@ def roofline_ceiling(summary: Mapping, rf: Mapping) -> dict:
     mem = rf["bandwidth_gbps"] * GB / b if rf.get("bandwidth_gbps") and b else None
     comp = rf["peak_gflops"] * 1e9 / f if rf.get("peak_gflops") and f else None
     bound = None if mem is None or comp is None else ("memory" if mem <= comp else "compute")
-    return {"memory_ceiling_tps": mem, "compute_ceiling_tps": comp, "bound": bound,
-            "compute_over_memory_ceiling": comp / mem if mem and comp else None}
+    return {
+        "memory_ceiling_tps": mem,
+        "compute_ceiling_tps": comp,
+        "bound": bound,
+        "compute_over_memory_ceiling": comp / mem if mem and comp else None,
+    }
 
 
 def bound_table(accounts: Sequence[Accounting], all_roofs: Mapping[str, Mapping]) -> list[dict]:
@@ -406,9 +500,17 @@ def bound_table(accounts: Sequence[Accounting], all_roofs: Mapping[str, Mapping]
     for dev, rf in all_roofs.items():
         for acc in accounts:
             c = roofline_ceiling(acc.summary, rf)
-            rows.append({"device": dev, "model": acc.label, "decode FLOPs/byte": acc.summary["decode_intensity"],
-                         "ridge FLOPs/byte": rf["ridge_intensity"], "memory ceiling tok/s": c["memory_ceiling_tps"],
-                         "compute ceiling tok/s": c["compute_ceiling_tps"], "bound": c["bound"]})
+            rows.append(
+                {
+                    "device": dev,
+                    "model": acc.label,
+                    "decode FLOPs/byte": acc.summary["decode_intensity"],
+                    "ridge FLOPs/byte": rf["ridge_intensity"],
+                    "memory ceiling tok/s": c["memory_ceiling_tps"],
+                    "compute ceiling tok/s": c["compute_ceiling_tps"],
+                    "bound": c["bound"],
+                }
+            )
     return rows
 
 
@@ -427,9 +529,11 @@ def point_metrics(points: Sequence[Mapping], prefix: str) -> dict:
     fp32 = [p for p in points if str(p["dtype"]).lower() in ("fp32", "float32")] or list(points)
     by_n = {p["n"]: p for p in fp32}
     p1, p256 = by_n.get(1), by_n.get(256)
-    out = {f"{prefix}_matvec_intensity": p1["intensity"] if p1 else None,
-           f"{prefix}_matvec_gflops": p1["gflops"] if p1 else None,
-           f"{prefix}_work_256_over_1": p256["flops"] / p1["flops"] if p1 and p256 else None}
+    out = {
+        f"{prefix}_matvec_intensity": p1["intensity"] if p1 else None,
+        f"{prefix}_matvec_gflops": p1["gflops"] if p1 else None,
+        f"{prefix}_work_256_over_1": p256["flops"] / p1["flops"] if p1 and p256 else None,
+    }
     return out
 
 
@@ -440,12 +544,29 @@ def point_metrics(points: Sequence[Mapping], prefix: str) -> dict:
 # tokens/s and the bytes a token reads; prefill.csv holds tokens/s for N tokens in one pass.
 
 ENGINE, LLAMA_CPP = "bytesup", "llama.cpp"  # the `engine` column of prefill.csv
-WHOLE_MODEL_COLUMNS = ("engine", "phase", "n", "tokens_per_s", "bytes_per_pass", "flops_per_pass", "intensity",
-                       "gflops", "gbps", "speedup_over_n1", "growth_vs_proportional", "fraction_of_sweep_peak",
-                       "noisy")
+WHOLE_MODEL_COLUMNS = (
+    "engine",
+    "phase",
+    "n",
+    "tokens_per_s",
+    "bytes_per_pass",
+    "flops_per_pass",
+    "intensity",
+    "gflops",
+    "gbps",
+    "speedup_over_n1",
+    "growth_vs_proportional",
+    "fraction_of_sweep_peak",
+    "noisy",
+)
 # The keys this lesson takes from decode.json for each engine (None in metrics.json when not measured).
-DECODE_KEYS = ("decode_tokens_per_s", "decode_bytes_per_token", "decode_ceiling_tokens_per_s",
-               "decode_fraction_of_ceiling", "decode_gbps")
+DECODE_KEYS = (
+    "decode_tokens_per_s",
+    "decode_bytes_per_token",
+    "decode_ceiling_tokens_per_s",
+    "decode_fraction_of_ceiling",
+    "decode_gbps",
+)
 
 
 def _prefill_by_n(rows: Sequence[Mapping], engine: str, fallback: Mapping | None) -> dict[int, dict]:
@@ -454,8 +575,12 @@ def _prefill_by_n(rows: Sequence[Mapping], engine: str, fallback: Mapping | None
     for r in rows:
         n, tps = number(r.get("n")), number(r.get("tokens_per_s"))
         if (r.get("engine") or ENGINE) == engine and n and tps:
-            out[int(n)] = {"tokens_per_s": tps, "gflops": number(r.get("gflops")), "median_s": number(r.get("median_s")),
-                           "noisy": {"true": True, "false": False}.get(str(r.get("noisy")).strip().lower())}
+            out[int(n)] = {
+                "tokens_per_s": tps,
+                "gflops": number(r.get("gflops")),
+                "median_s": number(r.get("median_s")),
+                "noisy": {"true": True, "false": False}.get(str(r.get("noisy")).strip().lower()),
+            }
     if not out and isinstance(fallback, Mapping):  # an older prefill.csv: the summary's own maps
         for n, tps in (fallback.get("prefill_tokens_per_s") or {}).items():
             g = (fallback.get("prefill_gflops") or {}).get(n)
@@ -476,8 +601,15 @@ def measured_bound(tps: float | None, bytes_per_token, copy_gbps, prefill: Mappi
     (memory_floor + arithmetic) x decode tokens/s is the share of a decode step the two explain;
     what is left is per-step overhead (Python, small operations, other processes on the CPUs).
     """
-    out = {"memory_floor_ms": None, "arithmetic_ms_per_token": None, "bound": None, "crossover_n": None,
-           "largest_n": None, "memory_share_of_decode_time": None, "explained_share_of_decode_time": None}
+    out = {
+        "memory_floor_ms": None,
+        "arithmetic_ms_per_token": None,
+        "bound": None,
+        "crossover_n": None,
+        "largest_n": None,
+        "memory_share_of_decode_time": None,
+        "explained_share_of_decode_time": None,
+    }
     b, copy = number(bytes_per_token), number(copy_gbps)
     if not (b and copy):
         return out
@@ -493,15 +625,17 @@ def measured_bound(tps: float | None, bytes_per_token, copy_gbps, prefill: Mappi
     if arith <= 0:  # the largest N ran at the memory roof: arithmetic not seen
         out["bound"] = "memory"
         return out
-    out.update(arithmetic_ms_per_token=1e3 * arith, bound="memory" if mem >= arith else "arithmetic",
-               crossover_n=mem / arith)
+    out.update(
+        arithmetic_ms_per_token=1e3 * arith, bound="memory" if mem >= arith else "arithmetic", crossover_n=mem / arith
+    )
     if tps:  # how much of a measured decode step the two terms account for; the rest is overhead
         out["explained_share_of_decode_time"] = (mem + arith) * tps
     return out
 
 
-def whole_model_points(engine: str, tps, bytes_per_token, flops_per_token, prefill: Mapping[int, Mapping],
-                       peak_gflops=None) -> list[dict]:
+def whole_model_points(
+    engine: str, tps, bytes_per_token, flops_per_token, prefill: Mapping[int, Mapping], peak_gflops=None
+) -> list[dict]:
     """whole_model_timing.csv rows of one engine: decode, then prefill by N, each as a roofline point.
 
     decode:  intensity = FLOPs per token / bytes per token; GFLOP/s = FLOPs per token x tokens/s
@@ -513,27 +647,52 @@ def whole_model_points(engine: str, tps, bytes_per_token, flops_per_token, prefi
     rows = []
     if tps and b and f:
         g = f * tps / 1e9
-        rows.append({"engine": engine, "phase": "decode", "n": 1, "tokens_per_s": tps, "bytes_per_pass": int(b),
-                     "flops_per_pass": f, "intensity": f / b, "gflops": g, "gbps": b * tps / GB,
-                     "speedup_over_n1": 1.0, "growth_vs_proportional": 1.0,
-                     "fraction_of_sweep_peak": g / peak if peak else None, "noisy": None})
+        rows.append(
+            {
+                "engine": engine,
+                "phase": "decode",
+                "n": 1,
+                "tokens_per_s": tps,
+                "bytes_per_pass": int(b),
+                "flops_per_pass": f,
+                "intensity": f / b,
+                "gflops": g,
+                "gbps": b * tps / GB,
+                "speedup_over_n1": 1.0,
+                "growth_vs_proportional": 1.0,
+                "fraction_of_sweep_peak": g / peak if peak else None,
+                "noisy": None,
+            }
+        )
     first = prefill.get(min(prefill)) if prefill else None
     for n, p in prefill.items():
         t = p["tokens_per_s"]
         g = p["gflops"]
         flops = g * 1e9 * n / t if g else (f * n if f else None)  # FLOPs of the pass of N tokens
         speedup = t / first["tokens_per_s"] if first else None
-        rows.append({"engine": engine, "phase": "prefill", "n": n, "tokens_per_s": t,
-                     "bytes_per_pass": int(b) if b else None, "flops_per_pass": flops,
-                     "intensity": flops / b if flops and b else None, "gflops": g,
-                     "gbps": b * t / n / GB if b else None, "speedup_over_n1": speedup,
-                     "growth_vs_proportional": speedup / (n / min(prefill)) if speedup else None,
-                     "fraction_of_sweep_peak": g / peak if g and peak else None, "noisy": p["noisy"]})
+        rows.append(
+            {
+                "engine": engine,
+                "phase": "prefill",
+                "n": n,
+                "tokens_per_s": t,
+                "bytes_per_pass": int(b) if b else None,
+                "flops_per_pass": flops,
+                "intensity": flops / b if flops and b else None,
+                "gflops": g,
+                "gbps": b * t / n / GB if b else None,
+                "speedup_over_n1": speedup,
+                "growth_vs_proportional": speedup / (n / min(prefill)) if speedup else None,
+                "fraction_of_sweep_peak": g / peak if g and peak else None,
+                "noisy": p["noisy"],
+            }
+        )
     return rows
 
 
-def _engine_metrics(prefix: str, record: Mapping, prefill: Mapping[int, Mapping], copy_gbps, flops_per_token,
-                    peak_gflops) -> dict:
+def _engine_metrics(
+    prefix: str, record: Mapping, prefill: Mapping[int, Mapping], copy_gbps, flops_per_token, peak_gflops
+) -> dict:
     """One engine's numbers: decode.json's as written, then what follows from them."""
     m = {f"{prefix}{k}": number(record.get(k)) for k in DECODE_KEYS}
     b = m[f"{prefix}decode_bytes_per_token"]
@@ -552,14 +711,16 @@ def _engine_metrics(prefix: str, record: Mapping, prefill: Mapping[int, Mapping]
     m[f"{prefix}prefill_best_over_decode"] = prefill[best]["tokens_per_s"] / tps if best and tps else None
     peak = number(peak_gflops)
     m[f"{prefix}prefill_best_gflops_fraction_of_sweep_peak"] = (
-        prefill[best]["gflops"] / peak if best and peak and prefill[best]["gflops"] else None)
+        prefill[best]["gflops"] / peak if best and peak and prefill[best]["gflops"] else None
+    )
     bound = measured_bound(tps, b, copy_gbps, prefill)
     m.update({f"{prefix}decode_{k}": v for k, v in bound.items()})
     return m
 
 
-def decode_metrics(decode: Mapping | None, prefill_rows: Sequence[Mapping] | None, peak_gflops=None) \
-        -> tuple[dict, list[dict], list[str]]:
+def decode_metrics(
+    decode: Mapping | None, prefill_rows: Sequence[Mapping] | None, peak_gflops=None
+) -> tuple[dict, list[dict], list[str]]:
     """(metrics, whole_model_timing rows, notes) from decode.json and prefill.csv.
 
     A skipped record (an architecture the forward pass does not follow) or a missing one leaves
@@ -567,17 +728,24 @@ def decode_metrics(decode: Mapping | None, prefill_rows: Sequence[Mapping] | Non
     """
     decode, prefill_rows = dict(decode or {}), list(prefill_rows or [])
     status = decode.get("status") or "missing"
-    skipped = decode.get("skipped") if status == "skipped" else (
-        None if status == "measured" else "no decode.json: the timing_decode job did not run")
+    skipped = (
+        decode.get("skipped")
+        if status == "skipped"
+        else (None if status == "measured" else "no decode.json: the timing_decode job did not run")
+    )
     measured = status == "measured"
     copy = number(decode.get("stream_copy_gbps")) if measured else None
     flops = number(decode.get("decode_flops_per_token")) if measured else None
     ours = _prefill_by_n(prefill_rows, ENGINE, decode) if measured else {}
-    m = {"decode_status": status, "decode_skipped": skipped,
-         "decode_engine": decode.get("engine") if measured else None,
-         "decode_weights": decode.get("weights") if measured else None,
-         "decode_threads": decode.get("threads") if measured else None,
-         "decode_stream_copy_gbps": copy, "decode_flops_per_token": flops}
+    m = {
+        "decode_status": status,
+        "decode_skipped": skipped,
+        "decode_engine": decode.get("engine") if measured else None,
+        "decode_weights": decode.get("weights") if measured else None,
+        "decode_threads": decode.get("threads") if measured else None,
+        "decode_stream_copy_gbps": copy,
+        "decode_flops_per_token": flops,
+    }
     m.update(_engine_metrics("", decode if measured else {}, ours, copy, flops, peak_gflops))
     target = decode.get("target") if measured and isinstance(decode.get("target"), Mapping) else {}
     m["decode_target_goal"] = number(target.get("goal"))
@@ -593,19 +761,23 @@ def decode_metrics(decode: Mapping | None, prefill_rows: Sequence[Mapping] | Non
     m["llama_cpp_status"] = "measured" if l_measured else ("skipped" if llama else None)
     m["llama_cpp_skipped"] = llama.get("skipped")
     m["llama_cpp_version"] = llama.get("version")
-    theirs = _prefill_by_n(prefill_rows, LLAMA_CPP, {"prefill_tokens_per_s": llama.get("prefill_tokens_per_s")}) \
-        if l_measured else {}
+    theirs = (
+        _prefill_by_n(prefill_rows, LLAMA_CPP, {"prefill_tokens_per_s": llama.get("prefill_tokens_per_s")})
+        if l_measured
+        else {}
+    )
     m.update(_engine_metrics("llama_cpp_", llama if l_measured else {}, theirs, copy, flops, None))
     ours_tps, theirs_tps = m["decode_tokens_per_s"], m["llama_cpp_decode_tokens_per_s"]
     m["llama_cpp_over_bytesup_decode"] = theirs_tps / ours_tps if ours_tps and theirs_tps else None
 
     rows = whole_model_points(ENGINE, ours_tps, m["decode_bytes_per_token"], flops, ours, peak_gflops)
-    rows += whole_model_points(LLAMA_CPP, theirs_tps, m["llama_cpp_decode_bytes_per_token"], flops, theirs,
-                               peak_gflops)
+    rows += whole_model_points(LLAMA_CPP, theirs_tps, m["llama_cpp_decode_bytes_per_token"], flops, theirs, peak_gflops)
     notes = [] if measured else [f"whole-model timing not measured: {skipped}"]
     if measured and m["decode_machine_shared"]:
-        notes.append("whole-model timing ran while other processes used the CPUs (machine_shared): "
-                     "its tokens/s are below this machine's")
+        notes.append(
+            "whole-model timing ran while other processes used the CPUs (machine_shared): "
+            "its tokens/s are below this machine's"
+        )
     return m, rows, notes
 
 
@@ -620,8 +792,17 @@ def course_points() -> list[dict]:
     out = []
     for n, t in ((1, t1), (256, published("timing.matmul_ratio_256_over_1") * t1)):
         flops = 2 * weights * n
-        out.append({"device": "DGX Spark (course)", "n": n, "flops": flops, "bytes": wbytes,
-                    "intensity": flops / wbytes, "gflops": flops / t / 1e9, "median_s": t})
+        out.append(
+            {
+                "device": "DGX Spark (course)",
+                "n": n,
+                "flops": flops,
+                "bytes": wbytes,
+                "intensity": flops / wbytes,
+                "gflops": flops / t / 1e9,
+                "median_s": t,
+            }
+        )
     return out
 
 
@@ -678,9 +859,18 @@ def compute(
     model: str = "this model",
 ) -> dict:
     """Every number of the lesson as a flat dict (what metrics.json holds); `run` also keeps the tables."""
-    return run(metadata, tensor_rows, timing_summary=timing_summary, timing_sweep=timing_sweep,
-               gpu_summary=gpu_summary, gpu_sweep=gpu_sweep, decode_summary=decode_summary,
-               decode_prefill=decode_prefill, timing_notes=timing_notes, model=model).metrics
+    return run(
+        metadata,
+        tensor_rows,
+        timing_summary=timing_summary,
+        timing_sweep=timing_sweep,
+        gpu_summary=gpu_summary,
+        gpu_sweep=gpu_sweep,
+        decode_summary=decode_summary,
+        decode_prefill=decode_prefill,
+        timing_notes=timing_notes,
+        model=model,
+    ).metrics
 
 
 @dataclass
@@ -714,8 +904,12 @@ def run(
     cpu_sweep, gpu_sweep = list(timing_sweep or []), list(gpu_sweep or [])
     tensor_rows = list(tensor_rows)
     d = dims(metadata)
-    m: dict = {"architecture": d["architecture"], "embedding_length": d["embedding_length"],
-               "feed_forward_length": d["feed_forward_length"], "block_count": d["block_count"]}
+    m: dict = {
+        "architecture": d["architecture"],
+        "embedding_length": d["embedding_length"],
+        "feed_forward_length": d["feed_forward_length"],
+        "block_count": d["block_count"],
+    }
 
     # 1. bytes per token: this model from its file's table, two more from published configurations
     mine = account(MODEL_KEY, model, "tensors.csv of this run's GGUF", tensor_rows)
@@ -733,7 +927,8 @@ def run(
     # tensors as the file would list them against this run's table when the run is the specimen
     m["llama3_8b_param_counts_streamed"] = pc.count(configs.LLAMA3_8B)["streamed_params"]
     m["llama3_8b_matches_param_counts"] = (
-        m["llama3_8b_bf16_weights_read"] - configs.LLAMA3_8B.d_model == m["llama3_8b_param_counts_streamed"])
+        m["llama3_8b_bf16_weights_read"] - configs.LLAMA3_8B.d_model == m["llama3_8b_param_counts_streamed"]
+    )
     m["model_bytes_equal_specimen_config"] = mine.summary["bytes_per_token"] == others[0].summary["bytes_per_token"]
 
     # the course's own arithmetic (the lesson 3 text): the specimen's ffn_gate in float32, 128 of 273 GB/s
@@ -784,8 +979,18 @@ def run(
     course = course_points()
     m["course_spark_matvec_gflops"], m["course_spark_n256_gflops"] = (p["gflops"] for p in course)
     m["notes"] = [*timing_notes, *bw_notes, *cpu_notes, *gpu_notes, *decode_notes]
-    return Run(m, accounts, group_table(accounts), ceil, cpu_points + gpu_points, all_roofs, bw_rows,
-               bound_table(accounts, all_roofs), whole, course)
+    return Run(
+        m,
+        accounts,
+        group_table(accounts),
+        ceil,
+        cpu_points + gpu_points,
+        all_roofs,
+        bw_rows,
+        bound_table(accounts, all_roofs),
+        whole,
+        course,
+    )
 
 
 def evaluate_claims(metrics: Mapping, *, model: str, sha256: str = "", metadata: Mapping | None = None):
@@ -828,16 +1033,24 @@ FP32_MATVEC_INTENSITY = 2 / configs.type_bytes("F32", 1)  # FLOPs per byte of a 
 
 def decode_markers(accounts: Sequence[Accounting]) -> list[tuple[str, float]]:
     """Where batch-1 decode sits on the roofline: fp32 weights (the sweep's), then each model's mix."""
-    return [("fp32", FP32_MATVEC_INTENSITY)] + [(a.label, a.summary["decode_intensity"]) for a in accounts
-                              if a.summary["decode_intensity"]]
+    return [("fp32", FP32_MATVEC_INTENSITY)] + [
+        (a.label, a.summary["decode_intensity"]) for a in accounts if a.summary["decode_intensity"]
+    ]
 
 
 WHOLE_MODEL_STYLE = {ENGINE: ("C2", "our NumPy decoder"), LLAMA_CPP: ("C1", "llama.cpp")}
 
 
-def plot_roofline(points: Sequence[Mapping], all_roofs: Mapping[str, Mapping], warm_gbps=None,
-                  markers: Sequence[tuple[str, float]] = (("fp32", FP32_MATVEC_INTENSITY),), title: str = "",
-                  whole_model: Sequence[Mapping] = (), course: Sequence[Mapping] = (), course_gbps=None):
+def plot_roofline(
+    points: Sequence[Mapping],
+    all_roofs: Mapping[str, Mapping],
+    warm_gbps=None,
+    markers: Sequence[tuple[str, float]] = (("fp32", FP32_MATVEC_INTENSITY),),
+    title: str = "",
+    whole_model: Sequence[Mapping] = (),
+    course: Sequence[Mapping] = (),
+    course_gbps=None,
+):
     """Achieved GFLOP/s against FLOPs per byte, log-log, under each device's two measured roofs.
 
     `markers` are (label, intensity) of batch-1 decode, drawn as dotted verticals (see decode_markers).
@@ -848,8 +1061,12 @@ def plot_roofline(points: Sequence[Mapping], all_roofs: Mapping[str, Mapping], w
 
     fig, ax = figure()
     whole_model = [w for w in whole_model if w.get("intensity") and w.get("gflops")]
-    xs = ([p["intensity"] for p in points] + [v for _, v in markers] + [w["intensity"] for w in whole_model]
-          + [c["intensity"] for c in course])
+    xs = (
+        [p["intensity"] for p in points]
+        + [v for _, v in markers]
+        + [w["intensity"] for w in whole_model]
+        + [c["intensity"] for c in course]
+    )
     lo, hi = min(xs + [0.1]) / 2, max(xs + [10.0]) * 2
     x = np.geomspace(lo, hi, 200)
     styles = {"cpu": ("C0", "o"), "gpu": ("C3", "s")}
@@ -860,46 +1077,113 @@ def plot_roofline(points: Sequence[Mapping], all_roofs: Mapping[str, Mapping], w
             roof = bw * x if not peak else np.minimum(bw * x, peak)
             ax.plot(x, roof, color=colour, lw=1.5, label=f"{dev}: copy {bw:.0f} GB/s (sloped roof)")
         if peak:
-            ax.axhline(peak, color=colour, lw=0.8, ls="--",
-                       label=f"{dev}: peak {peak:.0f} GFLOP/s (best of sweep, N = {rf['peak_at_n']})")
+            ax.axhline(
+                peak,
+                color=colour,
+                lw=0.8,
+                ls="--",
+                label=f"{dev}: peak {peak:.0f} GFLOP/s (best of sweep, N = {rf['peak_at_n']})",
+            )
         for dtype in sorted({p["dtype"] for p in points if p["device"] == dev}):
             mine = [p for p in points if p["device"] == dev and p["dtype"] == dtype]
             filled = dtype in ("fp32", "float32")
-            ax.plot([p["intensity"] for p in mine], [p["gflops"] for p in mine], marker, color=colour,
-                    mfc=colour if filled else "white", ls="none", label=f"{dev} {dtype} sweep: one point per N")
+            ax.plot(
+                [p["intensity"] for p in mine],
+                [p["gflops"] for p in mine],
+                marker,
+                color=colour,
+                mfc=colour if filled else "white",
+                ls="none",
+                label=f"{dev} {dtype} sweep: one point per N",
+            )
             for p in mine:
                 if p["n"] in (1, 256) or (p["n"] and p["n"] == max(q["n"] for q in mine)):
-                    ax.annotate(f"N={p['n']}", (p["intensity"], p["gflops"]), textcoords="offset points",
-                                xytext=(4, -10), fontsize=7)
+                    ax.annotate(
+                        f"N={p['n']}",
+                        (p["intensity"], p["gflops"]),
+                        textcoords="offset points",
+                        xytext=(4, -10),
+                        fontsize=7,
+                    )
     if course_gbps:
-        ax.plot(x, course_gbps * x, color="0.45", lw=1.0, ls="-.",
-                label=f"DGX Spark: quoted {course_gbps:.0f} GB/s (course)")
+        ax.plot(
+            x,
+            course_gbps * x,
+            color="0.45",
+            lw=1.0,
+            ls="-.",
+            label=f"DGX Spark: quoted {course_gbps:.0f} GB/s (course)",
+        )
     if course:
-        ax.plot([c["intensity"] for c in course], [c["gflops"] for c in course], "P", color="0.45", ls="none",
-                label="DGX Spark CPU (course): ffn_gate fp32, N = 1, 256")
+        ax.plot(
+            [c["intensity"] for c in course],
+            [c["gflops"] for c in course],
+            "P",
+            color="0.45",
+            ls="none",
+            label="DGX Spark CPU (course): ffn_gate fp32, N = 1, 256",
+        )
         for c in course:
-            ax.annotate(f"N={c['n']}", (c["intensity"], c["gflops"]), textcoords="offset points", xytext=(-30, 4),
-                        fontsize=7, color="0.35")
+            ax.annotate(
+                f"N={c['n']}",
+                (c["intensity"], c["gflops"]),
+                textcoords="offset points",
+                xytext=(-30, 4),
+                fontsize=7,
+                color="0.35",
+            )
     for engine, (colour, name) in WHOLE_MODEL_STYLE.items():
         short = {ENGINE: "whole model, ours"}.get(engine, f"whole model, {name}")
         dec = [w for w in whole_model if w["engine"] == engine and w["phase"] == "decode"]
         pre = [w for w in whole_model if w["engine"] == engine and w["phase"] == "prefill"]
         if pre:
-            ax.plot([w["intensity"] for w in pre], [w["gflops"] for w in pre], "D-", color=colour, ms=4, lw=0.8,
-                    label=f"{short}: prefill, one point per N")
+            ax.plot(
+                [w["intensity"] for w in pre],
+                [w["gflops"] for w in pre],
+                "D-",
+                color=colour,
+                ms=4,
+                lw=0.8,
+                label=f"{short}: prefill, one point per N",
+            )
             last = pre[-1]
-            ax.annotate(f"N={last['n']}", (last["intensity"], last["gflops"]), textcoords="offset points",
-                        xytext=(4, 2), fontsize=7, color=colour)
+            ax.annotate(
+                f"N={last['n']}",
+                (last["intensity"], last["gflops"]),
+                textcoords="offset points",
+                xytext=(4, 2),
+                fontsize=7,
+                color=colour,
+            )
         if dec:
-            ax.plot([dec[0]["intensity"]], [dec[0]["gflops"]], "*", color=colour, ms=12, mec="k", mew=0.5,
-                    label=f"{short}: decode, {dec[0]['tokens_per_s']:.1f} tokens/s")
+            ax.plot(
+                [dec[0]["intensity"]],
+                [dec[0]["gflops"]],
+                "*",
+                color=colour,
+                ms=12,
+                mec="k",
+                mew=0.5,
+                label=f"{short}: decode, {dec[0]['tokens_per_s']:.1f} tokens/s",
+            )
     if warm_gbps:
         x_warm = FP32_MATVEC_INTENSITY
-        ax.plot([x_warm], [x_warm * warm_gbps], "x", color="C0", label=f"cpu matvec, warm (in cache): {warm_gbps:.0f} GB/s")
+        ax.plot(
+            [x_warm], [x_warm * warm_gbps], "x", color="C0", label=f"cpu matvec, warm (in cache): {warm_gbps:.0f} GB/s"
+        )
     for name, v in markers:
         ax.axvline(v, color="0.7", lw=0.6, ls=":")
-        ax.text(v, 0.02, f"decode {name} ", transform=ax.get_xaxis_transform(), rotation=90, fontsize=7,
-                color="0.4", va="bottom", ha="right")
+        ax.text(
+            v,
+            0.02,
+            f"decode {name} ",
+            transform=ax.get_xaxis_transform(),
+            rotation=90,
+            fontsize=7,
+            color="0.4",
+            va="bottom",
+            ha="right",
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
@@ -912,8 +1196,9 @@ def plot_roofline(points: Sequence[Mapping], all_roofs: Mapping[str, Mapping], w
     return fig
 
 
-def plot_prefill(whole_model: Sequence[Mapping], ceiling_tps=None, peak_gflops=None, llama_ceiling_tps=None,
-                 title: str = ""):
+def plot_prefill(
+    whole_model: Sequence[Mapping], ceiling_tps=None, peak_gflops=None, llama_ceiling_tps=None, title: str = ""
+):
     """Prefill tokens/s against N, log-log, under the two limits of our decoder.
 
     memory: N x the decode ceiling (a pass reads the weights once for N tokens; it grows in
@@ -929,23 +1214,54 @@ def plot_prefill(whole_model: Sequence[Mapping], ceiling_tps=None, peak_gflops=N
     for engine, (colour, name) in WHOLE_MODEL_STYLE.items():
         mine = [w for w in pre if w["engine"] == engine]
         if mine:
-            ax.plot([w["n"] for w in mine], [w["tokens_per_s"] for w in mine], "D-", color=colour, ms=5,
-                    label=f"{name}: measured prefill")
+            ax.plot(
+                [w["n"] for w in mine],
+                [w["tokens_per_s"] for w in mine],
+                "D-",
+                color=colour,
+                ms=5,
+                label=f"{name}: measured prefill",
+            )
         dec = next((w for w in whole_model if w["engine"] == engine and w["phase"] == "decode"), None)
         if dec:
-            ax.plot([1], [dec["tokens_per_s"]], "*", color=colour, ms=12, mec="k", mew=0.5,
-                    label=f"{name}: decode, one token per pass with the KV cache")
+            ax.plot(
+                [1],
+                [dec["tokens_per_s"]],
+                "*",
+                color=colour,
+                ms=12,
+                mec="k",
+                mew=0.5,
+                label=f"{name}: decode, one token per pass with the KV cache",
+            )
     if ceiling_tps:
-        ax.plot(x, ceiling_tps * x, color="C2", lw=1.2, ls="--",
-                label=f"memory limit, ours: N x {ceiling_tps:.1f} tokens/s (STREAM copy / float32 bytes)")
+        ax.plot(
+            x,
+            ceiling_tps * x,
+            color="C2",
+            lw=1.2,
+            ls="--",
+            label=f"memory limit, ours: N x {ceiling_tps:.1f} tokens/s (STREAM copy / float32 bytes)",
+        )
     if llama_ceiling_tps:
-        ax.plot(x, llama_ceiling_tps * x, color="C1", lw=1.2, ls="--",
-                label=f"memory limit, llama.cpp: N x {llama_ceiling_tps:.1f} tokens/s (copy / file bytes)")
+        ax.plot(
+            x,
+            llama_ceiling_tps * x,
+            color="C1",
+            lw=1.2,
+            ls="--",
+            label=f"memory limit, llama.cpp: N x {llama_ceiling_tps:.1f} tokens/s (copy / file bytes)",
+        )
     ours = [w for w in pre if w["engine"] == ENGINE and w["flops_per_pass"]]
     if peak_gflops and ours:
-        ax.plot([w["n"] for w in ours], [peak_gflops * 1e9 * w["n"] / w["flops_per_pass"] for w in ours],
-                color="C0", lw=1.2, ls=":",
-                label=f"arithmetic limit: sweep's peak {peak_gflops:.0f} GFLOP/s / FLOPs per token")
+        ax.plot(
+            [w["n"] for w in ours],
+            [peak_gflops * 1e9 * w["n"] / w["flops_per_pass"] for w in ours],
+            color="C0",
+            lw=1.2,
+            ls=":",
+            label=f"arithmetic limit: sweep's peak {peak_gflops:.0f} GFLOP/s / FLOPs per token",
+        )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xticks(ns, [str(n) for n in ns])

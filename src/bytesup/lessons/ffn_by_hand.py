@@ -26,45 +26,43 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 from bytesup.lessons import claims as claims_mod
-from bytesup.lessons.ffn_walk import BLOCK, Recipe, Walk, dims, recipe, walk  # noqa: F401  (Walk, BLOCK: the notebook)
-from bytesup.model.layers import matvec, matvec_naive, rms, silu
-from bytesup.model.arch import ARCHITECTURES, recipe_summary
-from bytesup.model.forward import activation
 from bytesup.lessons import figure
+from bytesup.lessons.ffn_walk import BLOCK, Recipe, Walk, dims, recipe, walk  # noqa: F401  (Walk, BLOCK: the notebook)
 from bytesup.lessons.spec import SERIES, Headline, LessonSpec
+from bytesup.model.arch import ARCHITECTURES, recipe_summary
 from bytesup.model.configs import DEEPSEEK_CODER_6_7B
-from bytesup.timing.results import course_machine, number, read_timing  # noqa: F401  (read_timing: the notebook)
+from bytesup.model.forward import activation
+from bytesup.model.layers import matvec, matvec_naive, rms, silu
 from bytesup.model.vectors import angle_deg, angle_from_cosine, cosine, dot, length
+from bytesup.timing.results import course_machine, number, read_timing  # noqa: F401  (read_timing: the notebook)
 
 SPEC = LessonSpec(
-    id='03_ffn_by_hand',
-    title='A layer is matrix multiplication',
+    id="03_ffn_by_hand",
+    title="A layer is matrix multiplication",
     kind=SERIES,
     position=3,
-    source=(
-        'Lesson 3 of the LLM Basics series, "A layer is matrix multiplication"'
-    ),
-    reads=('metadata_json', 'tensors_index', 'timing_summary', 'timing_sweep'),
-    tensors=('token_embd.weight', 'blk.0.ffn_*', '?blk.0.post_ffw_norm.weight'),
-    tables=('flops_per_token.csv', 'matvec_vs_matmul.csv'),
+    source=('Lesson 3 of the LLM Basics series, "A layer is matrix multiplication"'),
+    reads=("metadata_json", "tensors_index", "timing_summary", "timing_sweep"),
+    tensors=("token_embd.weight", "blk.0.ffn_*", "?blk.0.post_ffw_norm.weight"),
+    tables=("flops_per_token.csv", "matvec_vs_matmul.csv"),
     figures={
-        'gate_histogram.png': "Block 0's gate values g for the followed token, and the valve the model's activation (SiLU or GELU-tanh) sets for each",
-        'flops_per_token.png': 'FLOPs per token for one whole block, by step: the matvecs dominate',
+        "gate_histogram.png": "Block 0's gate values g for the followed token, and the valve the model's activation (SiLU or GELU-tanh) sets for each",
+        "flops_per_token.png": "FLOPs per token for one whole block, by step: the matvecs dominate",
     },
     headlines=(
-        Headline('token_id', 'token id of the followed token'),
-        Headline('x_rms', 'RMS of its embedding x', fmt='.4g'),
-        Headline('x_length', 'length |x|', fmt='.4g'),
-        Headline('gate_first', 'first gate output, numpy', fmt='.6f'),
-        Headline('gate_first_naive', 'first gate output, plain Python loop', fmt='.6f'),
-        Headline('gate_negative_fraction', 'gate values that are negative', fmt='%'),
-        Headline('act_abs_below_0_1_fraction', "valves with |act(g)| < 0.1 (the model's activation)", fmt='%'),
-        Headline('act_abs_below_0_01_fraction', "valves with |act(g)| < 0.01 (the model's activation)", fmt='%'),
-        Headline('out_length', 'length of the FFN output |out|', fmt='.3g'),
-        Headline('cosine_x_y', 'cosine(x, y) across the block', fmt='.3f'),
-        Headline('angle_deg', 'angle between x and y', unit='degrees', fmt='.1f'),
+        Headline("token_id", "token id of the followed token"),
+        Headline("x_rms", "RMS of its embedding x", fmt=".4g"),
+        Headline("x_length", "length |x|", fmt=".4g"),
+        Headline("gate_first", "first gate output, numpy", fmt=".6f"),
+        Headline("gate_first_naive", "first gate output, plain Python loop", fmt=".6f"),
+        Headline("gate_negative_fraction", "gate values that are negative", fmt="%"),
+        Headline("act_abs_below_0_1_fraction", "valves with |act(g)| < 0.1 (the model's activation)", fmt="%"),
+        Headline("act_abs_below_0_01_fraction", "valves with |act(g)| < 0.01 (the model's activation)", fmt="%"),
+        Headline("out_length", "length of the FFN output |out|", fmt=".3g"),
+        Headline("cosine_x_y", "cosine(x, y) across the block", fmt=".3f"),
+        Headline("angle_deg", "angle between x and y", unit="degrees", fmt=".1f"),
     ),
-    config_keys=('token',),
+    config_keys=("token",),
     architectures=tuple(ARCHITECTURES),  # the walk follows every row of the table (ffn_walk.recipe)
 )
 
@@ -93,10 +91,6 @@ def tensor_names(block: int = BLOCK, post_ffn_norm: bool = False) -> list[str]:
 
 
 # --- 1. dimensions ---------------------------------------------------------------------------
-
-
-
-
 
 
 # --- 2. the toys, checkable by hand -------------------------------------------------------------
@@ -142,12 +136,6 @@ def course_arithmetic() -> dict:
 
 
 # --- 3. one token through block 0's FFN ---------------------------------------------------------
-
-
-
-
-
-
 
 
 def walk_metrics(wk: Walk) -> dict:
@@ -207,9 +195,11 @@ def walk_metrics(wk: Walk) -> dict:
         "angle_deg": angle_deg(x, t.y),
     }
     if rc.activation == "silu":  # today's names, kept for SiLU models
-        m.update(silu_abs_below_0_1_fraction=valves["act_abs_below_0_1_fraction"],
-                 silu_abs_below_0_01_fraction=valves["act_abs_below_0_01_fraction"],
-                 silu_gate_min=valves["act_gate_min"])
+        m.update(
+            silu_abs_below_0_1_fraction=valves["act_abs_below_0_1_fraction"],
+            silu_abs_below_0_01_fraction=valves["act_abs_below_0_01_fraction"],
+            silu_gate_min=valves["act_gate_min"],
+        )
     return m
 
 
@@ -241,12 +231,28 @@ def flops_per_token(d: Mapping, rc: Recipe | None = None, qk_norm: bool = False)
     v = d["head_count_kv"] * value_dim
 
     def mv(step, half, rows, cols):
-        return {"step": step, "half": half, "kind": "matvec", "rows": rows, "cols": cols,
-                "weights": rows * cols, "flops": 2 * rows * cols, "key": step + half}
+        return {
+            "step": step,
+            "half": half,
+            "kind": "matvec",
+            "rows": rows,
+            "cols": cols,
+            "weights": rows * cols,
+            "flops": 2 * rows * cols,
+            "key": step + half,
+        }
 
     def ew(step, half, n, per, key=None):
-        return {"step": step, "half": half, "kind": "elementwise", "rows": n, "cols": None,
-                "weights": 0, "flops": per * n, "key": (key or step) + half}
+        return {
+            "step": step,
+            "half": half,
+            "kind": "elementwise",
+            "rows": n,
+            "cols": None,
+            "weights": 0,
+            "flops": per * n,
+            "key": (key or step) + half,
+        }
 
     rows = [
         ew("attn_norm (RMSNorm)", "attention", e, 4),
@@ -306,14 +312,6 @@ SUMMARY_KEYS = ("matmul_ratio_256_over_1", "matvec_cold_gbps", "stream_copy_gbps
 TABLE_COLUMNS = ("op", "n", "rows", "cols", "weight_bytes", "median_s", "time_over_n1", "gflops", "gbps", "noisy")
 
 
-
-
-
-
-
-
-
-
 def _bool(text):
     return {"true": True, "false": False}.get(str(text).strip().lower())
 
@@ -330,7 +328,9 @@ def matvec_vs_matmul(summary: Mapping, sweep: list[Mapping], notes: Iterable[str
         missing += [f"sweep.csv column {c!r}" for c in SWEEP_COLUMNS if c not in sweep[0]]
     rows = []
     for raw in sweep:
-        row = {c: number(raw.get(c)) for c in (*SWEEP_COLUMNS, "rows", "cols", "weight_bytes", "time_over_n1", "rel_iqr")}
+        row = {
+            c: number(raw.get(c)) for c in (*SWEEP_COLUMNS, "rows", "cols", "weight_bytes", "time_over_n1", "rel_iqr")
+        }
         row["op"] = raw.get("op")
         row["noisy"] = _bool(raw.get("noisy"))
         rows.append(row)
@@ -397,7 +397,9 @@ def run(
     wk = walk(metadata, tensors, token)
     metrics.update(walk_metrics(wk))
     metrics["recipe"] = recipe_summary(wk.recipe.architecture)
-    table = flops_table(d, wk.recipe, qk_norm=ARCHITECTURES[wk.recipe.architecture].tensors.keys() >= {"q_norm", "k_norm"})
+    table = flops_table(
+        d, wk.recipe, qk_norm=ARCHITECTURES[wk.recipe.architecture].tensors.keys() >= {"q_norm", "k_norm"}
+    )
     metrics.update(flops_metrics(table, d))
     metrics.update(flops_metrics(table, COURSE_DIMS, prefix="course_flops", flops_key="course_flops"))
     timing_rows, timing = matvec_vs_matmul(timing_summary or {}, list(timing_sweep or []), timing_notes)
@@ -429,10 +431,20 @@ def plot_gate_histogram(g: np.ndarray, title: str = "", act: str = "silu"):
     sz = activation(act)(z)
     name = ACT_LABELS[act]
     band = ax.get_xaxis_transform()  # x in data units, y from 0 to 1 of the axes: full-height bands
-    ax.fill_between(z, 0, 1, where=np.abs(sz) < 0.1, transform=band, color="C1", alpha=0.15, lw=0,
-                    label=f"|{name}(g)| < 0.1: passes under a tenth")
-    ax.fill_between(z, 0, 1, where=np.abs(sz) < 0.01, transform=band, color="C3", alpha=0.3, lw=0,
-                    label=f"|{name}(g)| < 0.01: shut")
+    ax.fill_between(
+        z,
+        0,
+        1,
+        where=np.abs(sz) < 0.1,
+        transform=band,
+        color="C1",
+        alpha=0.15,
+        lw=0,
+        label=f"|{name}(g)| < 0.1: passes under a tenth",
+    )
+    ax.fill_between(
+        z, 0, 1, where=np.abs(sz) < 0.01, transform=band, color="C3", alpha=0.3, lw=0, label=f"|{name}(g)| < 0.01: shut"
+    )
     ax.hist(g, bins=np.linspace(lo, hi, 121), color="0.45", label=f"gate values g ({g.size:,})")
     ax.axvline(0.0, color="k", lw=0.8)
     ax.set_xlim(lo, hi)

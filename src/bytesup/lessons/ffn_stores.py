@@ -33,51 +33,51 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from bytesup.lessons import LessonInputError, figure
 from bytesup.lessons import claims as claims_mod
-from bytesup.model import param_counts as pc
+from bytesup.lessons.ffn_walk import Walk, dims, walk
+from bytesup.lessons.spec import COMPANION, Headline, LessonSpec
 from bytesup.model import configs
-from bytesup.model.layers import silu
+from bytesup.model import param_counts as pc
 from bytesup.model.arch import ARCHITECTURES
 from bytesup.model.forward import activation
-from bytesup.lessons.spec import COMPANION, Headline, LessonSpec
-from bytesup.lessons import LessonInputError, figure
-from bytesup.lessons.ffn_walk import Walk, dims, walk
+from bytesup.model.layers import silu
 from bytesup.model.tokens import display, lookup, tokenizer_of
 
 SPEC = LessonSpec(
-    id='03b_what_the_ffn_stores',
-    title='What the FFN stores',
+    id="03b_what_the_ffn_stores",
+    title="What the FFN stores",
     kind=COMPANION,
     position=3.5,
     source=(
         'Lesson 3\'s deep dive, from part 5 of the series "Transformers from the Weights Up": MLPs and what the FFN stores'
     ),
-    reads=('metadata_json', 'tensors_index', 'tensors_csv'),
-    tensors=('token_embd.weight', 'blk.0.ffn_*', '?blk.0.post_ffw_norm.weight', '?output.weight'),
-    tables=('top_slots.csv', 'value_vectors.csv', 'parameters.csv', 'rome_drift.csv'),
+    reads=("metadata_json", "tensors_index", "tensors_csv"),
+    tensors=("token_embd.weight", "blk.0.ffn_*", "?blk.0.post_ffw_norm.weight", "?output.weight"),
+    tables=("top_slots.csv", "value_vectors.csv", "parameters.csv", "rome_drift.csv"),
     figures={
-        'slot_coefficients.png': 'Block 0 coefficients aᵢ for the token, the top ones marked, and the error of rebuilding the FFN output from the largest terms',
-        'rome_drift.png': "Rank-one edit of block 0's W_down: each key's drift against its overlap with k*",
-        'parameter_shares.png': 'Parameter shares by part: this model, Llama-3-8B and GPT-2 small',
+        "slot_coefficients.png": "Block 0 coefficients aᵢ for the token, the top ones marked, and the error of rebuilding the FFN output from the largest terms",
+        "rome_drift.png": "Rank-one edit of block 0's W_down: each key's drift against its overlap with k*",
+        "parameter_shares.png": "Parameter shares by part: this model, Llama-3-8B and GPT-2 small",
     },
     headlines=(
-        Headline('slots_per_layer', 'slots in block 0', fmt=',d'),
-        Headline('regroup_rel_diff', 'regrouping Σ aᵢvᵢ vs W_down·h, relative difference', fmt='.1e'),
-        Headline('top_slot', 'top slot for the token', fmt='d'),
-        Headline('top_slot_coefficient', 'its coefficient', fmt='.3f'),
-        Headline('slots_for_90pct_of_output', 'slots needed for 90 % of the output', fmt='d'),
-        Headline('model_total', 'model parameters', fmt=',d'),
-        Headline('model_ffn_share', 'FFN share of the model', fmt='.1%'),
-        Headline('model_block_ffn_share', 'FFN share of a block', fmt='.1%'),
-        Headline('llama3_8b_total', 'Llama-3-8B parameters', fmt=',d'),
-        Headline('llama3_8b_ffn_share', 'Llama-3-8B FFN share', fmt='.1%'),
-        Headline('rome_target_rel_err', 'rank-one edit: relative error at k*', fmt='.1e'),
-        Headline('rome_relative_drift_median', 'median relative drift of other keys, C = I', fmt='.3f'),
-        Headline('rome_cov_relative_drift_median', "median relative drift of other keys, ROME's C", fmt='.4f'),
-        Headline('rome_target_rank_before', "target token's rank before the edit", fmt=',d'),
-        Headline('rome_target_rank_after', "target token's rank after the edit", fmt=',d'),
+        Headline("slots_per_layer", "slots in block 0", fmt=",d"),
+        Headline("regroup_rel_diff", "regrouping Σ aᵢvᵢ vs W_down·h, relative difference", fmt=".1e"),
+        Headline("top_slot", "top slot for the token", fmt="d"),
+        Headline("top_slot_coefficient", "its coefficient", fmt=".3f"),
+        Headline("slots_for_90pct_of_output", "slots needed for 90 % of the output", fmt="d"),
+        Headline("model_total", "model parameters", fmt=",d"),
+        Headline("model_ffn_share", "FFN share of the model", fmt=".1%"),
+        Headline("model_block_ffn_share", "FFN share of a block", fmt=".1%"),
+        Headline("llama3_8b_total", "Llama-3-8B parameters", fmt=",d"),
+        Headline("llama3_8b_ffn_share", "Llama-3-8B FFN share", fmt=".1%"),
+        Headline("rome_target_rel_err", "rank-one edit: relative error at k*", fmt=".1e"),
+        Headline("rome_relative_drift_median", "median relative drift of other keys, C = I", fmt=".3f"),
+        Headline("rome_cov_relative_drift_median", "median relative drift of other keys, ROME's C", fmt=".4f"),
+        Headline("rome_target_rank_before", "target token's rank before the edit", fmt=",d"),
+        Headline("rome_target_rank_after", "target token's rank after the edit", fmt=",d"),
     ),
-    config_keys=('token', 'seed'),
+    config_keys=("token", "seed"),
     architectures=tuple(ARCHITECTURES),  # the walk follows every row of the table (ffn_walk.recipe)
     mem_mb=2000,  # peak_bytes at the specimen's block (d 4,096, FFN 11,008): 1.75 GB; measured 1.54 GB (run and notebook)
 )
@@ -184,8 +184,13 @@ def peak_bytes(d: int, ffn: int, vocab: int, n_keys: int = 2000, baseline: int =
     }
     run_total = sum(run_parts.values())
     notebook_total = weights + d * ffn * 8
-    return {**run_parts, "baseline": baseline, "run": run_total + baseline, "notebook": notebook_total + baseline,
-            "peak": max(run_total, notebook_total) + baseline}
+    return {
+        **run_parts,
+        "baseline": baseline,
+        "run": run_total + baseline,
+        "notebook": notebook_total + baseline,
+        "peak": max(run_total, notebook_total) + baseline,
+    }
 
 
 # --- 1. the regrouping -------------------------------------------------------------------------
@@ -239,8 +244,16 @@ def slots(metadata: Mapping, tensors: Mapping, token: str = " cat", block: int =
     w_down = np.asarray(tensors[f"blk.{block}.ffn_down.weight"], dtype=np.float32)
     norm = np.asarray(tensors[f"blk.{block}.ffn_norm.weight"], dtype=np.float32)
     a = wk.trace.h
-    return Slots(walk=wk, w_up=w_up, w_down=w_down, ffn_norm=norm, eps=d["rms_epsilon"], a=a,
-                 by_slots=ffn_by_slots(a, w_down), order=np.argsort(-np.abs(a), kind="stable"))
+    return Slots(
+        walk=wk,
+        w_up=w_up,
+        w_down=w_down,
+        ffn_norm=norm,
+        eps=d["rms_epsilon"],
+        a=a,
+        by_slots=ffn_by_slots(a, w_down),
+        order=np.argsort(-np.abs(a), kind="stable"),
+    )
 
 
 def regroup_metrics(s: Slots) -> dict:
@@ -320,11 +333,18 @@ def top_slot_table(s: Slots, top_k: int) -> list[dict]:
     vlen = np.linalg.norm(s.w_down.astype(np.float64), axis=0)
     rows = []
     for rank, i in enumerate(s.order[:top_k], 1):
-        rows.append({
-            "rank": rank, "slot": int(i), "gate_score": float(t.g[i]), "act_gate": float(activation(s.walk.recipe.activation)(t.g[i])),
-            "up_score": float(t.u[i]), "coefficient": float(s.a[i]), "value_length": float(vlen[i]),
-            "written_length": float(abs(s.a[i]) * vlen[i]),
-        })
+        rows.append(
+            {
+                "rank": rank,
+                "slot": int(i),
+                "gate_score": float(t.g[i]),
+                "act_gate": float(activation(s.walk.recipe.activation)(t.g[i])),
+                "up_score": float(t.u[i]),
+                "coefficient": float(s.a[i]),
+                "value_length": float(vlen[i]),
+                "written_length": float(abs(s.a[i]) * vlen[i]),
+            }
+        )
     return rows
 
 
@@ -386,14 +406,18 @@ def value_vector_table(s: Slots, tensors: Mapping, metadata: Mapping, top_k: int
     rows = []
     for rank, i in enumerate(top, 1):
         scores, hi, lo = promoted(W_U, s.w_down[:, i], n_tokens, all_scores[:, rank - 1])
-        rows.append({
-            "rank": rank, "slot": int(i), "coefficient": float(s.a[i]),
-            "writes_for_this_token": "+v (promotes list)" if s.a[i] >= 0 else "-v (suppresses list)",
-            "promotes": " ".join(display(vocab[j], tok_model) for j in hi),
-            "promote_scores": " ".join(f"{scores[j]:.3f}" for j in hi),
-            "suppresses": " ".join(display(vocab[j], tok_model) for j in lo),
-            "suppress_scores": " ".join(f"{scores[j]:.3f}" for j in lo),
-        })
+        rows.append(
+            {
+                "rank": rank,
+                "slot": int(i),
+                "coefficient": float(s.a[i]),
+                "writes_for_this_token": "+v (promotes list)" if s.a[i] >= 0 else "-v (suppresses list)",
+                "promotes": " ".join(display(vocab[j], tok_model) for j in hi),
+                "promote_scores": " ".join(f"{scores[j]:.3f}" for j in hi),
+                "suppresses": " ".join(display(vocab[j], tok_model) for j in lo),
+                "suppress_scores": " ".join(f"{scores[j]:.3f}" for j in lo),
+            }
+        )
     return rows
 
 
@@ -402,14 +426,19 @@ def ffn_output_reading(s: Slots, tensors: Mapping, metadata: Mapping, n_tokens: 
     vocab, tok_model = tokenizer_of(metadata)
     name, W_U = unembedding(tensors)
     _, hi, _ = promoted(W_U, s.walk.down, n_tokens)
-    return {"unembedding": name, "tied": name == "token_embd.weight",
-            "ffn_out_promotes": [display(vocab[j], tok_model) for j in hi]}
+    return {
+        "unembedding": name,
+        "tied": name == "token_embd.weight",
+        "ffn_out_promotes": [display(vocab[j], tok_model) for j in hi],
+    }
 
 
 # --- 4. where the parameters are -----------------------------------------------------------------
 
 
-def model_accounting(metadata: Mapping, tensor_rows: Sequence[Mapping], name: str = "this model") -> tuple[configs.Architecture, dict]:
+def model_accounting(
+    metadata: Mapping, tensor_rows: Sequence[Mapping], name: str = "this model"
+) -> tuple[configs.Architecture, dict]:
     """This model's counts from its metadata, checked against the tensor table, plus its file bytes."""
     d = dims(metadata)
     vocab = metadata.get(f"{d['architecture']}.vocab_size") or len(tokenizer_of(metadata)[0])
@@ -576,11 +605,19 @@ def key_ids(vocab_size: int, exclude: Iterable[int], n: int, seed: int) -> tuple
     pool = np.setdiff1d(np.arange(vocab_size), np.fromiter(exclude, dtype=np.int64))
     drawn = rng.permutation(pool)
     n = min(n, (drawn.size + 1) // 2)
-    return np.sort(drawn[:n]), np.sort(drawn[n:2 * n])
+    return np.sort(drawn[:n]), np.sort(drawn[n : 2 * n])
 
 
-def rome(metadata: Mapping, tensors: Mapping, s: Slots, target: str, *, seed: int = 0, n_keys: int = 2000,
-         neighbours: Sequence[str] = ()) -> Rome:
+def rome(
+    metadata: Mapping,
+    tensors: Mapping,
+    s: Slots,
+    target: str,
+    *,
+    seed: int = 0,
+    n_keys: int = 2000,
+    neighbours: Sequence[str] = (),
+) -> Rome:
     """Edit W_down so that this token's key k* writes v* = W k* + delta, and measure what else moves.
 
     delta points along the target token's embedding and is as long as the FFN's own output for
@@ -692,26 +729,48 @@ def rome(metadata: Mapping, tensors: Mapping, s: Slots, target: str, *, seed: in
     named_keys = {}
     for j, i in enumerate(named):
         named_keys[display(vocab[i], tok_model)] = {
-            "cos": cos[j], "overlap": overlap[j], "drift_length": dlen[j], "relative_drift": rel[j],
-            "relative_drift_rome_c": rel_cov[j]}
+            "cos": cos[j],
+            "overlap": overlap[j],
+            "drift_length": dlen[j],
+            "relative_drift": rel[j],
+            "relative_drift_rome_c": rel_cov[j],
+        }
     metrics["rome_named_keys"] = named_keys
     names = [display(vocab[int(i)], tok_model) for i in ids]
-    return Rome(token=s.walk.token, target=target, k_star=k_star, v_star=v_star, key_ids=ids, key_names=names,
-                overlap=overlap, cosine=cos, drift_length=dlen, output_length=olen, relative_drift_cov=rel_cov,
-                residual_length=float(np.linalg.norm(r)), metrics=metrics)
+    return Rome(
+        token=s.walk.token,
+        target=target,
+        k_star=k_star,
+        v_star=v_star,
+        key_ids=ids,
+        key_names=names,
+        overlap=overlap,
+        cosine=cos,
+        drift_length=dlen,
+        output_length=olen,
+        relative_drift_cov=rel_cov,
+        residual_length=float(np.linalg.norm(r)),
+        metrics=metrics,
+    )
 
 
 def rome_table(ro: Rome) -> list[dict]:
     """One row per key: its overlap with k*, the measured drift, and the formula's drift."""
     rows = []
     for j, i in enumerate(ro.key_ids):
-        rows.append({
-            "token_id": int(i), "token": ro.key_names[j], "cos_with_k_star": ro.cosine[j],
-            "overlap": ro.overlap[j], "drift_length": ro.drift_length[j],
-            "formula_drift_length": abs(ro.overlap[j]) * ro.residual_length,
-            "output_length": ro.output_length[j], "relative_drift": ro.drift_length[j] / ro.output_length[j],
-            "relative_drift_rome_c": ro.relative_drift_cov[j],
-        })
+        rows.append(
+            {
+                "token_id": int(i),
+                "token": ro.key_names[j],
+                "cos_with_k_star": ro.cosine[j],
+                "overlap": ro.overlap[j],
+                "drift_length": ro.drift_length[j],
+                "formula_drift_length": abs(ro.overlap[j]) * ro.residual_length,
+                "output_length": ro.output_length[j],
+                "relative_drift": ro.drift_length[j] / ro.output_length[j],
+                "relative_drift_rome_c": ro.relative_drift_cov[j],
+            }
+        )
     return rows
 
 
@@ -742,9 +801,16 @@ def published_metrics() -> dict:
     for prefix, a in (("llama3_8b", configs.LLAMA3_8B), ("gpt2_small", configs.GPT2_SMALL)):
         c = pc.count(a)
         out.update({f"{prefix}_{k}": v for k, v in c.items()})
-        out.update({f"{prefix}_d_model": a.d_model, f"{prefix}_d_ff": a.d_ff, f"{prefix}_vocab": a.vocab,
-                    f"{prefix}_kv_heads": a.n_kv_heads, f"{prefix}_head_dim": a.head_dim,
-                    f"{prefix}_block_ffn_gate_share": c["block_ffn_gate"] / c["block_total"]})
+        out.update(
+            {
+                f"{prefix}_d_model": a.d_model,
+                f"{prefix}_d_ff": a.d_ff,
+                f"{prefix}_vocab": a.vocab,
+                f"{prefix}_kv_heads": a.n_kv_heads,
+                f"{prefix}_head_dim": a.head_dim,
+                f"{prefix}_block_ffn_gate_share": c["block_ffn_gate"] / c["block_total"],
+            }
+        )
     return out
 
 
@@ -762,10 +828,21 @@ class Lesson:
     rome_drift: list  # rome_table(rome): one row per key the edit was tested on
 
 
-def run(metadata: Mapping, tensors: Mapping, tensor_rows: Sequence[Mapping], token: str = " cat",
-        target: str = " dog", *, seed: int = 0, n_keys: int = 2000, top_k: int = 10, n_tokens: int = 8,
-        block: int = BLOCK, model: str = "this model",
-        neighbours: Sequence[str] = (" cats", " kitten", " the", " house")) -> Lesson:
+def run(
+    metadata: Mapping,
+    tensors: Mapping,
+    tensor_rows: Sequence[Mapping],
+    token: str = " cat",
+    target: str = " dog",
+    *,
+    seed: int = 0,
+    n_keys: int = 2000,
+    top_k: int = 10,
+    n_tokens: int = 8,
+    block: int = BLOCK,
+    model: str = "this model",
+    neighbours: Sequence[str] = (" cats", " kitten", " the", " house"),
+) -> Lesson:
     """Everything the lesson computes: metrics, the arrays behind the figures, and its tables.
 
     Memory: see ``peak_bytes``; nothing here grows with FFN x FFN.
@@ -785,14 +862,28 @@ def run(metadata: Mapping, tensors: Mapping, tensor_rows: Sequence[Mapping], tok
     m.update(ro.metrics)
     archs = [arch, configs.LLAMA3_8B, configs.GPT2_SMALL]
     counted = [acc, pc.count(configs.LLAMA3_8B), pc.count(configs.GPT2_SMALL)]
-    return Lesson(metrics=m, slots=s, rome=ro, top_slots=top_slot_table(s, top_k),
-                  value_vectors=value_vector_table(s, tensors, metadata, top_k, n_tokens),
-                  parameters=parameter_table(archs, counted), archs=archs, counted=counted,
-                  rebuild_curve=curve, rome_drift=rome_table(ro))
+    return Lesson(
+        metrics=m,
+        slots=s,
+        rome=ro,
+        top_slots=top_slot_table(s, top_k),
+        value_vectors=value_vector_table(s, tensors, metadata, top_k, n_tokens),
+        parameters=parameter_table(archs, counted),
+        archs=archs,
+        counted=counted,
+        rebuild_curve=curve,
+        rome_drift=rome_table(ro),
+    )
 
 
-def compute(metadata: Mapping, tensors: Mapping, tensor_rows: Sequence[Mapping], token: str = " cat",
-            target: str = " dog", **kwargs) -> dict:
+def compute(
+    metadata: Mapping,
+    tensors: Mapping,
+    tensor_rows: Sequence[Mapping],
+    token: str = " cat",
+    target: str = " dog",
+    **kwargs,
+) -> dict:
     """Every number the lesson reports, as a flat dict (numpy values; see lessons.plain)."""
     return run(metadata, tensors, tensor_rows, token, target, **kwargs).metrics
 
@@ -840,8 +931,7 @@ def plot_rome(ro: Rome, title: str = ""):
     ax1.plot(s, np.abs(s) * ro.residual_length, color="C3", lw=0.8, label="|k*.k|/|k*|^2 x |v* - W k*|")
     n_named = len(ro.key_ids) - int(ro.metrics["rome_keys_sampled"])
     for j in range(n_named):
-        ax1.annotate(ro.key_names[j], (x[j], ro.drift_length[j]), fontsize=7, xytext=(3, 3),
-                     textcoords="offset points")
+        ax1.annotate(ro.key_names[j], (x[j], ro.drift_length[j]), fontsize=7, xytext=(3, 3), textcoords="offset points")
     ax1.plot([1.0], [ro.residual_length], "*", color="C1", ms=9, label="k* itself (moved onto v*)")
     ax1.set_xlabel("overlap k*.k / |k*|^2")
     ax1.set_ylabel("output drift")
@@ -865,9 +955,12 @@ def plot_rome(ro: Rome, title: str = ""):
 
 def plot_parameters(archs: Sequence[configs.Architecture], counted: Sequence[Mapping]):
     """Where each model's parameters are: attention, FFN, norms, embeddings and head, as shares."""
-    parts = (("FFN", lambda c: c["ffn_total"]), ("attention", lambda c: c["attention_total"]),
-             ("norms", lambda c: c["layers"] * c["block_norms"] + c["output_norm"]),
-             ("embeddings + head", lambda c: c["embeddings_and_head"] + c["positions"]))
+    parts = (
+        ("FFN", lambda c: c["ffn_total"]),
+        ("attention", lambda c: c["attention_total"]),
+        ("norms", lambda c: c["layers"] * c["block_norms"] + c["output_norm"]),
+        ("embeddings + head", lambda c: c["embeddings_and_head"] + c["positions"]),
+    )
     fig, ax = figure()
     left = np.zeros(len(archs))
     for (label, f), colour in zip(parts, ("C3", "C0", "C2", "C7")):

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bytesup.model.layers import FFNTrace, matvec, rms_norm
 from bytesup.lessons import LessonInputError
 from bytesup.model.arch import ARCHITECTURES
 from bytesup.model.forward import activation as activation_fn
+from bytesup.model.layers import FFNTrace, matvec, rms_norm
 from bytesup.model.tokens import lookup
 
 BLOCK = 0
@@ -81,13 +81,19 @@ def recipe(metadata: Mapping) -> Recipe:
     arch = meta_value(metadata, "general.architecture")
     facts = ARCHITECTURES.get(arch)
     if facts is None:
-        raise LessonInputError(f"metadata.json: architecture {arch!r} is not in the architecture table"
-                               f" (known: {', '.join(ARCHITECTURES)}); lessons 3 and 3b follow only those")
+        raise LessonInputError(
+            f"metadata.json: architecture {arch!r} is not in the architecture table"
+            f" (known: {', '.join(ARCHITECTURES)}); lessons 3 and 3b follow only those"
+        )
     scale = 1.0
     if facts.embed_scale == "sqrt_d_model":
         scale = math.sqrt(int(meta_value(metadata, f"{arch}.embedding_length")))
-    return Recipe(architecture=arch, activation=facts.activation, embed_scale=scale,
-                  post_ffn_norm="post_ffn_norm" in facts.tensors)
+    return Recipe(
+        architecture=arch,
+        activation=facts.activation,
+        embed_scale=scale,
+        post_ffn_norm="post_ffn_norm" in facts.tensors,
+    )
 
 
 @dataclass(frozen=True)
@@ -156,5 +162,14 @@ def walk(metadata: Mapping, tensors: Mapping, token: str = " cat", block: int = 
     x = row * np.float32(rc.embed_scale) if rc.embed_scale != 1.0 else row  # Gemma scales it by sqrt(d_model)
     w = _weights(tensors, d, block, rc)
     trace, down = ffn_step(x, w, d["rms_epsilon"], rc)
-    return Walk(token=token, token_id=tid, vocab_form=form, recipe=rc, embedding=row, x=x, w_gate=w["ffn_gate"],
-                down=down, trace=trace)
+    return Walk(
+        token=token,
+        token_id=tid,
+        vocab_form=form,
+        recipe=rc,
+        embedding=row,
+        x=x,
+        w_gate=w["ffn_gate"],
+        down=down,
+        trace=trace,
+    )

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bytesup.lessons import claims as claims_mod
 from bytesup.lessons import LessonInputError, figure
+from bytesup.lessons import claims as claims_mod
 from bytesup.lessons.spec import SERIES, Headline, LessonSpec
 from bytesup.model.arch import (
     ARCHITECTURES,
@@ -67,8 +67,7 @@ SPEC = LessonSpec(
     tables=("prompt_tokens.csv", "next_token_top5.csv", "logit_lens.csv", "cost_per_token.csv"),
     figures={
         "residual_norms.png": (
-            "The residual stream's length (L2 norm, last prompt position) after the embedding and after"
-            " every block"
+            "The residual stream's length (L2 norm, last prompt position) after the embedding and after every block"
         ),
         "logit_lens.png": (
             "The logit lens: the final norm and unembedding applied after each block; probability and rank of"
@@ -83,11 +82,16 @@ SPEC = LessonSpec(
         Headline("head_tensor", "unembedding matrix"),
         Headline("logit_lens_first_block_top1", "first block after which the logit lens already ranks it first"),
         Headline("residual_norm_final", "residual stream length after the last block", fmt=".1f"),
-        Headline("gflops_per_token", "FLOPs per token (decode at the prompt's length), from the metadata",
-                 unit="GFLOP", fmt=".4f"),
+        Headline(
+            "gflops_per_token",
+            "FLOPs per token (decode at the prompt's length), from the metadata",
+            unit="GFLOP",
+            fmt=".4f",
+        ),
         Headline("flops_traced_equal_metadata", "the traced pass multiplied exactly that many"),
-        Headline("weight_mb_per_token_file", "weight bytes read per token, as stored in the file", unit="MB",
-                 fmt=".2f"),
+        Headline(
+            "weight_mb_per_token_file", "weight bytes read per token, as stored in the file", unit="MB", fmt=".2f"
+        ),
         Headline("weight_mb_per_token_float32", "weight bytes used per token as float32", unit="MB", fmt=".2f"),
         Headline("flops_per_file_byte", "FLOPs per weight byte read (file)", fmt=".2f"),
     ),
@@ -159,7 +163,9 @@ def prepare(metadata: Mapping, prompt, forward_cfg: Mapping | None = None, *,
         raise ForwardPassError(str(err)) from None
     ids = tok.encode(prompt)
     if not ids:
-        raise ForwardPassError(f"prompt = {prompt!r} gives no tokens in this file's vocabulary ({source}); use other text")
+        raise ForwardPassError(
+            f"prompt = {prompt!r} gives no tokens in this file's vocabulary ({source}); use other text"
+        )
     if len(ids) > spec.context_length:
         raise ForwardPassError(
             f"prompt: {len(ids)} tokens exceed {spec.arch}.context_length = {spec.context_length} ({source});"
@@ -202,8 +208,10 @@ def top_tokens(tok: Tokenizer, logits: np.ndarray, k: int = TOP_K) -> list[dict]
     """The k most likely next tokens: id, text, logit, probability (ties: the lower id first)."""
     p = softmax64(logits)
     top = np.argsort(-logits, kind="stable")[:k]
-    return [{"rank": r, "id": int(i), "token": tok.token_text(int(i)), "logit": float(logits[i]), "prob": float(p[i])}
-            for r, i in enumerate(top, start=1)]
+    return [
+        {"rank": r, "id": int(i), "token": tok.token_text(int(i)), "logit": float(logits[i]), "prob": float(p[i])}
+        for r, i in enumerate(top, start=1)
+    ]
 
 
 # --- 4. the logit lens ------------------------------------------------------------------------------
@@ -229,11 +237,18 @@ def logit_lens(model: Model, tok: Tokenizer, residuals: Sequence[np.ndarray], ne
         lg = lens_logits(model, r)
         p = softmax64(lg)
         top = int(np.argmax(lg))
-        rows.append({
-            "layer": i, "after": layer_name(i), "residual_norm": float(np.linalg.norm(r.astype(np.float64))),
-            "top_id": top, "top_token": shown(tok.token_text(top)), "top_prob": float(p[top]),
-            "next_token_prob": float(p[next_id]), "next_token_rank": int(np.count_nonzero(lg > lg[next_id])),
-        })
+        rows.append(
+            {
+                "layer": i,
+                "after": layer_name(i),
+                "residual_norm": float(np.linalg.norm(r.astype(np.float64))),
+                "top_id": top,
+                "top_token": shown(tok.token_text(top)),
+                "top_prob": float(p[top]),
+                "next_token_prob": float(p[next_id]),
+                "next_token_rank": int(np.count_nonzero(lg > lg[next_id])),
+            }
+        )
     return rows
 
 
@@ -257,14 +272,26 @@ def cost_table(spec: ArchSpec, per_tensor: Mapping, context_len: int) -> list[di
     rows = [
         ("embedding row", "token_embd.weight, one row", 0, per_tensor["token_embd.weight[row]"]),
         ("attention norms", "attn_norm", 0, block_bytes("attn_norm")),
-        ("Q K V projections", "attn_q, attn_k, attn_v", L * d * (spec.q_dim + 2 * spec.kv_dim),
-         block_bytes("wq", "wk", "wv")),
-        ("attention scores and weighted sum", f"keys and values of {context_len} positions (no weights)",
-         L * 2 * spec.n_heads * spec.head_dim * context_len, (0, 0)),
+        (
+            "Q K V projections",
+            "attn_q, attn_k, attn_v",
+            L * d * (spec.q_dim + 2 * spec.kv_dim),
+            block_bytes("wq", "wk", "wv"),
+        ),
+        (
+            "attention scores and weighted sum",
+            f"keys and values of {context_len} positions (no weights)",
+            L * 2 * spec.n_heads * spec.head_dim * context_len,
+            (0, 0),
+        ),
         ("output projection", "attn_output", L * spec.q_dim * d, block_bytes("wo")),
         ("FFN norms", "ffn_norm", 0, block_bytes("ffn_norm")),
-        ("FFN gate, up, down", "ffn_gate, ffn_up, ffn_down", L * 3 * d * spec.d_ff,
-         block_bytes("w_gate", "w_up", "w_down")),
+        (
+            "FFN gate, up, down",
+            "ffn_gate, ffn_up, ffn_down",
+            L * 3 * d * spec.d_ff,
+            block_bytes("w_gate", "w_up", "w_down"),
+        ),
     ]
     extras = [r for r in spec.roles if r in OPTIONAL_ROLES]  # gemma3's q/k and post norms, qwen2's biases
     if extras:
@@ -274,8 +301,10 @@ def cost_table(spec: ArchSpec, per_tensor: Mapping, context_len: int) -> list[di
         ("final norm", "output_norm", 0, per_tensor[spec.tensor_name("output_norm")]),
         ("unembedding", f"{head}{' (tied)' if spec.tied else ''}", spec.vocab * d, per_tensor[head]),
     ]
-    return [{"step": step, "weights": what, "macs": macs, "flops": 2 * macs, "float32_bytes": b[1],
-             "file_bytes": b[0]} for step, what, macs, b in rows]
+    return [
+        {"step": step, "weights": what, "macs": macs, "flops": 2 * macs, "float32_bytes": b[1], "file_bytes": b[0]}
+        for step, what, macs, b in rows
+    ]
 
 
 def cost_metrics(spec: ArchSpec, bytes_per_token: WeightBytes, trace: Trace, context_len: int) -> dict:
@@ -299,9 +328,11 @@ def cost_metrics(spec: ArchSpec, bytes_per_token: WeightBytes, trace: Trace, con
         "weight_mb_per_token_file": bytes_per_token.file_bytes / 1e6,
         "weight_mb_per_token_float32": f32_meta / 1e6,
         "flops_traced_equal_metadata": bool(flops_meta == 2 * trace.macs),
-        "costs_agree": bool(flops_meta == 2 * trace.macs and f32_meta == trace.weight_bytes
-                            == bytes_per_token.float32_bytes
-                            and bytes_per_token.file_bytes == trace.weight_file_bytes),
+        "costs_agree": bool(
+            flops_meta == 2 * trace.macs
+            and f32_meta == trace.weight_bytes == bytes_per_token.float32_bytes
+            and bytes_per_token.file_bytes == trace.weight_file_bytes
+        ),
     }
 
 
@@ -381,8 +412,14 @@ def run(model: Model, plan: Plan) -> tuple[dict, dict]:
         "logit_lens_settled_block": (settled - 1) if settled not in (None, 0) else None,
         **cost_metrics(spec, per_token, trace, n),
     }
-    tables = {"prompt_tokens": prompt_rows, "top5": top5, "logit_lens": lens, "cost": cost,
-              "logits": logits, "trace": trace}
+    tables = {
+        "prompt_tokens": prompt_rows,
+        "top5": top5,
+        "logit_lens": lens,
+        "cost": cost,
+        "logits": logits,
+        "trace": trace,
+    }
     return metrics, tables
 
 
@@ -408,8 +445,9 @@ def plot_residual_norms(lens: Sequence[Mapping], title: str = ""):
     x = [r["layer"] for r in lens]
     y = [r["residual_norm"] for r in lens]
     ax.plot(x, y, marker="o", ms=3.5, lw=1.4, color="C0")
-    ax.set_xticks(x[:: max(1, len(x) // 16)], [("emb" if i == 0 else str(i - 1)) for i in x[:: max(1, len(x) // 16)]],
-                  fontsize=8)
+    ax.set_xticks(
+        x[:: max(1, len(x) // 16)], [("emb" if i == 0 else str(i - 1)) for i in x[:: max(1, len(x) // 16)]], fontsize=8
+    )
     ax.set_xlabel("residual stream after: the embedding (emb), then block 0, 1, 2, ...")
     ax.set_ylabel("length |x| (L2 norm, last position)")
     ax.set_ylim(0, max(y) * 1.08)

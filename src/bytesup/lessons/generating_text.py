@@ -38,10 +38,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bytesup.lessons import claims as claims_mod
-from bytesup.model import llama_cpp_ref
 from bytesup.lessons import LessonInputError, figure
+from bytesup.lessons import claims as claims_mod
 from bytesup.lessons.spec import SERIES, Headline, LessonSpec
+from bytesup.model import llama_cpp_ref
 from bytesup.model.arch import ARCHITECTURES
 from bytesup.model.chat import TEMPLATE_KEY, ChatTemplateError, render_chat_from_metadata
 from bytesup.model.forward import Model
@@ -58,8 +58,12 @@ SPEC = LessonSpec(
         " the numbers are recomputed from the model)"
     ),
     reads=("model_gguf", "metadata_json"),
-    tables=("greedy_steps.csv", "sampled_continuations.csv", "next_token_distribution.csv",
-            "kv_cache_vs_recompute.csv"),
+    tables=(
+        "greedy_steps.csv",
+        "sampled_continuations.csv",
+        "next_token_distribution.csv",
+        "kv_cache_vs_recompute.csv",
+    ),
     figures={
         "next_token_distribution.png": (
             "The next token after the prompt: probabilities of the most likely tokens at each configured"
@@ -71,15 +75,18 @@ SPEC = LessonSpec(
         Headline("first_token_prob", "probability of the first greedy token", fmt=".3f"),
         Headline("stop_reason", "why the greedy loop stopped"),
         Headline("chat_greedy_text", "greedy answer through the file's chat template", fmt="cut:120"),
-        Headline("kv_cache_max_abs_diff", "largest |logit difference|, KV cache vs recomputing the prefix",
-                 fmt=".2e"),
+        Headline("kv_cache_max_abs_diff", "largest |logit difference|, KV cache vs recomputing the prefix", fmt=".2e"),
         Headline("kv_cache_ms_per_token", "time per token with the KV cache (median)", unit="ms", fmt=".1f"),
-        Headline("recompute_ms_per_token", "time per token recomputing the whole prefix (median)", unit="ms",
-                 fmt=".1f"),
+        Headline(
+            "recompute_ms_per_token", "time per token recomputing the whole prefix (median)", unit="ms", fmt=".1f"
+        ),
         Headline("kv_cache_speedup", "recompute time / KV-cache time per token", fmt=".1f"),
         Headline("llama_cpp_parts_at", "llama.cpp's greedy text parts from ours at new token (0 = first; null: never)"),
-        Headline("llama_cpp_first_step_max_abs_logit_diff",
-                 "largest |logit difference|, llama.cpp vs ours, after the prompt", fmt=".3f"),
+        Headline(
+            "llama_cpp_first_step_max_abs_logit_diff",
+            "largest |logit difference|, llama.cpp vs ours, after the prompt",
+            fmt=".3f",
+        ),
     ),
     config_keys=("prompt", "generate", "seed", "forward"),
     architectures=tuple(ARCHITECTURES),  # every row of the forward pass's architecture table
@@ -121,8 +128,9 @@ def settings(generate_cfg: Mapping | None, seed) -> Settings:
     if generate_cfg is None:
         generate_cfg = {}
     if not isinstance(generate_cfg, Mapping):
-        raise GeneratingTextError(f"generate = {generate_cfg!r}: use a mapping with max_new_tokens, temperatures, "
-                                  "top_k, top_p")
+        raise GeneratingTextError(
+            f"generate = {generate_cfg!r}: use a mapping with max_new_tokens, temperatures, top_k, top_p"
+        )
     unknown = sorted(set(generate_cfg) - set(DEFAULT_GENERATE))
     if unknown:
         raise GeneratingTextError(f"generate: unknown keys {unknown}; known: {sorted(DEFAULT_GENERATE)}")
@@ -147,8 +155,13 @@ def settings(generate_cfg: Mapping | None, seed) -> Settings:
         raise GeneratingTextError(f"generate.top_p = {p!r}: use a number above 0 and at most 1")
     if not _whole(seed):
         raise GeneratingTextError(f"seed = {seed!r}: use a whole number")
-    return Settings(int(n), tuple(float(t) for t in temps), None if k is None else int(k),
-                    None if p is None else float(p), int(seed))
+    return Settings(
+        int(n),
+        tuple(float(t) for t in temps),
+        None if k is None else int(k),
+        None if p is None else float(p),
+        int(seed),
+    )
 
 
 @dataclass
@@ -181,8 +194,10 @@ def _fits(what: str, n_ids: int, s: Settings, context: int, key: str) -> str | N
     if n_ids > context:
         return f"{what}: {n_ids} tokens, longer than {key} = {context}; shorten the prompt"
     if n_ids + s.max_new_tokens > context:
-        return (f"{what}: {n_ids} tokens + generate.max_new_tokens {s.max_new_tokens} = {n_ids + s.max_new_tokens}"
-                f" exceed {key} = {context}; shorten the prompt or lower max_new_tokens")
+        return (
+            f"{what}: {n_ids} tokens + generate.max_new_tokens {s.max_new_tokens} = {n_ids + s.max_new_tokens}"
+            f" exceed {key} = {context}; shorten the prompt or lower max_new_tokens"
+        )
     return None
 
 
@@ -210,8 +225,15 @@ def prepare(metadata: Mapping, prompt, generate_cfg: Mapping | None, seed, *, so
     if too_long:
         raise GeneratingTextError(too_long)
     template = metadata.get(TEMPLATE_KEY)
-    plan = Plan(s, prompt, ids, tok, eos_ids(tok, metadata), int(context),
-                has_template=isinstance(template, str) and bool(template.strip()))
+    plan = Plan(
+        s,
+        prompt,
+        ids,
+        tok,
+        eos_ids(tok, metadata),
+        int(context),
+        has_template=isinstance(template, str) and bool(template.strip()),
+    )
     # the chat prompt: the prompt as a user's message, in the text the instruct model was trained on
     try:
         chat = render_chat_from_metadata(metadata, [{"role": "user", "content": prompt}], source=source)
@@ -283,11 +305,19 @@ def greedy_rows(tok: Tokenizer, g: Generation, logits: Sequence[np.ndarray], n_p
     for i, (tid, p_chosen, lg) in enumerate(zip(g.ids, g.probs, logits)):
         p = softmax(lg)
         second = int(np.argsort(-lg, kind="stable")[1])
-        rows.append({
-            "step": i + 1, "position": n_prompt + i, "id": tid, "token": shown(tok.token_text(tid)),
-            "probability": p_chosen, "logit": float(lg[tid]),
-            "runner_up_id": second, "runner_up": shown(tok.token_text(second)), "runner_up_probability": p[second],
-        })
+        rows.append(
+            {
+                "step": i + 1,
+                "position": n_prompt + i,
+                "id": tid,
+                "token": shown(tok.token_text(tid)),
+                "probability": p_chosen,
+                "logit": float(lg[tid]),
+                "runner_up_id": second,
+                "runner_up": shown(tok.token_text(second)),
+                "runner_up_probability": p[second],
+            }
+        )
     return rows
 
 
@@ -300,14 +330,30 @@ def sample(model: Model, plan: Plan) -> tuple[list[Generation], list[dict]]:
     gens, rows = [], []
     for j, t in enumerate(s.temperatures):
         rng = np.random.default_rng(s.seed + j)
-        g = generate(CachedSteps(model), plan.prompt_ids, max_new_tokens=s.max_new_tokens, eos_ids=plan.eos_ids,
-                     temperature=t, top_k=s.top_k, top_p=s.top_p, rng=rng)
+        g = generate(
+            CachedSteps(model),
+            plan.prompt_ids,
+            max_new_tokens=s.max_new_tokens,
+            eos_ids=plan.eos_ids,
+            temperature=t,
+            top_k=s.top_k,
+            top_p=s.top_p,
+            rng=rng,
+        )
         gens.append(g)
-        rows.append({
-            "temperature": t, "seed": s.seed + j, "top_k": s.top_k, "top_p": s.top_p, "tokens": len(g.ids),
-            "stop_reason": g.stop_reason, "mean_probability": float(np.mean(g.probs)),
-            "text": continuation_text(tok, g, plan.eos_ids), "ids": " ".join(map(str, g.ids)),
-        })
+        rows.append(
+            {
+                "temperature": t,
+                "seed": s.seed + j,
+                "top_k": s.top_k,
+                "top_p": s.top_p,
+                "tokens": len(g.ids),
+                "stop_reason": g.stop_reason,
+                "mean_probability": float(np.mean(g.probs)),
+                "text": continuation_text(tok, g, plan.eos_ids),
+                "ids": " ".join(map(str, g.ids)),
+            }
+        )
     return gens, rows
 
 
@@ -327,10 +373,12 @@ def distribution(tok: Tokenizer, logits: np.ndarray, s: Settings, n: int = TOP_N
     summary = {
         "next_token_top1_prob": [float(probs[t][top[0]]) for t in s.temperatures],
         "next_token_top15_mass": [float(probs[t][top].sum()) for t in s.temperatures],
-        "next_token_entropy_bits": [float(-(probs[t][probs[t] > 0] * np.log2(probs[t][probs[t] > 0])).sum())
-                                    for t in s.temperatures],
-        "next_token_kept_by_filters": [int(np.count_nonzero(filter_probs(probs[t], top_k=s.top_k, top_p=s.top_p)))
-                                       for t in s.temperatures],
+        "next_token_entropy_bits": [
+            float(-(probs[t][probs[t] > 0] * np.log2(probs[t][probs[t] > 0])).sum()) for t in s.temperatures
+        ],
+        "next_token_kept_by_filters": [
+            int(np.count_nonzero(filter_probs(probs[t], top_k=s.top_k, top_p=s.top_p))) for t in s.temperatures
+        ],
     }
     return rows, summary
 
@@ -346,11 +394,17 @@ def recompute(model: Model, all_ids: Sequence[int], n_prompt: int, cached: Cache
         t0 = time.perf_counter()
         full = model.forward(prefix)[-1]  # every position again; only the last one's logits are used
         seconds = time.perf_counter() - t0
-        rows.append({
-            "step": i + 1, "prefix_tokens": len(prefix), "tokens_through_model_cached": len(prefix) if i == 0 else 1,
-            "cached_ms": 1e3 * cached.seconds[i], "recompute_ms": 1e3 * seconds,
-            "max_abs_diff": float(np.abs(full - kept).max()), "same_argmax": int(full.argmax()) == int(kept.argmax()),
-        })
+        rows.append(
+            {
+                "step": i + 1,
+                "prefix_tokens": len(prefix),
+                "tokens_through_model_cached": len(prefix) if i == 0 else 1,
+                "cached_ms": 1e3 * cached.seconds[i],
+                "recompute_ms": 1e3 * seconds,
+                "max_abs_diff": float(np.abs(full - kept).max()),
+                "same_argmax": int(full.argmax()) == int(kept.argmax()),
+            }
+        )
     return rows
 
 
@@ -358,12 +412,20 @@ def timing_metrics(rows: Sequence[Mapping]) -> dict:
     """Median time per token over the one-token steps (step 1, the prefill, is left out of both)."""
     steps = rows[1:]
     if not steps:
-        return {"kv_cache_ms_per_token": None, "recompute_ms_per_token": None, "kv_cache_speedup": None,
-                "timing_steps": 0}
+        return {
+            "kv_cache_ms_per_token": None,
+            "recompute_ms_per_token": None,
+            "kv_cache_speedup": None,
+            "timing_steps": 0,
+        }
     cached = statistics.median(r["cached_ms"] for r in steps)
     full = statistics.median(r["recompute_ms"] for r in steps)
-    return {"kv_cache_ms_per_token": cached, "recompute_ms_per_token": full, "kv_cache_speedup": full / cached,
-            "timing_steps": len(steps)}
+    return {
+        "kv_cache_ms_per_token": cached,
+        "recompute_ms_per_token": full,
+        "kv_cache_speedup": full / cached,
+        "timing_steps": len(steps),
+    }
 
 
 # --- the whole lesson -----------------------------------------------------------------------------------
@@ -408,25 +470,40 @@ def run(model: Model, plan: Plan) -> tuple[dict, dict]:
 
     # 4: sampling at each temperature
     sampled, sampled_rows = sample(model, plan)
-    metrics.update({
-        "sample_seeds": [r["seed"] for r in sampled_rows],
-        "sampled_ids": [x.ids for x in sampled],
-        "sampled_texts": [r["text"] for r in sampled_rows],
-        "sampled_stop_reasons": [x.stop_reason for x in sampled],
-    })
+    metrics.update(
+        {
+            "sample_seeds": [r["seed"] for r in sampled_rows],
+            "sampled_ids": [x.ids for x in sampled],
+            "sampled_texts": [r["text"] for r in sampled_rows],
+            "sampled_stop_reasons": [x.stop_reason for x in sampled],
+        }
+    )
 
     # 5: the chat template, then a greedy answer
     if plan.chat_ids is not None:
         chat_steps = CachedSteps(model)
-        c = generate(chat_steps, plan.chat_ids, max_new_tokens=s.max_new_tokens, eos_ids=plan.eos_ids,
-                     temperature=0.0)
-        metrics.update(chat_template_present=plan.has_template, chat_prompt=plan.chat_prompt, chat_prompt_ids=plan.chat_ids,
-                       chat_greedy_ids=c.ids, chat_greedy_probs=c.probs,
-                       chat_greedy_text=continuation_text(tok, c, plan.eos_ids), chat_stop_reason=c.stop_reason,
-                       chat_note="")
+        c = generate(chat_steps, plan.chat_ids, max_new_tokens=s.max_new_tokens, eos_ids=plan.eos_ids, temperature=0.0)
+        metrics.update(
+            chat_template_present=plan.has_template,
+            chat_prompt=plan.chat_prompt,
+            chat_prompt_ids=plan.chat_ids,
+            chat_greedy_ids=c.ids,
+            chat_greedy_probs=c.probs,
+            chat_greedy_text=continuation_text(tok, c, plan.eos_ids),
+            chat_stop_reason=c.stop_reason,
+            chat_note="",
+        )
     else:
-        metrics.update(chat_template_present=plan.has_template, chat_prompt=None, chat_prompt_ids=None, chat_greedy_ids=None,
-                       chat_greedy_probs=None, chat_greedy_text=None, chat_stop_reason=None, chat_note=plan.chat_note)
+        metrics.update(
+            chat_template_present=plan.has_template,
+            chat_prompt=None,
+            chat_prompt_ids=None,
+            chat_greedy_ids=None,
+            chat_greedy_probs=None,
+            chat_greedy_text=None,
+            chat_stop_reason=None,
+            chat_note=plan.chat_note,
+        )
 
     # 6: the first step's distribution at each temperature
     dist_rows, dist = distribution(tok, steps.logits[0], s)
@@ -434,25 +511,41 @@ def run(model: Model, plan: Plan) -> tuple[dict, dict]:
 
     # 7: the same logits without the cache, and what each costs per token
     kv = recompute(model, g.all_ids, n_prompt, steps)
-    metrics.update({
-        "kv_cache_max_abs_diff": max(r["max_abs_diff"] for r in kv),
-        "kv_cache_same_argmax": all(r["same_argmax"] for r in kv),
-        "kv_cache_tokens_total": sum(r["tokens_through_model_cached"] for r in kv),
-        "recompute_tokens_total": sum(r["prefix_tokens"] for r in kv),
-        **timing_metrics(kv),
-    })
-    tables = {"greedy": greedy, "greedy_logits": steps.logits, "sampled": sampled_rows,
-              "distribution": dist_rows, "kv": kv}
+    metrics.update(
+        {
+            "kv_cache_max_abs_diff": max(r["max_abs_diff"] for r in kv),
+            "kv_cache_same_argmax": all(r["same_argmax"] for r in kv),
+            "kv_cache_tokens_total": sum(r["tokens_through_model_cached"] for r in kv),
+            "recompute_tokens_total": sum(r["prefix_tokens"] for r in kv),
+            **timing_metrics(kv),
+        }
+    )
+    tables = {
+        "greedy": greedy,
+        "greedy_logits": steps.logits,
+        "sampled": sampled_rows,
+        "distribution": dist_rows,
+        "kv": kv,
+    }
     return metrics, tables
 
 
 # --- 8. llama.cpp beside ours -------------------------------------------------------------------------
 
 LLAMA_CPP_THREADS = 2
-LLAMA_CPP_KEYS = ("llama_cpp_version", "llama_cpp_greedy_ids", "llama_cpp_greedy_text", "llama_cpp_parts_at",
-                  "llama_cpp_top_logit", "llama_cpp_first_step_max_abs_logit_diff",
-                  "llama_cpp_first_step_mean_abs_logit_diff", "llama_cpp_parts_tokens",
-                  "llama_cpp_parts_logits", "llama_cpp_parts_margins", "llama_cpp_parts_max_abs_logit_diff")
+LLAMA_CPP_KEYS = (
+    "llama_cpp_version",
+    "llama_cpp_greedy_ids",
+    "llama_cpp_greedy_text",
+    "llama_cpp_parts_at",
+    "llama_cpp_top_logit",
+    "llama_cpp_first_step_max_abs_logit_diff",
+    "llama_cpp_first_step_mean_abs_logit_diff",
+    "llama_cpp_parts_tokens",
+    "llama_cpp_parts_logits",
+    "llama_cpp_parts_margins",
+    "llama_cpp_parts_max_abs_logit_diff",
+)
 
 
 def parts_at(ours: Sequence[int], theirs: Sequence[int]) -> int | None:
@@ -464,14 +557,21 @@ def parts_at(ours: Sequence[int], theirs: Sequence[int]) -> int | None:
     return None if len(ours) == len(theirs) else min(len(ours), len(theirs))
 
 
-def llama_cpp_greedy(model_gguf, prompt_ids: Sequence[int], max_new_tokens: int, eos: Sequence[int],
-                     threads: int = LLAMA_CPP_THREADS) -> tuple[list[int], list[np.ndarray]]:
+def llama_cpp_greedy(
+    model_gguf, prompt_ids: Sequence[int], max_new_tokens: int, eos: Sequence[int], threads: int = LLAMA_CPP_THREADS
+) -> tuple[list[int], list[np.ndarray]]:
     """llama.cpp's own greedy loop, in this process: OUR prompt ids in, its argmax appended each step.
     Returns its ids and, per step, the logits it chose from (float32, one per vocabulary entry)."""
     from llama_cpp import Llama  # only after llama_cpp_ref.status() said it runs here
 
-    llm = Llama(model_path=str(model_gguf), n_ctx=len(prompt_ids) + max_new_tokens + 8, n_threads=threads,
-                n_threads_batch=threads, logits_all=True, verbose=False)
+    llm = Llama(
+        model_path=str(model_gguf),
+        n_ctx=len(prompt_ids) + max_new_tokens + 8,
+        n_threads=threads,
+        n_threads_batch=threads,
+        logits_all=True,
+        verbose=False,
+    )
     try:
         llm.eval([int(i) for i in prompt_ids])  # the prefill, on the same ids our tokenizer gave
         ids, logits = [], []
@@ -492,8 +592,10 @@ def llama_cpp_nulls(why: str | None) -> dict:
     return {**dict.fromkeys(LLAMA_CPP_KEYS), "llama_cpp_skipped": why}
 
 
-STREAMING_SKIP = ("this run streams the weights (their float32 size is over forward.resident_budget_mb); llama.cpp "
-                  "would map the whole file into the job's memory beside them, so it is not run (as in the decode timing)")
+STREAMING_SKIP = (
+    "this run streams the weights (their float32 size is over forward.resident_budget_mb); llama.cpp "
+    "would map the whole file into the job's memory beside them, so it is not run (as in the decode timing)"
+)
 
 
 def llama_cpp_side(model_gguf, plan: Plan, metrics: Mapping, tables: Mapping) -> tuple[dict, list[dict], list]:
@@ -519,15 +621,22 @@ def llama_cpp_side(model_gguf, plan: Plan, metrics: Mapping, tables: Mapping) ->
         a = ours_ids[i] if i < len(ours_ids) else None
         b = theirs_ids[i] if i < len(theirs_ids) else None
         diff = float(np.abs(ours_logits[i] - theirs_logits[i]).max()) if i < same_prefix else None
-        rows.append({
-            "step": i + 1, "ours_id": a, "ours": None if a is None else shown(tok.token_text(a)),
-            "llama_cpp_id": b, "llama_cpp": None if b is None else shown(tok.token_text(b)), "same": a == b,
-            "ours_top_logit": None if a is None else float(ours_logits[i][a]),
-            "llama_cpp_top_logit": None if b is None else float(theirs_logits[i][b]),
-            "max_abs_logit_diff": diff,
-        })
-    theirs_g = Generation(list(plan.prompt_ids), theirs_ids,
-                          stop_reason="eos" if theirs_ids[-1] in plan.eos_ids else "max_new_tokens")
+        rows.append(
+            {
+                "step": i + 1,
+                "ours_id": a,
+                "ours": None if a is None else shown(tok.token_text(a)),
+                "llama_cpp_id": b,
+                "llama_cpp": None if b is None else shown(tok.token_text(b)),
+                "same": a == b,
+                "ours_top_logit": None if a is None else float(ours_logits[i][a]),
+                "llama_cpp_top_logit": None if b is None else float(theirs_logits[i][b]),
+                "max_abs_logit_diff": diff,
+            }
+        )
+    theirs_g = Generation(
+        list(plan.prompt_ids), theirs_ids, stop_reason="eos" if theirs_ids[-1] in plan.eos_ids else "max_new_tokens"
+    )
     m = {
         "llama_cpp_version": why,
         "llama_cpp_greedy_ids": theirs_ids,
@@ -536,7 +645,9 @@ def llama_cpp_side(model_gguf, plan: Plan, metrics: Mapping, tables: Mapping) ->
         "llama_cpp_top_logit": float(theirs_logits[0][theirs_ids[0]]),
         "llama_cpp_first_step_max_abs_logit_diff": rows[0]["max_abs_logit_diff"],
         "llama_cpp_first_step_mean_abs_logit_diff": float(np.abs(ours_logits[0] - theirs_logits[0]).mean()),
-        "llama_cpp_parts_tokens": None, "llama_cpp_parts_logits": None, "llama_cpp_parts_margins": None,
+        "llama_cpp_parts_tokens": None,
+        "llama_cpp_parts_logits": None,
+        "llama_cpp_parts_margins": None,
         "llama_cpp_parts_max_abs_logit_diff": None,
         "llama_cpp_skipped": None,
     }
@@ -544,19 +655,27 @@ def llama_cpp_side(model_gguf, plan: Plan, metrics: Mapping, tables: Mapping) ->
         # where they part: both read the same ids, and each put another token on top
         a, b = ours_ids[part], theirs_ids[part]
         lo, lt = ours_logits[part], theirs_logits[part]
-        m.update({
-            "llama_cpp_parts_tokens": [tok.token_text(a), tok.token_text(b)],  # [ours, llama.cpp's]
-            # logits of [our token, llama.cpp's token] in [ours, llama.cpp]
-            "llama_cpp_parts_logits": [[float(lo[a]), float(lo[b])], [float(lt[a]), float(lt[b])]],
-            # our token's lead over llama.cpp's token, in [ours, llama.cpp]: positive, then negative
-            "llama_cpp_parts_margins": [float(lo[a] - lo[b]), float(lt[a] - lt[b])],
-            "llama_cpp_parts_max_abs_logit_diff": rows[part]["max_abs_logit_diff"],
-        })
+        m.update(
+            {
+                "llama_cpp_parts_tokens": [tok.token_text(a), tok.token_text(b)],  # [ours, llama.cpp's]
+                # logits of [our token, llama.cpp's token] in [ours, llama.cpp]
+                "llama_cpp_parts_logits": [[float(lo[a]), float(lo[b])], [float(lt[a]), float(lt[b])]],
+                # our token's lead over llama.cpp's token, in [ours, llama.cpp]: positive, then negative
+                "llama_cpp_parts_margins": [float(lo[a] - lo[b]), float(lt[a] - lt[b])],
+                "llama_cpp_parts_max_abs_logit_diff": rows[part]["max_abs_logit_diff"],
+            }
+        )
     return m, rows, theirs_logits
 
 
-def compute(model_gguf, metadata: Mapping, prompt, generate_cfg: Mapping | None = None, seed=0,
-            forward_cfg: Mapping | None = None) -> tuple[dict, dict]:
+def compute(
+    model_gguf,
+    metadata: Mapping,
+    prompt,
+    generate_cfg: Mapping | None = None,
+    seed=0,
+    forward_cfg: Mapping | None = None,
+) -> tuple[dict, dict]:
     """prepare (one-line errors before any heavy work), open the model, run, close it; then llama.cpp
     beside it (tables["llama_cpp"], tables["llama_cpp_logits"]; null metrics where it cannot run)."""
     plan = prepare(metadata, prompt, generate_cfg, seed)
@@ -587,8 +706,13 @@ def plot_distribution(rows: Sequence[Mapping], temperatures: Sequence[float], ti
     for j, t in enumerate(temperatures):
         p = np.array([r[f"p_T{t:g}"] for r in rows], dtype=np.float64)
         lowest = min(lowest, float(p[p > 0].min()) if (p > 0).any() else 1.0)
-        ax.bar(x + (j - (len(temperatures) - 1) / 2) * width, p, width, color=f"C{j}",
-               label=f"T = {t:g}: these {len(rows)} tokens hold {p.sum():.0%}")
+        ax.bar(
+            x + (j - (len(temperatures) - 1) / 2) * width,
+            p,
+            width,
+            color=f"C{j}",
+            label=f"T = {t:g}: these {len(rows)} tokens hold {p.sum():.0%}",
+        )
     ax.set_xticks(x, [r["token"] for r in rows], rotation=50, ha="right", fontsize=8)
     ax.set_yscale("log")
     ax.set_ylim(max(lowest / 3, 1e-12), 1.5)

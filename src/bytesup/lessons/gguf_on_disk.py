@@ -33,49 +33,57 @@ from dataclasses import dataclass
 import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from bytesup.lessons import claims as claims_mod
-from bytesup.model import param_counts as pc
+from bytesup.gguf.blocks import BLOCK_DECODERS, Block
 from bytesup.gguf.dequant import bit_equal, dequantize, reference_dequantize
 from bytesup.gguf.extract import shape_text
 from bytesup.gguf.file import HEADER_BYTES, VALUE_TYPES, GGUFFile, TensorInfo, printable
-from bytesup.gguf.blocks import BLOCK_DECODERS, Block
-from bytesup.lessons.spec import SERIES, Headline, LessonSpec
+from bytesup.lessons import claims as claims_mod
 from bytesup.lessons import figure
+from bytesup.lessons.spec import SERIES, Headline, LessonSpec
+from bytesup.model import param_counts as pc
 from bytesup.model.arch import ArchMetadataError, UnsupportedArchitectureError, spec_from_metadata
 from bytesup.model.configs import DEEPSEEK_CODER_6_7B, llama_tensor_shapes
 from bytesup.model.tokens import TokenError, lookup
 
 SPEC = LessonSpec(
-    id='01_gguf_on_disk',
-    title='What a model is on disk',
+    id="01_gguf_on_disk",
+    title="What a model is on disk",
     kind=SERIES,
     position=1,
     source=(
         "Lesson 1 of the LLM Basics series (its text is not among the course files here; the numbers "
         "come from what the lesson 3 text and the FFN-stores text say about the file)"
     ),
-    reads=('model_gguf',),
-    tables=('metadata_table.csv', 'tensor_table.csv', 'byte_accounting.csv', 'bytes_by_type.csv', 'layout_check.csv',
-            'block_types.csv', 'block_fields.csv', 'blocks.csv'),
+    reads=("model_gguf",),
+    tables=(
+        "metadata_table.csv",
+        "tensor_table.csv",
+        "byte_accounting.csv",
+        "bytes_by_type.csv",
+        "layout_check.csv",
+        "block_types.csv",
+        "block_fields.csv",
+        "blocks.csv",
+    ),
     figures={
-        'bytes_by_type.png': "Share of the file's parameters and of its tensor bytes per ggml type",
+        "bytes_by_type.png": "Share of the file's parameters and of its tensor bytes per ggml type",
     },
     headlines=(
-        Headline('file_size', 'file size', unit='bytes'),
-        Headline('tensor_count', 'tensors'),
-        Headline('metadata_count', 'metadata keys'),
-        Headline('bytes_metadata', 'metadata bytes'),
-        Headline('bytes_tensor_infos', 'tensor-info bytes'),
-        Headline('bytes_padding', 'padding bytes'),
-        Headline('bytes_tensor_data', 'tensor data bytes'),
-        Headline('bytes_unaccounted', 'bytes unaccounted'),
-        Headline('parameters', 'parameters (every tensor)'),
-        Headline('bits_per_weight_overall', 'average bits per weight', fmt='.2f'),
-        Headline('layout_predicted_from', 'layout predicted from'),
-        Headline('layout_parameters_predicted', 'parameters the predicted layout holds'),
-        Headline('layout_mismatches', 'tensors missing, extra or of another shape than predicted'),
-        Headline('block_type_count', 'ggml types in the file'),
-        Headline('block_types_bit_exact_gguf_py', 'of them with one block decoded by hand, bit-exact with gguf-py'),
+        Headline("file_size", "file size", unit="bytes"),
+        Headline("tensor_count", "tensors"),
+        Headline("metadata_count", "metadata keys"),
+        Headline("bytes_metadata", "metadata bytes"),
+        Headline("bytes_tensor_infos", "tensor-info bytes"),
+        Headline("bytes_padding", "padding bytes"),
+        Headline("bytes_tensor_data", "tensor data bytes"),
+        Headline("bytes_unaccounted", "bytes unaccounted"),
+        Headline("parameters", "parameters (every tensor)"),
+        Headline("bits_per_weight_overall", "average bits per weight", fmt=".2f"),
+        Headline("layout_predicted_from", "layout predicted from"),
+        Headline("layout_parameters_predicted", "parameters the predicted layout holds"),
+        Headline("layout_mismatches", "tensors missing, extra or of another shape than predicted"),
+        Headline("block_type_count", "ggml types in the file"),
+        Headline("block_types_bit_exact_gguf_py", "of them with one block decoded by hand, bit-exact with gguf-py"),
     ),
 )
 

@@ -47,13 +47,13 @@ from pathlib import Path
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
 
-from bytesup.lessons import claims as claims_mod
-from bytesup.model import param_counts as pc
 from bytesup.gguf.extract import parse_shape
-from bytesup.lessons.ffn_walk import meta_value
 from bytesup.lessons import LessonInputError, figure
+from bytesup.lessons import claims as claims_mod
+from bytesup.lessons.ffn_walk import meta_value
 from bytesup.lessons.spec import SERIES, Headline, LessonSpec
 from bytesup.model import configs
+from bytesup.model import param_counts as pc
 
 SPEC = LessonSpec(
     id="07_the_hardware_fit",
@@ -75,17 +75,48 @@ SPEC = LessonSpec(
     },
     headlines=(
         Headline("model_weights_bytes", "this model's weights, from its tensor table", unit="bytes", fmt=",d"),
-        Headline("model_4k_ceiling_this_machine_tps", "this model at 4k context: tokens/s ceiling on this machine", fmt=".0f"),
-        Headline("model_4k_left_this_machine_bytes", "this model at 4k context: memory left on this machine", unit="bytes", fmt=",d"),
-        Headline("deepseek_coder_6_7b_q8_0_weights_bytes", "deepseek-coder-6.7b Q8_0 weights (the course's specimen)", unit="bytes", fmt=",d"),
-        Headline("deepseek_coder_6_7b_q4_k_m_weights_bytes", "deepseek-coder-6.7b Q4_K_M weights (llama.cpp's recipe)", unit="bytes", fmt=",d"),
+        Headline(
+            "model_4k_ceiling_this_machine_tps", "this model at 4k context: tokens/s ceiling on this machine", fmt=".0f"
+        ),
+        Headline(
+            "model_4k_left_this_machine_bytes",
+            "this model at 4k context: memory left on this machine",
+            unit="bytes",
+            fmt=",d",
+        ),
+        Headline(
+            "deepseek_coder_6_7b_q8_0_weights_bytes",
+            "deepseek-coder-6.7b Q8_0 weights (the course's specimen)",
+            unit="bytes",
+            fmt=",d",
+        ),
+        Headline(
+            "deepseek_coder_6_7b_q4_k_m_weights_bytes",
+            "deepseek-coder-6.7b Q4_K_M weights (llama.cpp's recipe)",
+            unit="bytes",
+            fmt=",d",
+        ),
         Headline("llama3_8b_q4_k_m_weights_bytes", "Llama-3-8B Q4_K_M weights", unit="bytes", fmt=",d"),
-        Headline("deepseek_coder_6_7b_q8_0_4k_fits_this_machine", "deepseek-coder-6.7b Q8_0 at 4k context fits this machine"),
-        Headline("deepseek_coder_6_7b_q8_0_4k_ceiling_this_machine_tps", "deepseek-coder-6.7b Q8_0 at 4k: ceiling on this machine", unit="tokens/s", fmt=".2f"),
-        Headline("deepseek_coder_6_7b_q8_0_4k_ceiling_dgx_spark_tps", "deepseek-coder-6.7b Q8_0 at 4k: ceiling on the DGX Spark", unit="tokens/s", fmt=".1f"),
+        Headline(
+            "deepseek_coder_6_7b_q8_0_4k_fits_this_machine", "deepseek-coder-6.7b Q8_0 at 4k context fits this machine"
+        ),
+        Headline(
+            "deepseek_coder_6_7b_q8_0_4k_ceiling_this_machine_tps",
+            "deepseek-coder-6.7b Q8_0 at 4k: ceiling on this machine",
+            unit="tokens/s",
+            fmt=".2f",
+        ),
+        Headline(
+            "deepseek_coder_6_7b_q8_0_4k_ceiling_dgx_spark_tps",
+            "deepseek-coder-6.7b Q8_0 at 4k: ceiling on the DGX Spark",
+            unit="tokens/s",
+            fmt=".1f",
+        ),
         Headline("fits_this_machine_4k_count", "published (model, storage) pairs that fit this machine at 4k context"),
         Headline("this_machine_memory_bytes", "this machine's memory (measured)", unit="bytes", fmt=",d"),
-        Headline("this_machine_bandwidth_gbps", "this machine's STREAM copy bandwidth (measured)", unit="GB/s", fmt=".1f"),
+        Headline(
+            "this_machine_bandwidth_gbps", "this machine's STREAM copy bandwidth (measured)", unit="GB/s", fmt=".1f"
+        ),
     ),
     architectures=None,  # any file: this run's model is counted from its own tensor table only
     runs_model=False,
@@ -266,7 +297,10 @@ def this_model(metadata: Mapping, rows: Sequence[Mapping], name: str = "this mod
     rows = [{**r, "shape": parse_shape(r["shape"])} for r in rows]
     arch = meta_value(metadata, "general.architecture")
     return {
-        "key": "model", "model": name, "quant": file_quant(metadata, rows), "architecture": arch,
+        "key": "model",
+        "model": name,
+        "quant": file_quant(metadata, rows),
+        "architecture": arch,
         "weights_bytes": sum(int(r["bytes"]) for r in rows),
         "read_per_token_bytes": read_per_token(rows),
         "kv_bytes_per_token": model_kv_bytes_per_token(metadata),
@@ -279,13 +313,18 @@ def this_model(metadata: Mapping, rows: Sequence[Mapping], name: str = "this mod
 def published_model(p: Published, quant: str) -> dict:
     """A published model in one storage, as the fit table needs it."""
     tensors = storage_types(p.arch, quant)
-    rows = [{"name": n, "shape": s, "type": t, "elements": math.prod(s), "bytes": configs.type_bytes(t, math.prod(s))}
-            for n, s, t in tensors]
+    rows = [
+        {"name": n, "shape": s, "type": t, "elements": math.prod(s), "bytes": configs.type_bytes(t, math.prod(s))}
+        for n, s, t in tensors
+    ]
     counts: dict[str, int] = {}
     for _, _, t in tensors:
         counts[t] = counts.get(t, 0) + 1
     return {
-        "key": f"{p.key}_{slug(quant)}", "model": p.arch.name, "quant": quant, "architecture": "llama",
+        "key": f"{p.key}_{slug(quant)}",
+        "model": p.arch.name,
+        "quant": quant,
+        "architecture": "llama",
         "weights_bytes": weights_bytes(tensors),
         "read_per_token_bytes": read_per_token(rows),
         "kv_bytes_per_token": configs.kv_bytes_per_token(p.arch, KV_CACHE_TYPE),
@@ -315,12 +354,22 @@ class Device:
 
 # Published devices. Memory in binary GB (spec sheets' "GB" of memory), bandwidth in decimal GB/s.
 DEVICES = (
-    Device("laptop_16gb", "16 GB laptop (MacBook Air M4)", 16 * GiB, 120.0,
-           "Apple's specifications: MacBook Air 13-inch (M4, 2025) with 16GB unified memory; "
-           "Apple M4: 120GB/s memory bandwidth"),
-    Device("dgx_spark", "DGX Spark", 128 * GiB, 273.0,
-           "NVIDIA DGX Spark specifications: 128 GB LPDDR5x unified memory, 273 GB/s; "
-           "the course (the lesson 3 text) quotes the 273 GB/s peak"),
+    Device(
+        "laptop_16gb",
+        "16 GB laptop (MacBook Air M4)",
+        16 * GiB,
+        120.0,
+        "Apple's specifications: MacBook Air 13-inch (M4, 2025) with 16GB unified memory; "
+        "Apple M4: 120GB/s memory bandwidth",
+    ),
+    Device(
+        "dgx_spark",
+        "DGX Spark",
+        128 * GiB,
+        273.0,
+        "NVIDIA DGX Spark specifications: 128 GB LPDDR5x unified memory, 273 GB/s; "
+        "the course (the lesson 3 text) quotes the 273 GB/s peak",
+    ),
     Device("h100_sxm", "H100 SXM 80 GB", 80 * GiB, 3350.0, "NVIDIA H100 datasheet: H100 SXM, 80GB HBM3, 3.35TB/s"),
     Device("h200", "H200 141 GB", 141 * GiB, 4800.0, "NVIDIA H200 datasheet: 141GB HBM3e, 4.8TB/s"),
 )
@@ -341,16 +390,29 @@ def measured_devices(timing_summary: Mapping | None, gpu_summary: Mapping | None
     cpu_machine = cpu.get("machine") if isinstance(cpu.get("machine"), Mapping) else {}
     memory = _positive(cpu_machine.get("memory_bytes"))
     bandwidth = _positive(cpu.get("stream_copy_gbps"))
-    devices = [Device("this_machine", "this machine", int(memory) if memory else None, bandwidth,
-                      "measured by this run's timing stage: machine.memory_bytes, stream_copy_gbps"
-                      + (f" ({cpu_machine['cpu_model']})" if cpu_machine.get("cpu_model") else ""))]
+    devices = [
+        Device(
+            "this_machine",
+            "this machine",
+            int(memory) if memory else None,
+            bandwidth,
+            "measured by this run's timing stage: machine.memory_bytes, stream_copy_gbps"
+            + (f" ({cpu_machine['cpu_model']})" if cpu_machine.get("cpu_model") else ""),
+        )
+    ]
     gpu = gpu_summary or {}
     gpu_machine = gpu.get("machine") if isinstance(gpu.get("machine"), Mapping) else {}
     gpu_memory = _positive(gpu_machine.get("memory_bytes"))
     if gpu.get("status") == "measured" and gpu_memory:
-        devices.append(Device("gpu", f"this run's GPU ({gpu_machine.get('name') or 'unnamed'})", int(gpu_memory),
-                              _positive(gpu.get("stream_copy_gbps")),
-                              "measured by this run's GPU job: machine.memory_bytes, stream_copy_gbps"))
+        devices.append(
+            Device(
+                "gpu",
+                f"this run's GPU ({gpu_machine.get('name') or 'unnamed'})",
+                int(gpu_memory),
+                _positive(gpu.get("stream_copy_gbps")),
+                "measured by this run's GPU job: machine.memory_bytes, stream_copy_gbps",
+            )
+        )
         status = "measured"
     else:
         status = "no GPU on this run" + (f" ({gpu['skipped']})" if gpu.get("skipped") else "")
@@ -373,9 +435,17 @@ def read_summary(path) -> tuple[dict, list[str]]:
 
 
 def devices_table(devices: Sequence[Device]) -> list[dict]:
-    return [{"device": d.key, "name": d.name, "memory_bytes": d.memory_bytes,
-             "memory_gib": None if d.memory_bytes is None else d.memory_bytes / GiB,
-             "bandwidth_gbps": d.bandwidth_gbps, "source": d.source} for d in devices]
+    return [
+        {
+            "device": d.key,
+            "name": d.name,
+            "memory_bytes": d.memory_bytes,
+            "memory_gib": None if d.memory_bytes is None else d.memory_bytes / GiB,
+            "bandwidth_gbps": d.bandwidth_gbps,
+            "source": d.source,
+        }
+        for d in devices
+    ]
 
 
 # --- 3. the fit ---------------------------------------------------------------------------------------
@@ -394,9 +464,24 @@ def ceiling_tps(bandwidth_gbps: float | None, bytes_per_token: int) -> float | N
 
 
 FIT_COLUMNS = (
-    "model_key", "model", "quant", "context", "context_tokens", "context_capped", "device", "device_name",
-    "weights_bytes", "kv_cache_bytes", "total_bytes", "total_gb", "device_memory_bytes", "fits", "left_bytes",
-    "read_per_token_bytes", "bandwidth_gbps", "ceiling_tps",
+    "model_key",
+    "model",
+    "quant",
+    "context",
+    "context_tokens",
+    "context_capped",
+    "device",
+    "device_name",
+    "weights_bytes",
+    "kv_cache_bytes",
+    "total_bytes",
+    "total_gb",
+    "device_memory_bytes",
+    "fits",
+    "left_bytes",
+    "read_per_token_bytes",
+    "bandwidth_gbps",
+    "ceiling_tps",
 )
 
 
@@ -416,22 +501,35 @@ def fit_rows(models: Sequence[Mapping], devices: Sequence[Device]) -> list[dict]
             read = m["read_per_token_bytes"] + kv
             for d in devices:
                 fits = None if d.memory_bytes is None else total <= d.memory_bytes
-                rows.append({
-                    "model_key": m["key"], "model": m["model"], "quant": m["quant"], "context": label,
-                    "context_tokens": tokens, "context_capped": tokens < requested,
-                    "device": d.key, "device_name": d.name,
-                    "weights_bytes": m["weights_bytes"], "kv_cache_bytes": kv, "total_bytes": total,
-                    "total_gb": total / GB, "device_memory_bytes": d.memory_bytes, "fits": fits,
-                    "left_bytes": None if d.memory_bytes is None else d.memory_bytes - total,
-                    "read_per_token_bytes": read, "bandwidth_gbps": d.bandwidth_gbps,
-                    "ceiling_tps": ceiling_tps(d.bandwidth_gbps, read),
-                })
+                rows.append(
+                    {
+                        "model_key": m["key"],
+                        "model": m["model"],
+                        "quant": m["quant"],
+                        "context": label,
+                        "context_tokens": tokens,
+                        "context_capped": tokens < requested,
+                        "device": d.key,
+                        "device_name": d.name,
+                        "weights_bytes": m["weights_bytes"],
+                        "kv_cache_bytes": kv,
+                        "total_bytes": total,
+                        "total_gb": total / GB,
+                        "device_memory_bytes": d.memory_bytes,
+                        "fits": fits,
+                        "left_bytes": None if d.memory_bytes is None else d.memory_bytes - total,
+                        "read_per_token_bytes": read,
+                        "bandwidth_gbps": d.bandwidth_gbps,
+                        "ceiling_tps": ceiling_tps(d.bandwidth_gbps, read),
+                    }
+                )
     return rows
 
 
 def find_row(rows: Sequence[Mapping], model_key: str, context: str, device: str) -> dict | None:
-    return next((r for r in rows if r["model_key"] == model_key and r["context"] == context
-                 and r["device"] == device), None)
+    return next(
+        (r for r in rows if r["model_key"] == model_key and r["context"] == context and r["device"] == device), None
+    )
 
 
 # --- the published file sizes the recipe is checked against ------------------------------------------
@@ -464,12 +562,19 @@ def run(
     rows = fit_rows(models, devices)
 
     m0 = models[0]
-    metrics.update({
-        "model": model, "model_architecture": m0["architecture"], "model_quant": m0["quant"],
-        "model_weights_bytes": m0["weights_bytes"], "model_read_per_token_bytes": m0["read_per_token_bytes"],
-        "model_kv_bytes_per_token": m0["kv_bytes_per_token"], "model_max_context": m0["max_context"],
-        "kv_cache_type": KV_CACHE_TYPE, "contexts": dict(CONTEXTS),
-    })
+    metrics.update(
+        {
+            "model": model,
+            "model_architecture": m0["architecture"],
+            "model_quant": m0["quant"],
+            "model_weights_bytes": m0["weights_bytes"],
+            "model_read_per_token_bytes": m0["read_per_token_bytes"],
+            "model_kv_bytes_per_token": m0["kv_bytes_per_token"],
+            "model_max_context": m0["max_context"],
+            "kv_cache_type": KV_CACHE_TYPE,
+            "contexts": dict(CONTEXTS),
+        }
+    )
     for m in models[1:]:
         metrics[f"{m['key']}_weights_bytes"] = m["weights_bytes"]
         metrics[f"{m['key']}_read_per_token_bytes"] = m["read_per_token_bytes"]
@@ -495,11 +600,18 @@ def run(
     fact(f"{SPECIMEN_KEY}_q8_0", f"{SPECIMEN_KEY}_q8_0")
     fact("llama3_8b_q4_k_m", "llama3_8b_q4_k_m")
     at_4k = [r for r in rows if r["device"] == "this_machine" and r["context"] == "4k" and r["model_key"] != "model"]
-    metrics["fits_this_machine_4k_count"] = sum(bool(r["fits"]) for r in at_4k) if at_4k[0]["fits"] is not None else None
+    metrics["fits_this_machine_4k_count"] = (
+        sum(bool(r["fits"]) for r in at_4k) if at_4k[0]["fits"] is not None else None
+    )
     metrics["fits_this_machine_4k_of"] = len(at_4k)
     metrics["fits_this_machine_4k"] = [f"{r['model']} {r['quant']}" for r in at_4k if r["fits"]]
-    metrics["context_capped"] = sorted({f"{r['model']} {r['context']} -> {r['context_tokens']}"
-                                        for r in rows if r["context_capped"] and r["device"] == devices[0].key})
+    metrics["context_capped"] = sorted(
+        {
+            f"{r['model']} {r['context']} -> {r['context_tokens']}"
+            for r in rows
+            if r["context_capped"] and r["device"] == devices[0].key
+        }
+    )
 
     # The Q4_K_M recipe and the Q8_0 layout checked against the specimen's published file sizes:
     # a GGUF file is its tensors plus a header (metadata, the vocabulary, alignment padding), and
@@ -575,9 +687,12 @@ def plot_what_fits_where(rows: Sequence[Mapping], context: str = "4k", title: st
     ax.set_yticks([i - 0.5 for i in range(1, len(models))], minor=True)
     ax.grid(which="minor", color="white", lw=2)
     ax.tick_params(which="minor", length=0)
-    ax.set_xlabel(f"weights + F16 KV cache at {context} context. Green: fits, with the tokens/s ceiling "
-                  f"(bandwidth / bytes per token);\namber: fits with under {TIGHT:.0%} of the memory left; "
-                  "red: does not fit, with the memory it needs", fontsize=8)
+    ax.set_xlabel(
+        f"weights + F16 KV cache at {context} context. Green: fits, with the tokens/s ceiling "
+        f"(bandwidth / bytes per token);\namber: fits with under {TIGHT:.0%} of the memory left; "
+        "red: does not fit, with the memory it needs",
+        fontsize=8,
+    )
     if title:
         ax.set_title(title, fontsize=10, pad=34)
     fig.tight_layout()

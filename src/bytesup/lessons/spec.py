@@ -121,5 +121,7 @@ class LessonSpec:
         """None when the lesson follows this architecture, else the one line saying why it does not run."""
         if self.follows(architecture):
             return None
-        return (f"it follows {', '.join(self.architectures)} only, and this model's architecture is "
-                f"{architecture!r}; it is not run rather than apply that recipe to another architecture")
+        return (
+            f"it follows {', '.join(self.architectures)} only, and this model's architecture is "
+            f"{architecture!r}; it is not run rather than apply that recipe to another architecture"
+        )

@@ -28,47 +28,47 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bytesup.lessons import claims as claims_mod
-from bytesup.gguf.dequant import HAND_DEQUANTIZERS, bit_equal, expected_bytes, reference_dequantize
-from bytesup.run.files import release_mapped_pages
-from bytesup.gguf.file import GGUFFile
-from bytesup.model.layers import rms
-from bytesup.lessons.spec import SERIES, Headline, LessonSpec
-from bytesup.lessons import LessonInputError, figure, metadata_values
 from bytesup.gguf.blocks import BLOCK_DECODERS
+from bytesup.gguf.dequant import HAND_DEQUANTIZERS, bit_equal, expected_bytes, reference_dequantize
+from bytesup.gguf.file import GGUFFile
+from bytesup.lessons import LessonInputError, figure, metadata_values
+from bytesup.lessons import claims as claims_mod
+from bytesup.lessons.spec import SERIES, Headline, LessonSpec
+from bytesup.model.layers import rms
 from bytesup.model.tokens import TokenError, display, lookup, tokenizer_of, vocab_form
 from bytesup.model.vectors import length
+from bytesup.run.files import release_mapped_pages
 
 SPEC = LessonSpec(
-    id='02_tokens_and_embeddings',
-    title='Tokens and embeddings',
+    id="02_tokens_and_embeddings",
+    title="Tokens and embeddings",
     kind=SERIES,
     position=2,
     source=(
         "Lesson 2 of the LLM Basics series (its text is not among the course files here), with the "
         'random-vector numbers of the chapter "Vectors and the functions that move them"'
     ),
-    reads=('metadata_json', 'tensors_index', 'model_gguf'),
-    tensors=('token_embd.weight',),
-    tables=('token_row.csv', 'nearest_neighbours.csv', 'random_vector_variants.csv'),
+    reads=("metadata_json", "tensors_index", "model_gguf"),
+    tensors=("token_embd.weight",),
+    tables=("token_row.csv", "nearest_neighbours.csv", "random_vector_variants.csv"),
     figures={
-        'cosine_random_vs_nearest.png': 'Cosine between embedding rows: random token pairs, the same pairs with the mean row subtracted, and nearest neighbours',
+        "cosine_random_vs_nearest.png": "Cosine between embedding rows: random token pairs, the same pairs with the mean row subtracted, and nearest neighbours",
     },
     headlines=(
-        Headline('token_id', 'token id'),
-        Headline('token_vocab_form', 'stored in the vocabulary as'),
-        Headline('row_length', 'row length', fmt='.4f'),
-        Headline('row_rms', 'row RMS', fmt='.4f'),
-        Headline('row_bit_exact_gguf_py', 'row decoded by hand, bit-exact with gguf-py'),
-        Headline('token_nearest', 'nearest neighbour'),
-        Headline('token_nearest_cosine', 'its cosine', fmt='.3f'),
-        Headline('random_pair_cosine_mean', 'random token pairs: mean cosine', fmt='.3f'),
-        Headline('random_pair_centred_cosine_sd', 'random pairs, mean row subtracted: sd of cosine', fmt='.3f'),
-        Headline('nearest_cosine_median', 'nearest neighbours: median cosine', fmt='.3f'),
-        Headline('random_dot', 'two random 4096-vectors (default_rng(0)): a·b', fmt='.2f'),
-        Headline('random_self_dot', 'a·a', fmt='.2f'),
+        Headline("token_id", "token id"),
+        Headline("token_vocab_form", "stored in the vocabulary as"),
+        Headline("row_length", "row length", fmt=".4f"),
+        Headline("row_rms", "row RMS", fmt=".4f"),
+        Headline("row_bit_exact_gguf_py", "row decoded by hand, bit-exact with gguf-py"),
+        Headline("token_nearest", "nearest neighbour"),
+        Headline("token_nearest_cosine", "its cosine", fmt=".3f"),
+        Headline("random_pair_cosine_mean", "random token pairs: mean cosine", fmt=".3f"),
+        Headline("random_pair_centred_cosine_sd", "random pairs, mean row subtracted: sd of cosine", fmt=".3f"),
+        Headline("nearest_cosine_median", "nearest neighbours: median cosine", fmt=".3f"),
+        Headline("random_dot", "two random 4096-vectors (default_rng(0)): a·b", fmt=".2f"),
+        Headline("random_self_dot", "a·a", fmt=".2f"),
     ),
-    config_keys=('token', 'seed'),
+    config_keys=("token", "seed"),
     # the specimen's 32k x 4096 table a 64 MB chunk at a time: compute() peaks at 204 MB (it was 2.4 GB);
     # with papermill and the kernel the job stays under 600 MB (docs/memory.md)
     mem_mb=1000,
@@ -140,7 +140,10 @@ def row_by_hand(f: GGUFFile, token_id: int) -> Row:
     raw = np.array(f.raw(EMBEDDINGS)[start : start + row_bytes])  # a copy of just these bytes
     if info.type_name in HAND_DEQUANTIZERS:
         clear, _ = HAND_DEQUANTIZERS[info.type_name]  # the block-layout version, not the fast one
-        values, how = clear(raw).astype(np.float32, copy=False), f"bytesup.gguf.dequant {info.type_name} (clear version)"
+        values, how = (
+            clear(raw).astype(np.float32, copy=False),
+            f"bytesup.gguf.dequant {info.type_name} (clear version)",
+        )
     else:
         values, how = reference_dequantize(raw, info.type_name, (n,)), "gguf.quants (no hand dequantizer)"
     first = None
@@ -416,8 +419,10 @@ def _legacy(seed, n):
 
 # name -> (the code it stands for, how it draws a and b)
 RANDOM_VARIANTS: dict[str, tuple[str, Callable]] = {
-    "two calls, one generator": ("rng = default_rng(0); a, b = rng.standard_normal(4096), rng.standard_normal(4096)",
-                                 _two_calls),
+    "two calls, one generator": (
+        "rng = default_rng(0); a, b = rng.standard_normal(4096), rng.standard_normal(4096)",
+        _two_calls,
+    ),
     "one (2, 4096) call, rows": ("rng.standard_normal((2, 4096)); a, b = the two rows", _one_call_rows),
     "rng.normal instead": ("a, b = rng.normal(size=4096), rng.normal(size=4096)", _normal_method),
     "one (4096, 2) call, columns": ("rng.standard_normal((4096, 2)); a, b = the two columns", _one_call_columns),
@@ -433,8 +438,8 @@ RANDOM_VARIANT_USED = "two calls, one generator"  # the text's own code; see ran
 def random_vectors(variant: str = RANDOM_VARIANT_USED, seed: int = 0, n: int = RANDOM_WIDTH):
     """The course's a and b: by default exactly the text's code,
 
-        rng = np.random.default_rng(0)
-        a, b = rng.standard_normal(4096), rng.standard_normal(4096)
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal(4096), rng.standard_normal(4096)
     """
     return RANDOM_VARIANTS[variant][1](seed, n)
 

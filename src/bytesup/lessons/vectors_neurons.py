@@ -24,42 +24,42 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from bytesup.lessons import claims as claims_mod
-from bytesup.model import param_counts as pc
-from bytesup.model import configs
-from bytesup.model.layers import gelu, matvec, matvec_naive, relu, silu, tanh
-from bytesup.lessons.spec import COMPANION, Headline, LessonSpec
 from bytesup.lessons import figure
+from bytesup.lessons.spec import COMPANION, Headline, LessonSpec
+from bytesup.model import configs
+from bytesup.model import param_counts as pc
+from bytesup.model.layers import gelu, matvec, matvec_naive, relu, silu, tanh
 from bytesup.model.vectors import angle_deg, cosine, dot, dot_naive, length
 
 SPEC = LessonSpec(
-    id='00_vectors_neurons_nonlinearity',
-    title='Vectors, neurons and nonlinearity',
+    id="00_vectors_neurons_nonlinearity",
+    title="Vectors, neurons and nonlinearity",
     kind=COMPANION,
     position=0,
     source=(
         'Background from two other courses: chapter 2 of part 1 of a linear-algebra course, "Vectors and the functions that move them", and lesson 4 of a neural-networks course, "Neurons, matrices and nonlinearity"'
     ),
-    tables=('mlp_by_hand.csv', 'llama3_numbers.csv'),
+    tables=("mlp_by_hand.csv", "llama3_numbers.csv"),
     figures={
-        'activations.png': "ReLU, GELU, SiLU and tanh, with SiLU's minimum marked",
-        'composition.png': 'A grid stretched by S, then turned by R (row vectors, x W); the single matrix S R lands on the same points',
-        'fold.png': 'Random points through the 2→3→2 MLP: input, output without ReLU (one affine map), output with ReLU (folded)',
+        "activations.png": "ReLU, GELU, SiLU and tanh, with SiLU's minimum marked",
+        "composition.png": "A grid stretched by S, then turned by R (row vectors, x W); the single matrix S R lands on the same points",
+        "fold.png": "Random points through the 2→3→2 MLP: input, output without ReLU (one affine map), output with ReLU (folded)",
     },
     headlines=(
-        Headline('vec_dot_ab', 'a·b', fmt='.1f'),
-        Headline('vec_angle_ab_deg', 'angle between a and b', unit='degrees', fmt='.2f'),
-        Headline('stretch_then_rotate_flat', 'stretch then rotate, S R (row vectors, x W)'),
-        Headline('mlp_pos_output', 'MLP output for [1, 2]'),
-        Headline('mlp_neg_output', 'MLP output for [1, −2]'),
-        Headline('fold_relu_affine_residual_rms', 'fold: residual of the best affine fit, with ReLU', fmt='.3f'),
-        Headline('fold_linear_affine_residual_rms', 'fold: residual of the best affine fit, without ReLU', fmt='.1e'),
-        Headline('fold_gate_patterns', 'linear pieces seen', fmt='d'),
-        Headline('llama3_8b_mlp_ops_per_layer', 'Llama 3 8B MLP ops per token per layer', fmt=',d'),
-        Headline('llama3_8b_mlp_ops_per_token', 'Llama 3 8B MLP ops per token, 32 layers', fmt=',d'),
-        Headline('llama31_405b_mlp_ops_per_token', 'Llama 3.1 405B MLP ops per token (exercise)', fmt=',d'),
-        Headline('llama31_405b_mlp_tokens_per_s', '405B tokens/s at 5e14 ops/s (exercise)', fmt='.0f'),
+        Headline("vec_dot_ab", "a·b", fmt=".1f"),
+        Headline("vec_angle_ab_deg", "angle between a and b", unit="degrees", fmt=".2f"),
+        Headline("stretch_then_rotate_flat", "stretch then rotate, S R (row vectors, x W)"),
+        Headline("mlp_pos_output", "MLP output for [1, 2]"),
+        Headline("mlp_neg_output", "MLP output for [1, −2]"),
+        Headline("fold_relu_affine_residual_rms", "fold: residual of the best affine fit, with ReLU", fmt=".3f"),
+        Headline("fold_linear_affine_residual_rms", "fold: residual of the best affine fit, without ReLU", fmt=".1e"),
+        Headline("fold_gate_patterns", "linear pieces seen", fmt="d"),
+        Headline("llama3_8b_mlp_ops_per_layer", "Llama 3 8B MLP ops per token per layer", fmt=",d"),
+        Headline("llama3_8b_mlp_ops_per_token", "Llama 3 8B MLP ops per token, 32 layers", fmt=",d"),
+        Headline("llama31_405b_mlp_ops_per_token", "Llama 3.1 405B MLP ops per token (exercise)", fmt=",d"),
+        Headline("llama31_405b_mlp_tokens_per_s", "405B tokens/s at 5e14 ops/s (exercise)", fmt=".0f"),
     ),
-    config_keys=('seed',),
+    config_keys=("seed",),
 )
 
 # --- 1. vectors: add, scale, length, dot, angle ------------------------------------------------
@@ -177,8 +177,7 @@ LAYER_WEIGHTS = [[2.0, 0.0, 1.0], [1.0, 3.0, 0.0]]  # one row per neuron
 DETECTOR_W, DETECTOR_B = [1.0, 0.5], -0.5
 
 
-def neuron(inputs: Sequence[float], weights: Sequence[float], bias: float,
-           activation: Callable = relu) -> dict:
+def neuron(inputs: Sequence[float], weights: Sequence[float], bias: float, activation: Callable = relu) -> dict:
     """One neuron in its four steps: products, their sum, plus the bias, then the activation."""
     if len(inputs) != len(weights):
         raise ValueError(f"neuron: {len(inputs)} inputs but {len(weights)} weights")
@@ -251,15 +250,17 @@ def mlp_toys() -> dict:
     for tag, x in zip(("pos", "neg"), MLP_INPUTS):
         h, a, y = mlp(np.array(x))
         hn, an, yn = mlp_naive(x)
-        out.update({
-            f"mlp_{tag}_input": x,
-            f"mlp_{tag}_h": h,
-            f"mlp_{tag}_gates": a,
-            f"mlp_{tag}_output": y,
-            f"mlp_{tag}_output_naive": yn,
-            f"mlp_{tag}_naive_max_abs_diff": float(np.abs(np.array(yn) - y).max()),
-            f"mlp_{tag}_output_linear": mlp(np.array(x), identity)[2],  # no ReLU: one matrix
-        })
+        out.update(
+            {
+                f"mlp_{tag}_input": x,
+                f"mlp_{tag}_h": h,
+                f"mlp_{tag}_gates": a,
+                f"mlp_{tag}_output": y,
+                f"mlp_{tag}_output_naive": yn,
+                f"mlp_{tag}_naive_max_abs_diff": float(np.abs(np.array(yn) - y).max()),
+                f"mlp_{tag}_output_linear": mlp(np.array(x), identity)[2],  # no ReLU: one matrix
+            }
+        )
     out["mlp_neg_h2"], out["mlp_neg_h3"] = out["mlp_neg_h"][1], out["mlp_neg_h"][2]
     out["mlp_linear_single_matrix"] = W_IN @ W_OUT  # without the bend: x W_in W_out + b W_out
     out["mlp_linear_offset"] = B_IN @ W_OUT
@@ -272,8 +273,16 @@ def mlp_table() -> list[dict]:
     for x in MLP_INPUTS:
         h, a, y = mlp(np.array(x))
         for j in range(3):
-            rows.append({"input": str(x), "detector": j + 1, "score_h": h[j], "gate_a": a[j],
-                         "writes": str((a[j] * W_OUT[j]).round(4).tolist()), "output_y": str(y.round(4).tolist())})
+            rows.append(
+                {
+                    "input": str(x),
+                    "detector": j + 1,
+                    "score_h": h[j],
+                    "gate_a": a[j],
+                    "writes": str((a[j] * W_OUT[j]).round(4).tolist()),
+                    "output_y": str(y.round(4).tolist()),
+                }
+            )
     return rows
 
 
@@ -296,7 +305,10 @@ def fold(seed: int, n: int = 2000, lim: float = 3.0) -> dict:
 
     patterns = {tuple(row) for row in (a > 0).astype(int).tolist()}
     return {
-        "X": X, "y_linear": y_lin, "y_relu": y, "gates": a,
+        "X": X,
+        "y_linear": y_lin,
+        "y_relu": y,
+        "gates": a,
         "metrics": {
             "fold_points": n,
             "fold_input_range": lim,
@@ -381,8 +393,19 @@ def llama_metrics() -> dict:
 
 def gpt_style_ffn(d: int = 4096) -> dict:
     """The neurons lesson's FFN: d -> 4d -> d, two matrices (biases too, GPT-style), and SwiGLU's narrower width."""
-    a = configs.Architecture("GPT-style", d_model=d, d_ff=4 * d, n_layers=1, vocab=0, n_heads=d // 128,
-                        n_kv_heads=d // 128, head_dim=128, gated_ffn=False, biases=True, norm_vectors=2)
+    a = configs.Architecture(
+        "GPT-style",
+        d_model=d,
+        d_ff=4 * d,
+        n_layers=1,
+        vocab=0,
+        n_heads=d // 128,
+        n_kv_heads=d // 128,
+        head_dim=128,
+        gated_ffn=False,
+        biases=True,
+        norm_vectors=2,
+    )
     c = pc.count(a)
     swiglu_hidden = 2 / 3 * 4 * d  # three matrices of d x (8d/3) hold what two of d x 4d hold
     return {
@@ -430,8 +453,12 @@ def exercises() -> dict:
     W = QUARTER_TURN
     pts = {"e1": [1.0, 0.0], "e2": [0.0, 1.0], "p": [2.0, 3.0]}
     out = {f"ex_w_times_{k}": apply_rows(np.array(v), W) for k, v in pts.items()}
-    out["ex_w_angle_deg"] = math.degrees(math.atan2(*apply_rows(np.array([1.0, 0.0]), W)[::-1]))  # +90: counter-clockwise
-    out["ex_w_keeps_length"] = bool(np.isclose(length(apply_rows(np.array([2.0, 3.0]), W)), length(np.array([2.0, 3.0]))))
+    out["ex_w_angle_deg"] = math.degrees(
+        math.atan2(*apply_rows(np.array([1.0, 0.0]), W)[::-1])
+    )  # +90: counter-clockwise
+    out["ex_w_keeps_length"] = bool(
+        np.isclose(length(apply_rows(np.array([2.0, 3.0]), W)), length(np.array([2.0, 3.0])))
+    )
     out["ex_w_squared"] = W @ W  # [[-1, 0], [0, -1]]: a half turn, every vector flipped
     out["ex_w_squared_flat"] = (W @ W).ravel()
     return out
@@ -481,8 +508,13 @@ def plot_activations(lo: float = -4.0, hi: float = 4.0):
         ax.plot(z, f(z), ls=style, lw=1.8, label=name)
     zs = float(z[np.argmin(silu(z))])
     ax.plot([zs], [float(silu(zs))], "o", color="C2", ms=4)
-    ax.annotate(f"SiLU min {float(silu(zs)):.3f} at z = {zs:.2f}", (zs, float(silu(zs))), xytext=(-3.9, -1.45),
-                fontsize=8, arrowprops={"arrowstyle": "-", "color": "0.5"})
+    ax.annotate(
+        f"SiLU min {float(silu(zs)):.3f} at z = {zs:.2f}",
+        (zs, float(silu(zs))),
+        xytext=(-3.9, -1.45),
+        fontsize=8,
+        arrowprops={"arrowstyle": "-", "color": "0.5"},
+    )
     ax.axhline(0, color="k", lw=0.6)
     ax.axvline(0, color="k", lw=0.6)
     ax.set_xlim(lo, hi)
@@ -550,7 +582,9 @@ def plot_composition():
         ax.set_aspect("equal")
         ax.tick_params(labelsize=7)
     SR = S @ R
-    fig.suptitle(f"S R = [[{SR[0, 0]:.2f}, {SR[0, 1]:.2f}], [{SR[1, 0]:.2f}, {SR[1, 1]:.2f}]]"
-                 " (row vectors, x W: S first)", fontsize=10)
+    fig.suptitle(
+        f"S R = [[{SR[0, 0]:.2f}, {SR[0, 1]:.2f}], [{SR[1, 0]:.2f}, {SR[1, 1]:.2f}]] (row vectors, x W: S first)",
+        fontsize=10,
+    )
     fig.tight_layout()
     return fig

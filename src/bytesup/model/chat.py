@@ -106,7 +106,9 @@ def render_chat(
     try:
         compiled = _compile(template)
     except jinja2.TemplateSyntaxError as exc:
-        raise ChatTemplateError(f"{source}: the chat template does not parse (line {exc.lineno}): {_one_line(exc)}") from None
+        raise ChatTemplateError(
+            f"{source}: the chat template does not parse (line {exc.lineno}): {_one_line(exc)}"
+        ) from None
     try:
         return compiled.render(
             messages=_plain(list(messages)),
@@ -115,9 +117,13 @@ def render_chat(
             add_generation_prompt=bool(add_generation_prompt),
         )
     except jinja2.exceptions.SecurityError as exc:
-        raise ChatTemplateError(f"{source}: the chat template tried something unsafe and was stopped: {_one_line(exc)}") from None
-    except Exception as exc:  # noqa: BLE001 - a template is data: whatever it raises becomes one line
-        raise ChatTemplateError(f"{source}: the chat template failed ({type(exc).__name__}): {_one_line(exc)}") from None
+        raise ChatTemplateError(
+            f"{source}: the chat template tried something unsafe and was stopped: {_one_line(exc)}"
+        ) from None
+    except Exception as exc:  # a template is data: whatever it raises becomes one line
+        raise ChatTemplateError(
+            f"{source}: the chat template failed ({type(exc).__name__}): {_one_line(exc)}"
+        ) from None
 
 
 def chat_template(metadata: Mapping, source: str = "<metadata>") -> str:

@@ -42,28 +42,72 @@ class Architecture:
 
 # Published configurations (the models' config.json files on their hubs).
 LLAMA3_8B = Architecture(
-    "Llama-3-8B", d_model=4096, d_ff=14336, n_layers=32, vocab=128256, n_heads=32, n_kv_heads=8, head_dim=128,
-    context_length=8192, source="meta-llama/Meta-Llama-3-8B config.json",
+    "Llama-3-8B",
+    d_model=4096,
+    d_ff=14336,
+    n_layers=32,
+    vocab=128256,
+    n_heads=32,
+    n_kv_heads=8,
+    head_dim=128,
+    context_length=8192,
+    source="meta-llama/Meta-Llama-3-8B config.json",
 )
 LLAMA31_405B = Architecture(
-    "Llama-3.1-405B", d_model=16384, d_ff=53248, n_layers=126, vocab=128256, n_heads=128, n_kv_heads=8,
-    head_dim=128, context_length=131072, source="meta-llama/Llama-3.1-405B config.json",
+    "Llama-3.1-405B",
+    d_model=16384,
+    d_ff=53248,
+    n_layers=126,
+    vocab=128256,
+    n_heads=128,
+    n_kv_heads=8,
+    head_dim=128,
+    context_length=131072,
+    source="meta-llama/Llama-3.1-405B config.json",
 )
 GPT2_SMALL = Architecture(
-    "GPT-2 small", d_model=768, d_ff=3072, n_layers=12, vocab=50257, n_heads=12, n_kv_heads=12, head_dim=64,
-    gated_ffn=False, biases=True, norm_vectors=2, tied=True, n_positions=1024, context_length=1024,
+    "GPT-2 small",
+    d_model=768,
+    d_ff=3072,
+    n_layers=12,
+    vocab=50257,
+    n_heads=12,
+    n_kv_heads=12,
+    head_dim=64,
+    gated_ffn=False,
+    biases=True,
+    norm_vectors=2,
+    tied=True,
+    n_positions=1024,
+    context_length=1024,
     source="openai-community/gpt2 config.json",
 )
 LLAMA3_70B = Architecture(
-    "Llama-3-70B", d_model=8192, d_ff=28672, n_layers=80, vocab=128256, n_heads=64, n_kv_heads=8, head_dim=128,
-    context_length=8192, source="meta-llama/Meta-Llama-3-70B config.json",
+    "Llama-3-70B",
+    d_model=8192,
+    d_ff=28672,
+    n_layers=80,
+    vocab=128256,
+    n_heads=64,
+    n_kv_heads=8,
+    head_dim=128,
+    context_length=8192,
+    source="meta-llama/Meta-Llama-3-70B config.json",
 )
 # The course's specimen from its published configuration (deepseek-ai/deepseek-coder-6.7b-instruct,
 # config.json: hidden_size 4096, intermediate_size 11008, 32 layers, 32 attention heads and as many
 # key/value heads, vocab_size 32256, max_position_embeddings 16384, tie_word_embeddings false).
 DEEPSEEK_CODER_6_7B = Architecture(
-    "deepseek-coder-6.7b", d_model=4096, d_ff=11008, n_layers=32, vocab=32256, n_heads=32, n_kv_heads=32,
-    head_dim=128, context_length=16384, source="deepseek-ai/deepseek-coder-6.7b-instruct config.json",
+    "deepseek-coder-6.7b",
+    d_model=4096,
+    d_ff=11008,
+    n_layers=32,
+    vocab=32256,
+    n_heads=32,
+    n_kv_heads=32,
+    head_dim=128,
+    context_length=16384,
+    source="deepseek-ai/deepseek-coder-6.7b-instruct config.json",
 )
 
 
@@ -94,9 +138,21 @@ def llama_tensor_shapes(a: Architecture) -> list[tuple[str, tuple[int, ...]]]:
     if arch is None:
         raise ValueError(f"{a.name}: no row of the architecture table has q/k norms={a.qk_norm}, "
                          f"post-norms={a.post_norms}, q/k/v biases={a.qkv_bias}")  # fmt: skip
-    spec = ArchSpec(arch=arch, n_layers=a.n_layers, d_model=a.d_model, d_ff=a.d_ff, n_heads=a.n_heads,
-                    n_kv_heads=a.n_kv_heads, head_dim=a.head_dim, n_rot=a.head_dim, vocab=a.vocab,
-                    context_length=a.context_length, rope_base=10000.0, rms_eps=1e-5, tied=a.tied)  # shapes only
+    spec = ArchSpec(
+        arch=arch,
+        n_layers=a.n_layers,
+        d_model=a.d_model,
+        d_ff=a.d_ff,
+        n_heads=a.n_heads,
+        n_kv_heads=a.n_kv_heads,
+        head_dim=a.head_dim,
+        n_rot=a.head_dim,
+        vocab=a.vocab,
+        context_length=a.context_length,
+        rope_base=10000.0,
+        rms_eps=1e-5,
+        tied=a.tied,
+    )  # shapes only
     return spec.tensor_shapes()
 
 

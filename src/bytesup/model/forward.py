@@ -27,9 +27,9 @@ from typing import Self
 import numpy as np
 
 from bytesup.gguf.file import GGUFFile
+from bytesup.model.arch import ArchSpec, spec_from_metadata
 from bytesup.model.layers import gelu, silu
 from bytesup.model.layers import rms_norm as rms_norm_vector
-from bytesup.model.arch import ArchSpec, spec_from_metadata
 from bytesup.model.weights import (
     DEFAULT_RESIDENT_BUDGET,
     BlockWeights,

@@ -18,8 +18,10 @@ from pathlib import Path
 # container) that child waits forever. A refusal should end at once, with no orphans.
 ENVIRONMENT = {"GGML_NO_BACKTRACE": "1"}
 
-INSTALL = ("pip install --no-cache-dir -e '.[llama]' with CMAKE_ARGS=\"-DGGML_NATIVE=OFF -DGGML_AVX=ON "
-           "-DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON\" (README, 'Reference engines')")
+INSTALL = (
+    "pip install --no-cache-dir -e '.[llama]' with CMAKE_ARGS=\"-DGGML_NATIVE=OFF -DGGML_AVX=ON "
+    "-DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON\" (README, 'Reference engines')"
+)
 
 _PROBE = """
 import sys
@@ -38,8 +40,13 @@ def status(gguf_path: str | Path, timeout: float = 120) -> tuple[bool, str]:
         return False, f"llama-cpp-python is not installed: {INSTALL}"
     version, name = getattr(llama_cpp, "__version__", "unknown"), Path(gguf_path).name
     os.environ.update(ENVIRONMENT)  # for the caller's own llama.cpp too
-    child = subprocess.Popen([sys.executable, "-c", _PROBE, str(gguf_path)], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", _PROBE, str(gguf_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, err = child.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -50,9 +57,13 @@ def status(gguf_path: str | Path, timeout: float = 120) -> tuple[bool, str]:
     if proc.returncode == 0 and proc.stdout.strip().endswith("ok"):
         return True, version
     if proc.returncode == -signal.SIGILL:
-        return False, (f"llama-cpp-python {version} crashed with SIGILL (an instruction this CPU lacks: "
-                       f"rebuild it): {INSTALL}")
+        return False, (
+            f"llama-cpp-python {version} crashed with SIGILL (an instruction this CPU lacks: rebuild it): {INSTALL}"
+        )
     if proc.returncode < 0:  # llama.cpp aborts (GGML_ASSERT) on a file it will not take
-        return False, f"llama-cpp-python {version} refused {name}: it stopped with {signal.Signals(-proc.returncode).name}"
+        return (
+            False,
+            f"llama-cpp-python {version} refused {name}: it stopped with {signal.Signals(-proc.returncode).name}",
+        )
     last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
     return False, f"llama-cpp-python {version} could not run {name}: {last}"

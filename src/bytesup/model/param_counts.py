@@ -184,7 +184,9 @@ def table_counts(rows: Iterable[Mapping]) -> dict:
             "by_type": types}  # fmt: skip
 
 
-def architecture_from_gguf(d: Mapping, tensor_names: Iterable[str], vocab: int, name: str = "this model") -> Architecture:
+def architecture_from_gguf(
+    d: Mapping, tensor_names: Iterable[str], vocab: int, name: str = "this model"
+) -> Architecture:
     """An Architecture from the dims a lesson read from metadata, tied when output.weight is absent."""
     names = set(tensor_names)
     return Architecture(
@@ -225,18 +227,47 @@ def per_token_reads(rows: Iterable[Mapping]) -> list[dict]:
     for r in rows:
         shape, part = parse_shape(r["shape"]), role(r["name"])
         nbytes, elements = int(r["bytes"]), int(r["elements"])
-        line = {"name": r["name"], "part": part, "type": r["type"], "shape": shape_text(shape),
-                "elements_in_file": elements, "bytes_in_file": nbytes}
+        line = {
+            "name": r["name"],
+            "part": part,
+            "type": r["type"],
+            "shape": shape_text(shape),
+            "elements_in_file": elements,
+            "bytes_in_file": nbytes,
+        }
         if part in LOOKUP_TABLES and len(shape) == 2:
             if nbytes % shape[0]:
                 raise ValueError(f"tensors.csv: {r['name']} has {nbytes} bytes, not a whole number of rows")
-            reads.append({**line, "read": "one row (the token's lookup)", "elements_read": shape[1],
-                          "bytes_read": nbytes // shape[0], "matrix": False})
+            reads.append(
+                {
+                    **line,
+                    "read": "one row (the token's lookup)",
+                    "elements_read": shape[1],
+                    "bytes_read": nbytes // shape[0],
+                    "matrix": False,
+                }
+            )
             if part == "token_embd" and tied:
-                reads.append({**line, "name": f"{r['name']} (tied output head)", "part": "lm_head",
-                              "read": "whole table (tied output head)", "elements_read": elements,
-                              "bytes_read": nbytes, "matrix": True, "second_pass": True})
+                reads.append(
+                    {
+                        **line,
+                        "name": f"{r['name']} (tied output head)",
+                        "part": "lm_head",
+                        "read": "whole table (tied output head)",
+                        "elements_read": elements,
+                        "bytes_read": nbytes,
+                        "matrix": True,
+                        "second_pass": True,
+                    }
+                )
         else:
-            reads.append({**line, "read": "whole tensor", "elements_read": elements, "bytes_read": nbytes,
-                          "matrix": len(shape) == 2})
+            reads.append(
+                {
+                    **line,
+                    "read": "whole tensor",
+                    "elements_read": elements,
+                    "bytes_read": nbytes,
+                    "matrix": len(shape) == 2,
+                }
+            )
     return reads

@@ -34,8 +34,8 @@ from gguf import GGUFValueType, GGUFWriter
 from gguf.constants import GGMLQuantizationType
 from gguf.quants import quantize
 
-from bytesup.model.configs import Architecture, llama_tensor_shapes, type_bytes
 from bytesup.model.arch import spec_from_metadata
+from bytesup.model.configs import Architecture, llama_tensor_shapes, type_bytes
 
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>"]
 WORDS = ["Ġthe", "Ġcat", "Ġcats", "Ġkitten", "Ġdog", "Ġdogs", "Ġpuppy", "Ġsat", "Ġon", "Ġmat", "Ġa", "Ġran"]
@@ -188,8 +188,18 @@ def write_tiny_llama(
     for key, value in (extra_metadata or {}).items():
         _add_value(writer, key, value)
 
-    layout = Architecture("tiny", d_model=n_embd, d_ff=n_ff, n_layers=n_layers, vocab=n_vocab, n_heads=n_head,
-                          n_kv_heads=n_head_kv, head_dim=n_embd // n_head, tied=tied, qkv_bias=qkv_bias)
+    layout = Architecture(
+        "tiny",
+        d_model=n_embd,
+        d_ff=n_ff,
+        n_layers=n_layers,
+        vocab=n_vocab,
+        n_heads=n_head,
+        n_kv_heads=n_head_kv,
+        head_dim=n_embd // n_head,
+        tied=tied,
+        qkv_bias=qkv_bias,
+    )
     shapes = llama_tensor_shapes(layout)  # numpy order: rows x row length; qkv_bias: the qwen2 row's biases
     if qkv_bias:
         all_types = {"blk.*.bias": "F32", **all_types}
@@ -199,12 +209,21 @@ def write_tiny_llama(
     for name, shape in shapes:
         type_name = type_names[name]
         if type_name in ("F32", "F16"):
-            writer.add_tensor_info(name, shape, np.dtype(np.float32 if type_name == "F32" else np.float16),
-                                   type_bytes(type_name, int(np.prod(shape))))
+            writer.add_tensor_info(
+                name,
+                shape,
+                np.dtype(np.float32 if type_name == "F32" else np.float16),
+                type_bytes(type_name, int(np.prod(shape))),
+            )
         else:
             byte_shape = (*shape[:-1], type_bytes(type_name, shape[-1]))
-            writer.add_tensor_info(name, byte_shape, np.dtype(np.uint8), int(np.prod(byte_shape)),
-                                   raw_dtype=GGMLQuantizationType[type_name])
+            writer.add_tensor_info(
+                name,
+                byte_shape,
+                np.dtype(np.uint8),
+                int(np.prod(byte_shape)),
+                raw_dtype=GGMLQuantizationType[type_name],
+            )
     try:
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
@@ -361,8 +380,9 @@ def _random_q8_0(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray
     return out.reshape(rows, blocks * 34)
 
 
-def write_shaped(path: str | os.PathLike, arch: Architecture, *, type_name: str = "Q8_0", seed: int = 0,
-                 name: str | None = None) -> Path:
+def write_shaped(
+    path: str | os.PathLike, arch: Architecture, *, type_name: str = "Q8_0", seed: int = 0, name: str | None = None
+) -> Path:
     """A llama GGUF with exactly `arch`'s shapes (configs.DEEPSEEK_CODER_6_7B gives the course's
     specimen: 7.16 GB as Q8_0), every matrix as `type_name` and every norm F32, as the published
     Q8_0 files store them. Written tensor by tensor: memory holds one tensor (the embedding table
@@ -370,9 +390,19 @@ def write_shaped(path: str | os.PathLike, arch: Architecture, *, type_name: str 
     if arch.head_dim * arch.n_heads != arch.d_model:
         raise ValueError(f"{arch.name}: write_shaped needs head_dim x n_heads == d_model")
     return write_tiny_llama(
-        path, n_vocab=arch.vocab, n_embd=arch.d_model, n_ff=arch.d_ff, n_layers=arch.n_layers,
-        n_head=arch.n_heads, n_head_kv=arch.n_kv_heads, n_ctx=arch.context_length or 4096, seed=seed,
-        tied=arch.tied, types={"*norm.weight": "F32", "*": type_name}, random_q8_0=True, name=name or arch.name,
+        path,
+        n_vocab=arch.vocab,
+        n_embd=arch.d_model,
+        n_ff=arch.d_ff,
+        n_layers=arch.n_layers,
+        n_head=arch.n_heads,
+        n_head_kv=arch.n_kv_heads,
+        n_ctx=arch.context_length or 4096,
+        seed=seed,
+        tied=arch.tied,
+        types={"*norm.weight": "F32", "*": type_name},
+        random_q8_0=True,
+        name=name or arch.name,
     )
 
 

@@ -25,7 +25,6 @@ from pathlib import Path
 import regex
 
 from bytesup.gguf.file import GGUFFile
-
 from bytesup.model.tokens import SENTENCEPIECE_SPACE, gpt2_byte_to_char
 
 # Token types (llama.cpp's llama_token_type / gguf-py's TokenType).
@@ -132,8 +131,7 @@ class Tokenizer:
         model = metadata.get("tokenizer.ggml.model")
         if model not in TOKENIZER_MODELS:
             raise UnsupportedTokenizerError(
-                f"{source}: tokenizer.ggml.model = {model!r} is not supported; "
-                f"supported: {', '.join(TOKENIZER_MODELS)}"
+                f"{source}: tokenizer.ggml.model = {model!r} is not supported; supported: {', '.join(TOKENIZER_MODELS)}"
             )
         tokens = metadata.get("tokenizer.ggml.tokens")
         if not isinstance(tokens, Sequence) or isinstance(tokens, str) or not tokens:

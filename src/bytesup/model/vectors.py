@@ -51,9 +51,7 @@ def cosine(a, b):
 
 
 def angle_deg(a, b) -> float:
-    """The angle between a and b in degrees (cosine 1 -> 0°, 0 -> 90°, -1 -> 180°).
-
-    """
+    """The angle between a and b in degrees (cosine 1 -> 0°, 0 -> 90°, -1 -> 180°)."""
     return angle_from_cosine(cosine(a, b))
 
 

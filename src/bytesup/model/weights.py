@@ -30,10 +30,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from bytesup.gguf.dequant import HAND_DEQUANTIZERS, dequantize, expected_bytes
-from bytesup.run.files import release_mapped_pages
 from bytesup.gguf.file import GGUFFile
 from bytesup.model.arch import ArchMetadataError, ArchSpec
 from bytesup.model.param_counts import per_token_reads, tensor_rows
+from bytesup.run.files import release_mapped_pages
 
 DEFAULT_RESIDENT_BUDGET = 4 * 2**30  # float32 weights up to 4 GiB are kept resident
 HEAD_CHUNK_BYTES = 64 * 2**20  # streaming: float32 bytes of output head per chunk

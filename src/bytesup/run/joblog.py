@@ -21,8 +21,10 @@ def no_space_message(stage: str, err: OSError) -> str:
         where = where.parent
     free = shutil.disk_usage(where).free
     what = f" writing {err.filename}" if err.filename else ""
-    return (f"{stage}: no space left on the disk{what} ({free / 2**20:.1f} MiB free in {where}); "
-            "free some space and run again (its unfinished outputs are redone)")
+    return (
+        f"{stage}: no space left on the disk{what} ({free / 2**20:.1f} MiB free in {where}); "
+        "free some space and run again (its unfinished outputs are redone)"
+    )
 
 
 @contextlib.contextmanager

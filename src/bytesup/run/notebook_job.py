@@ -32,8 +32,11 @@ def _cells_started(partial: Path) -> list[tuple[int, int | None]]:
         cells = json.loads(Path(partial).read_text(encoding="utf-8"))["cells"]
     except (OSError, ValueError, KeyError):
         return []
-    return [(i, c.get("execution_count")) for i, c in enumerate(cells)
-            if (c.get("metadata", {}).get("papermill") or {}).get("start_time")]
+    return [
+        (i, c.get("execution_count"))
+        for i, c in enumerate(cells)
+        if (c.get("metadata", {}).get("papermill") or {}).get("start_time")
+    ]
 
 
 def _died_at_start(err: BaseException, partial: Path) -> bool:
@@ -49,8 +52,15 @@ def run_notebook(source, partial, *, lesson: str, parameters: dict, cwd: str, ke
     partial = Path(partial)
     for start in range(1, STARTS + 1):
         try:
-            papermill.execute_notebook(str(source), str(partial), parameters=parameters, kernel_name=kernel,
-                                       cwd=cwd, progress_bar=False, log_output=True)
+            papermill.execute_notebook(
+                str(source),
+                str(partial),
+                parameters=parameters,
+                kernel_name=kernel,
+                cwd=cwd,
+                progress_bar=False,
+                log_output=True,
+            )
             return
         except PapermillExecutionError as err:
             raise NotebookFailed(
@@ -59,8 +69,13 @@ def run_notebook(source, partial, *, lesson: str, parameters: dict, cwd: str, ke
             ) from None
         except (DeadKernelError, RuntimeError, OSError) as err:
             if start < STARTS and _died_at_start(err, partial):
-                log.warning("lesson %s: the kernel died before running a cell (%s); starting it again (%d of %d)",
-                            lesson, str(err).splitlines()[0] if str(err) else type(err).__name__, start + 1, STARTS)
+                log.warning(
+                    "lesson %s: the kernel died before running a cell (%s); starting it again (%d of %d)",
+                    lesson,
+                    str(err).splitlines()[0] if str(err) else type(err).__name__,
+                    start + 1,
+                    STARTS,
+                )
                 continue
             if not isinstance(err, DeadKernelError):
                 if _died_at_start(err, partial):

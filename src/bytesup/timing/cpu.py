@@ -34,15 +34,20 @@ import math
 import os
 import re
 import time
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from bytesup.gguf import dequant
-from bytesup.gguf.dequant import bit_equal, reference_dequantize  # bit_equal: the one definition, beside the dequantizers
+from bytesup.gguf.dequant import (
+    bit_equal,
+    reference_dequantize,
+)  # bit_equal: the one definition, beside the dequantizers
 from bytesup.gguf.file import GGUFFile
 from bytesup.timing.machine import blas_info, cpu_model, memory_bytes
 
@@ -75,8 +80,14 @@ DEFAULTS: dict[str, Any] = {
 STREAM_MIN_BYTES = 256 * MiB
 BUSY_OTHER_FRACTION = 0.10  # above this share of the CPUs used by others, the run is marked machine_shared
 ASSUMED_LLC_BYTES = 32 * MiB
-ENV_FACTS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
-             "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
+ENV_FACTS = (
+    "OPENBLAS_CORETYPE",
+    "OPENBLAS_L2_SIZE",
+    "OPENBLAS_NUM_THREADS",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "BLIS_NUM_THREADS",
+)
 
 
 class TimingError(RuntimeError):
@@ -221,8 +232,9 @@ class WallTimer:
         return time.perf_counter() - self._t0
 
 
-def time_rotation(calls: Sequence[Callable[[], Any]], repeats: int, warmup: int, min_sample_s: float = 0.0,
-                  timer=None) -> tuple[list[float], int]:
+def time_rotation(
+    calls: Sequence[Callable[[], Any]], repeats: int, warmup: int, min_sample_s: float = 0.0, timer=None
+) -> tuple[list[float], int]:
     """Per-call seconds of `repeats` samples, calling `calls` round-robin.
 
     Each call works on its own buffer, so rotating among them means no call finds its
@@ -262,8 +274,9 @@ def stream_bytes_for(llc: int, cfg_value: int | None) -> int:
     return int(cfg_value) if cfg_value else max(4 * llc, STREAM_MIN_BYTES)
 
 
-def stream(array_bytes: int, threads: int, repeats: int, warmup: int, noisy_spread: float,
-           min_sample_s: float = 0.0) -> list[dict]:
+def stream(
+    array_bytes: int, threads: int, repeats: int, warmup: int, noisy_spread: float, min_sample_s: float = 0.0
+) -> list[dict]:
     """STREAM copy and triad with `threads` workers, each on its own slice of the arrays.
 
     numpy releases the GIL in these loops, so Python threads run them in parallel the way
@@ -291,15 +304,25 @@ def stream(array_bytes: int, threads: int, repeats: int, warmup: int, noisy_spre
     rows = []
     with ThreadPoolExecutor(max_workers=threads) as pool:
         for kernel, part in (("copy", copy_part), ("triad", triad_part)):
+
             def once(part=part):
                 list(pool.map(part, range(threads)))
 
             times, per_sample = time_rotation([once], repeats, warmup, min_sample_s)
             stats = summarize(times, noisy_spread)
             moved = STREAM_BYTES_PER_ELEMENT[kernel] * n
-            rows.append({"kernel": kernel, "array_bytes": 8 * n, "bytes_counted": moved, "threads": threads,
-                         "calls_per_sample": per_sample, **stats,
-                         "gbps": moved / stats["median_s"] / 1e9, "best_gbps": moved / stats["min_s"] / 1e9})
+            rows.append(
+                {
+                    "kernel": kernel,
+                    "array_bytes": 8 * n,
+                    "bytes_counted": moved,
+                    "threads": threads,
+                    "calls_per_sample": per_sample,
+                    **stats,
+                    "gbps": moved / stats["median_s"] / 1e9,
+                    "best_gbps": moved / stats["min_s"] / 1e9,
+                }
+            )
     # STREAM's check: c = a = 1 after copy; a = b + q*c = 2 + 3*1 after triad.
     probe = slice(None, None, max(n // 4096, 1))
     if not (np.all(c[probe] == 1.0) and np.all(a[probe] == 2.0 + TRIAD_SCALAR)):
@@ -325,8 +348,10 @@ class WeightBuffers:
         total = sum(m.nbytes for m in self.matrices)
         return {
             "what": "the model's ffn_gate and ffn_up matrices, each kind stacked by rows over consecutive "
-                    "blocks into one float32 matrix; timed calls alternate between the two",
-            "matrices": [{"name": n, "shape": list(m.shape), "bytes": m.nbytes} for n, m in zip(self.names, self.matrices)],
+            "blocks into one float32 matrix; timed calls alternate between the two",
+            "matrices": [
+                {"name": n, "shape": list(m.shape), "bytes": m.nbytes} for n, m in zip(self.names, self.matrices)
+            ],
             "tensors": self.tensors,
             "source_types": sorted(set(self.source_types)),
             "dtype": "float32",
@@ -349,8 +374,10 @@ def ffn_weight_buffers(model, min_bytes: int) -> WeightBuffers:
             found[m.group(2)][int(m.group(1))] = info
     blocks = sorted(set(found["gate"]) & set(found["up"]))
     if not blocks:
-        raise TimingError(f"{getattr(model, 'path', 'model')}: no blk.N.ffn_gate.weight / blk.N.ffn_up.weight pair; "
-                          "the timing sweep needs a llama-style FFN")
+        raise TimingError(
+            f"{getattr(model, 'path', 'model')}: no blk.N.ffn_gate.weight / blk.N.ffn_up.weight pair; "
+            "the timing sweep needs a llama-style FFN"
+        )
     shape = tuple(found["gate"][blocks[0]].shape)
     blocks = [b for b in blocks if tuple(found["gate"][b].shape) == shape == tuple(found["up"][b].shape)]
     per_block = shape[0] * shape[1] * 4
@@ -381,13 +408,26 @@ def sweep_counts(rows: int, cols: int, n: int, itemsize: int) -> tuple[int, int]
     return moved, 2 * rows * cols * n
 
 
-def sweep_row(op: str, n: int, rows: int, cols: int, itemsize: int, stats: dict, per_sample: int,
-              extra: dict | None = None) -> dict:
+def sweep_row(
+    op: str, n: int, rows: int, cols: int, itemsize: int, stats: dict, per_sample: int, extra: dict | None = None
+) -> dict:
     moved, flops = sweep_counts(rows, cols, n, itemsize)
     med = stats["median_s"]
-    return {"op": op, "n": n, **(extra or {}), "rows": rows, "cols": cols, "itemsize": itemsize,
-            "weight_bytes": rows * cols * itemsize, "bytes": moved, "flops": flops,
-            "calls_per_sample": per_sample, **stats, "gbps": moved / med / 1e9, "gflops": flops / med / 1e9}
+    return {
+        "op": op,
+        "n": n,
+        **(extra or {}),
+        "rows": rows,
+        "cols": cols,
+        "itemsize": itemsize,
+        "weight_bytes": rows * cols * itemsize,
+        "bytes": moved,
+        "flops": flops,
+        "calls_per_sample": per_sample,
+        **stats,
+        "gbps": moved / med / 1e9,
+        "gflops": flops / med / 1e9,
+    }
 
 
 def add_time_ratios(rows: list[dict]) -> list[dict]:
@@ -408,8 +448,15 @@ def ratio_256_over_1(rows: list[dict], dtype: str = "fp32") -> float | None:
     return None
 
 
-def matvec_sweep(matrices: Sequence[np.ndarray], batch_sizes: Iterable[int], repeats: int, warmup: int, seed: int,
-                 noisy_spread: float, min_sample_s: float = 0.0) -> list[dict]:
+def matvec_sweep(
+    matrices: Sequence[np.ndarray],
+    batch_sizes: Iterable[int],
+    repeats: int,
+    warmup: int,
+    seed: int,
+    noisy_spread: float,
+    min_sample_s: float = 0.0,
+) -> list[dict]:
     """Time Y = W @ X for each N, alternating between the weight matrices.
 
     N = 1 is a true matvec (x is a vector: BLAS gemv); N >= 2 is a matmul (gemm). Inputs
@@ -426,22 +473,23 @@ def matvec_sweep(matrices: Sequence[np.ndarray], batch_sizes: Iterable[int], rep
         calls = [lambda w=w, x=x, y=y: np.matmul(w, x, out=y) for w, x, y in zip(matrices, xs, ys)]
         times, per_sample = time_rotation(calls, repeats, warmup, min_sample_s)
         stats = summarize(times, noisy_spread)
-        out.append(sweep_row("matvec" if n == 1 else "matmul", n, rows, cols, 4, stats, per_sample,
-                             {"dtype": "fp32"}))
+        out.append(sweep_row("matvec" if n == 1 else "matmul", n, rows, cols, 4, stats, per_sample, {"dtype": "fp32"}))
         log.info("N=%d: %.3f ms, %.1f GB/s", n, stats["median_s"] * 1e3, out[-1]["gbps"])
     return add_time_ratios(out)
 
 
-def warm_matvec(matrix: np.ndarray, llc: int, repeats: int, warmup: int, seed: int, noisy_spread: float,
-                min_sample_s: float) -> dict:
+def warm_matvec(
+    matrix: np.ndarray, llc: int, repeats: int, warmup: int, seed: int, noisy_spread: float, min_sample_s: float
+) -> dict:
     """The contrast: a matvec on rows that fit in a quarter of the cache, same rows every call."""
     rows = max(1, min(matrix.shape[0], (llc // 4) // (matrix.shape[1] * 4)))
     w = np.ascontiguousarray(matrix[:rows])
     x = np.random.default_rng(seed).standard_normal(w.shape[1], dtype=np.float32)
     y = np.empty(rows, dtype=np.float32)
     times, per_sample = time_rotation([lambda: np.matmul(w, x, out=y)], repeats, warmup, min_sample_s)
-    return sweep_row("matvec_warm", 1, rows, w.shape[1], 4, summarize(times, noisy_spread), per_sample,
-                     {"dtype": "fp32"})
+    return sweep_row(
+        "matvec_warm", 1, rows, w.shape[1], 4, summarize(times, noisy_spread), per_sample, {"dtype": "fp32"}
+    )
 
 
 # --- 3. dequantization throughput -------------------------------------------------------
@@ -472,9 +520,17 @@ def dequant_goal(type_name: str) -> float | None:
     return DEQUANT_SPEEDUP_TARGETS.get(type_name, DEQUANT_SPEEDUP_DEFAULT)
 
 
-def dequant_bench(model, types: Sequence[str] | None, budget_bytes: int, repeats: int, warmup: int,
-                  noisy_spread: float, ours: Callable | None = None, hand_written: set[str] | None = None,
-                  threads: int = 1) -> list[dict]:
+def dequant_bench(
+    model,
+    types: Sequence[str] | None,
+    budget_bytes: int,
+    repeats: int,
+    warmup: int,
+    noisy_spread: float,
+    ours: Callable | None = None,
+    hand_written: set[str] | None = None,
+    threads: int = 1,
+) -> list[dict]:
     """Package dequantizer vs gguf.quants.dequantize on the same tensors, interleaved: one row per type.
 
     types None: every type the model holds (model_types). Per type: tensors of that type in file
@@ -493,8 +549,9 @@ def dequant_bench(model, types: Sequence[str] | None, budget_bytes: int, repeats
         goal = dequant_goal(type_name)
         infos = [t for t in model.tensors if t.type_name == type_name]
         if not infos:
-            rows.append({"type": type_name, "present": False, "note": f"no {type_name} tensors in this model",
-                         "target": goal})
+            rows.append(
+                {"type": type_name, "present": False, "note": f"no {type_name} tensors in this model", "target": goal}
+            )
             continue
         chosen, inputs, total = [], [], 0
         for info in infos:
@@ -510,10 +567,10 @@ def dequant_bench(model, types: Sequence[str] | None, budget_bytes: int, repeats
             if total >= budget_bytes:
                 break
 
-        def run_ours():
+        def run_ours(type_name=type_name, inputs=inputs):
             return [ours(raw, type_name, shape) for raw, shape in inputs]
 
-        def run_ref():
+        def run_ref(type_name=type_name, inputs=inputs):
             return [reference_dequantize(raw, type_name, shape) for raw, shape in inputs]
 
         t_ours, t_ref = [], []
@@ -537,27 +594,53 @@ def dequant_bench(model, types: Sequence[str] | None, budget_bytes: int, repeats
         elements = sum(int(np.prod(shape)) for _, shape in inputs)
         ratio = s_ref["median_s"] / s_ours["median_s"]
         row = {
-            "type": type_name, "present": True, "hand_written": type_name in hand_written,
-            "n_tensors": len(chosen), "tensors": " ".join(t.name for t in chosen),
-            "quant_bytes": total, "elements": elements, "threads": threads,
-            "ours_median_s": s_ours["median_s"], "ours_rel_iqr": s_ours["rel_iqr"],
-            "gguf_median_s": s_ref["median_s"], "gguf_rel_iqr": s_ref["rel_iqr"],
-            "ours_mbps": total / s_ours["median_s"] / 1e6, "gguf_mbps": total / s_ref["median_s"] / 1e6,
-            "ratio": ratio, "bit_exact": exact, "target": goal,
+            "type": type_name,
+            "present": True,
+            "hand_written": type_name in hand_written,
+            "n_tensors": len(chosen),
+            "tensors": " ".join(t.name for t in chosen),
+            "quant_bytes": total,
+            "elements": elements,
+            "threads": threads,
+            "ours_median_s": s_ours["median_s"],
+            "ours_rel_iqr": s_ours["rel_iqr"],
+            "gguf_median_s": s_ref["median_s"],
+            "gguf_rel_iqr": s_ref["rel_iqr"],
+            "ours_mbps": total / s_ours["median_s"] / 1e6,
+            "gguf_mbps": total / s_ref["median_s"] / 1e6,
+            "ratio": ratio,
+            "bit_exact": exact,
+            "target": goal,
             "met": None if goal is None else bool(ratio >= goal and exact),
-            "noisy": s_ours["noisy"] or s_ref["noisy"], "repeats": repeats,
+            "noisy": s_ours["noisy"] or s_ref["noisy"],
+            "repeats": repeats,
         }
         rows.append(row)
-        log.info("dequant %s (%s): ours %.0f MB/s, gguf %.0f MB/s, %.2fx (goal %s), bit-exact %s", type_name,
-                 row["tensors"], row["ours_mbps"], row["gguf_mbps"], ratio, goal, exact)
+        log.info(
+            "dequant %s (%s): ours %.0f MB/s, gguf %.0f MB/s, %.2fx (goal %s), bit-exact %s",
+            type_name,
+            row["tensors"],
+            row["ours_mbps"],
+            row["gguf_mbps"],
+            ratio,
+            goal,
+            exact,
+        )
     return rows
 
 
 # --- targets and the summary ------------------------------------------------------------
 
 
-def target(name: str, goal: float, measured: float | None, unit: str, met: bool | None, noisy: bool = False,
-           note: str | None = None) -> dict:
+def target(
+    name: str,
+    goal: float,
+    measured: float | None,
+    unit: str,
+    met: bool | None,
+    noisy: bool = False,
+    note: str | None = None,
+) -> dict:
     row = {"name": name, "target": goal, "measured": measured, "unit": unit, "met": met, "noisy": bool(noisy)}
     if note:
         row["note"] = note
@@ -586,8 +669,9 @@ def dequant_targets(dequant_rows: list[dict]) -> list[dict]:
 
 def fraction_target(name: str, matvec: dict, copy: dict, goal: float = MATVEC_FRACTION_OF_COPY_TARGET) -> dict:
     fraction = matvec["gbps"] / copy["gbps"]
-    return target(name, goal, fraction, "fraction of copy GB/s", bool(fraction >= goal),
-                  matvec["noisy"] or copy["noisy"])
+    return target(
+        name, goal, fraction, "fraction of copy GB/s", bool(fraction >= goal), matvec["noisy"] or copy["noisy"]
+    )
 
 
 def open_model(path: str | Path):
@@ -615,12 +699,14 @@ def run_cpu(gguf_path: str | Path, cfg: dict | None = None, threads: int = 1) ->
         min_weight = int(cfg["min_weight_bytes"] or 2 * llc)
         weights = ffn_weight_buffers(model, min_weight)
         log.info("weights: %s", ", ".join(f"{n} {m.shape}" for n, m in zip(weights.names, weights.matrices)))
-        sweep_rows = matvec_sweep(weights.matrices, cfg["batch_sizes"], reps, warm, int(cfg["seed"]), noisy,
-                                  min_sample_s)
+        sweep_rows = matvec_sweep(
+            weights.matrices, cfg["batch_sizes"], reps, warm, int(cfg["seed"]), noisy, min_sample_s
+        )
         warm_row = warm_matvec(weights.matrices[0], llc, reps, warm, int(cfg["seed"]), noisy, min_sample_s)
 
-        dequant_rows = dequant_bench(model, cfg["dequant_types"], int(cfg["dequant_bytes"]), reps, warm, noisy,
-                                     threads=threads)
+        dequant_rows = dequant_bench(
+            model, cfg["dequant_types"], int(cfg["dequant_bytes"]), reps, warm, noisy, threads=threads
+        )
     load_after = list(os.getloadavg())
 
     summary = build_summary(facts, cfg, stream_rows, sweep_rows, warm_row, dequant_rows, weights.describe(llc))
@@ -629,14 +715,24 @@ def run_cpu(gguf_path: str | Path, cfg: dict | None = None, threads: int = 1) ->
     summary["other_processes_cpu_fraction"] = other = share.other_fraction()
     summary["machine_shared"] = bool(other is not None and other > BUSY_OTHER_FRACTION)
     if summary["machine_shared"]:
-        log.warning("other processes used %.0f%% of the CPUs during the run: figures are not this machine's "
-                    "limits; rerun on an idle machine", 100 * other)
+        log.warning(
+            "other processes used %.0f%% of the CPUs during the run: figures are not this machine's "
+            "limits; rerun on an idle machine",
+            100 * other,
+        )
     # The warm contrast stays in summary.json: sweep.csv holds exactly one row per N.
     return {"summary": summary, "sweep": sweep_rows, "stream": stream_rows, "dequant": dequant_rows}
 
 
-def build_summary(facts: dict, cfg: dict, stream_rows: list[dict], sweep_rows: list[dict], warm_row: dict | None,
-                  dequant_rows: list[dict], weights: dict) -> dict:
+def build_summary(
+    facts: dict,
+    cfg: dict,
+    stream_rows: list[dict],
+    sweep_rows: list[dict],
+    warm_row: dict | None,
+    dequant_rows: list[dict],
+    weights: dict,
+) -> dict:
     copy = next(r for r in stream_rows if r["kernel"] == "copy")
     triad = next(r for r in stream_rows if r["kernel"] == "triad")
     matvec = next(r for r in sweep_rows if r["n"] == 1)
@@ -646,9 +742,25 @@ def build_summary(facts: dict, cfg: dict, stream_rows: list[dict], sweep_rows: l
     dequant = {}
     for r in dequant_rows:
         if r.get("present"):
-            dequant[r["type"]] = {k: r[k] for k in ("ours_mbps", "gguf_mbps", "ratio", "bit_exact", "noisy",
-                                                      "hand_written", "n_tensors", "quant_bytes", "tensors",
-                                                      "ours_median_s", "gguf_median_s", "target", "met", "threads")}
+            dequant[r["type"]] = {
+                k: r[k]
+                for k in (
+                    "ours_mbps",
+                    "gguf_mbps",
+                    "ratio",
+                    "bit_exact",
+                    "noisy",
+                    "hand_written",
+                    "n_tensors",
+                    "quant_bytes",
+                    "tensors",
+                    "ours_median_s",
+                    "gguf_median_s",
+                    "target",
+                    "met",
+                    "threads",
+                )
+            }
         else:
             dequant[r["type"]] = {"skipped": r["note"]}
     summary = {
@@ -676,17 +788,18 @@ def build_summary(facts: dict, cfg: dict, stream_rows: list[dict], sweep_rows: l
         "settings": {k: cfg[k] for k in DEFAULTS},
         "counting": {
             "stream": "STREAM's: copy 16 and triad 24 bytes per float64 element; write-allocate not counted; "
-                      "GB/s = bytes / median time, 1 GB = 1e9 bytes",
+            "GB/s = bytes / median time, 1 GB = 1e9 bytes",
             "sweep": "bytes = (rows*cols + cols*N + rows*N) * 4 (each weight once, X read, Y written); "
-                     "FLOPs = 2*rows*cols*N",
+            "FLOPs = 2*rows*cols*N",
             "dequant": "MB/s of quantized input bytes, 1 MB = 1e6 bytes; ratio = gguf-py median time / ours; "
-                       "both allocate their output; target: the ratio asked (none for plain float copies), "
-                       "met only when bit-exact too",
+            "both allocate their output; target: the ratio asked (none for plain float copies), "
+            "met only when bit-exact too",
             "spread": "rel_iqr = (p75 - p25) / median of the per-call times; noisy when above noisy_spread",
         },
     }
     summary["targets"] = dequant_targets(dequant_rows) + [
-        fraction_target("matvec_cold_fraction_of_stream_copy", matvec, copy)]
+        fraction_target("matvec_cold_fraction_of_stream_copy", matvec, copy)
+    ]
     return summary
 
 
@@ -719,11 +832,52 @@ def write_results(result: dict, summary: str | Path, tables: dict[str, str | Pat
 
 
 TABLE_COLUMNS = {
-    "sweep": ["op", "dtype", "n", "rows", "cols", "itemsize", "weight_bytes", "bytes", "flops", "median_s", "gbps",
-              "gflops", "time_over_n1", "work_over_n1", "rel_iqr", "noisy"],
-    "stream": ["kernel", "array_bytes", "bytes_counted", "threads", "median_s", "gbps", "best_gbps", "rel_iqr",
-               "noisy"],
-    "dequant": ["type", "tensors", "elements", "ours_median_s", "gguf_median_s", "ratio", "target", "met",
-                "bit_exact", "noisy", "threads", "ours_mbps", "gguf_mbps", "present", "hand_written", "n_tensors",
-                "quant_bytes"],
+    "sweep": [
+        "op",
+        "dtype",
+        "n",
+        "rows",
+        "cols",
+        "itemsize",
+        "weight_bytes",
+        "bytes",
+        "flops",
+        "median_s",
+        "gbps",
+        "gflops",
+        "time_over_n1",
+        "work_over_n1",
+        "rel_iqr",
+        "noisy",
+    ],
+    "stream": [
+        "kernel",
+        "array_bytes",
+        "bytes_counted",
+        "threads",
+        "median_s",
+        "gbps",
+        "best_gbps",
+        "rel_iqr",
+        "noisy",
+    ],
+    "dequant": [
+        "type",
+        "tensors",
+        "elements",
+        "ours_median_s",
+        "gguf_median_s",
+        "ratio",
+        "target",
+        "met",
+        "bit_exact",
+        "noisy",
+        "threads",
+        "ours_mbps",
+        "gguf_mbps",
+        "present",
+        "hand_written",
+        "n_tensors",
+        "quant_bytes",
+    ],
 }

@@ -86,17 +86,26 @@ def time_prefill(model, n: int, repeats: int, warmup: int, seed: int = PROMPT_ID
     return out
 
 
-def llama_cpp_timing(gguf_path: str | Path, threads: int, n_tokens: int, prefill_sizes, repeats: int,
-                     warmup: int, vocab: int) -> dict:
+def llama_cpp_timing(
+    gguf_path: str | Path, threads: int, n_tokens: int, prefill_sizes, repeats: int, warmup: int, vocab: int
+) -> dict:
     """llama.cpp's decode and prefill on the same file and threads, or {'skipped': why}."""
 
     usable, why = llama_cpp_ref.status(gguf_path)
     if not usable:
         return {"skipped": why}
     from llama_cpp import Llama
+
     n_ctx = max(max(prefill_sizes), 16 + warmup + n_tokens) + 8
-    llm = Llama(model_path=str(gguf_path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
-                n_batch=max(prefill_sizes), logits_all=False, verbose=False)
+    llm = Llama(
+        model_path=str(gguf_path),
+        n_ctx=n_ctx,
+        n_threads=threads,
+        n_threads_batch=threads,
+        n_batch=max(prefill_sizes),
+        logits_all=False,
+        verbose=False,
+    )
     try:
         ids = [int(i) for i in prompt_ids(vocab, 8, PROMPT_IDS_SEED)]
         llm.reset()
@@ -126,8 +135,9 @@ def llama_cpp_timing(gguf_path: str | Path, threads: int, n_tokens: int, prefill
     return {"version": getattr(llama_cpp, "__version__", "unknown"), "decode_times": times, "prefill": prefill}
 
 
-def run_decode(gguf_path: str | Path, cfg: dict | None = None, threads: int = 1,
-               resident_budget_bytes: int = 2000 * 2**20) -> dict:
+def run_decode(
+    gguf_path: str | Path, cfg: dict | None = None, threads: int = 1, resident_budget_bytes: int = 2000 * 2**20
+) -> dict:
     """The decode timing job: {'summary': dict, 'prefill': rows}."""
 
     cfg = settings(cfg)
@@ -138,19 +148,22 @@ def run_decode(gguf_path: str | Path, cfg: dict | None = None, threads: int = 1,
     try:
         measured = _measure(gguf_path, cfg, max(int(threads), 1), resident_budget_bytes)
     except UnsupportedTypeError as err:  # a tensor no dequantizer reads: no whole-model pass here
-        return {"summary": {"status": "skipped", "skipped": f"the forward pass cannot read the file: {err}"},
-                "prefill": []}
+        return {
+            "summary": {"status": "skipped", "skipped": f"the forward pass cannot read the file: {err}"},
+            "prefill": [],
+        }
     return measured
 
 
 def _measure(gguf_path, cfg: dict, threads: int, resident_budget_bytes: int) -> dict:
 
-
     reps, warm, noisy = int(cfg["repeats"]), int(cfg["warmup"]), float(cfg["noisy_spread"])
     load_before = list(os.getloadavg())
     share = CpuShare()
-    with threadpool_limits(limits=threads, user_api="blas"), \
-            Model.from_gguf(gguf_path, resident_budget_bytes=resident_budget_bytes) as model:
+    with (
+        threadpool_limits(limits=threads, user_api="blas"),
+        Model.from_gguf(gguf_path, resident_budget_bytes=resident_budget_bytes) as model,
+    ):
         facts = machine_facts(threads)
         spec = model.spec
         streaming = model.mode != "resident"
@@ -175,11 +188,21 @@ def _measure(gguf_path, cfg: dict, threads: int, resident_budget_bytes: int) -> 
         prefill_rows = []
         for n in sizes:
             stats = summarize(time_prefill(model, n, reps if not streaming else 3, 1 if not streaming else 0), noisy)
-            prefill_rows.append({"engine": "bytesup", "n": n, **stats, "tokens_per_s": n / stats["median_s"],
-                                 "gflops": n * flops_per_token(spec, n) / stats["median_s"] / 1e9})
+            prefill_rows.append(
+                {
+                    "engine": "bytesup",
+                    "n": n,
+                    **stats,
+                    "tokens_per_s": n / stats["median_s"],
+                    "gflops": n * flops_per_token(spec, n) / stats["median_s"] / 1e9,
+                }
+            )
         wb = model.weight_bytes_per_token()
-        llama = llama_cpp_timing(gguf_path, threads, n_tokens, sizes, min(reps, 5), 1, spec.vocab) \
-            if not streaming else {"skipped": "the model's float32 weights exceed the resident budget"}
+        llama = (
+            llama_cpp_timing(gguf_path, threads, n_tokens, sizes, min(reps, 5), 1, spec.vocab)
+            if not streaming
+            else {"skipped": "the model's float32 weights exceed the resident budget"}
+        )
     load_after = list(os.getloadavg())
 
     bytes_per_token = wb.file_bytes if streaming else wb.float32_bytes
@@ -207,20 +230,24 @@ def _measure(gguf_path, cfg: dict, threads: int, resident_budget_bytes: int) -> 
         "decode_flops_per_token": flops_per_token(spec, decode["context_end"]),
         "prefill_tokens_per_s": {str(r["n"]): r["tokens_per_s"] for r in prefill_rows},
         "prefill_gflops": {str(r["n"]): r["gflops"] for r in prefill_rows},
-        "target": {"name": "decode_fraction_of_stream_ceiling", "goal": DECODE_FRACTION_TARGET,
-                   "measured": tps / ceiling, "met": tps / ceiling >= DECODE_FRACTION_TARGET,
-                   "applies": not streaming},
+        "target": {
+            "name": "decode_fraction_of_stream_ceiling",
+            "goal": DECODE_FRACTION_TARGET,
+            "measured": tps / ceiling,
+            "met": tps / ceiling >= DECODE_FRACTION_TARGET,
+            "applies": not streaming,
+        },
         "machine": facts,
         "settings": {k: cfg[k] for k in ("repeats", "warmup", "noisy_spread", "decode_tokens", "prefill_sizes")},
         "counting": {
             "decode": "bytes per token = every weight the step reads once (all blocks, final norm, the whole "
-                      "output head, one embedding row), float32 when resident, as stored when streaming; "
-                      "tokens/s = 1 / median seconds per step; GB/s = bytes per token x tokens/s / 1e9",
+            "output head, one embedding row), float32 when resident, as stored when streaming; "
+            "tokens/s = 1 / median seconds per step; GB/s = bytes per token x tokens/s / 1e9",
             "ceiling": "STREAM copy GB/s x 1e9 / bytes per token; the copy is measured in this job just before "
-                       "and just after the decode, and the better of the two sets the ceiling. A decode reads "
-                       "and does not write its weights, so it can pass a copy's counted bandwidth (fraction > 1)",
+            "and just after the decode, and the better of the two sets the ceiling. A decode reads "
+            "and does not write its weights, so it can pass a copy's counted bandwidth (fraction > 1)",
             "prefill": "tokens/s = N / median seconds of one N-token pass into a fresh cache; GFLOP/s from "
-                       "bytesup.model.forward.flops_per_token at context N (an upper count: causal attention)",
+            "bytesup.model.forward.flops_per_token at context N (an upper count: causal attention)",
         },
     }
     if "skipped" in llama:
@@ -230,16 +257,28 @@ def _measure(gguf_path, cfg: dict, threads: int, resident_budget_bytes: int) -> 
         l_tps = 1.0 / l_stats["median_s"]
         l_ceiling = copy["gbps"] * 1e9 / wb.file_bytes
         summary["llama_cpp"] = {
-            "version": llama["version"], "decode_tokens_per_s": l_tps, "decode_rel_iqr": l_stats["rel_iqr"],
-            "decode_bytes_per_token": wb.file_bytes, "decode_gbps": wb.file_bytes * l_tps / 1e9,
-            "decode_ceiling_tokens_per_s": l_ceiling, "decode_fraction_of_ceiling": l_tps / l_ceiling,
+            "version": llama["version"],
+            "decode_tokens_per_s": l_tps,
+            "decode_rel_iqr": l_stats["rel_iqr"],
+            "decode_bytes_per_token": wb.file_bytes,
+            "decode_gbps": wb.file_bytes * l_tps / 1e9,
+            "decode_ceiling_tokens_per_s": l_ceiling,
+            "decode_fraction_of_ceiling": l_tps / l_ceiling,
         }
         for n, samples in llama["prefill"].items():
             stats = summarize(samples, noisy)
-            prefill_rows.append({"engine": "llama.cpp", "n": n, **stats, "tokens_per_s": n / stats["median_s"],
-                                 "gflops": n * flops_per_token(spec, n) / stats["median_s"] / 1e9})
+            prefill_rows.append(
+                {
+                    "engine": "llama.cpp",
+                    "n": n,
+                    **stats,
+                    "tokens_per_s": n / stats["median_s"],
+                    "gflops": n * flops_per_token(spec, n) / stats["median_s"] / 1e9,
+                }
+            )
         summary["llama_cpp"]["prefill_tokens_per_s"] = {
-            str(r["n"]): r["tokens_per_s"] for r in prefill_rows if r["engine"] == "llama.cpp"}
+            str(r["n"]): r["tokens_per_s"] for r in prefill_rows if r["engine"] == "llama.cpp"
+        }
     summary["load_average_before"] = load_before
     summary["load_average_after"] = load_after
     summary["other_processes_cpu_fraction"] = other = share.other_fraction()
@@ -248,8 +287,11 @@ def _measure(gguf_path, cfg: dict, threads: int, resident_budget_bytes: int) -> 
 
 
 def model_mode_text(streaming: bool) -> str:
-    return ("streamed: dequantized block by block from the file at every pass" if streaming
-            else "resident: dequantized once to float32")
+    return (
+        "streamed: dequantized block by block from the file at every pass"
+        if streaming
+        else "resident: dequantized once to float32"
+    )
 
 
 def write_decode_results(result: dict, summary: str | Path, prefill: str | Path) -> None:

@@ -144,8 +144,13 @@ def _nvidia_smi(index: int) -> dict:
     if not exe:
         return {}
     try:
-        out = subprocess.run([exe, "--query-gpu=driver_version,memory.total", "--format=csv,noheader,nounits",
-                              "-i", str(index)], capture_output=True, text=True, timeout=20, check=True).stdout
+        out = subprocess.run(
+            [exe, "--query-gpu=driver_version,memory.total", "--format=csv,noheader,nounits", "-i", str(index)],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return {}
     parts = [p.strip() for p in out.strip().split(",")]
@@ -157,9 +162,15 @@ def device_facts(torch, device: str) -> dict:
     dev = torch.device(device)
     if dev.type != "cuda":
         llc, source = cpu.llc_bytes()
-        return {"type": dev.type, "name": f"{cpu_model()} (CPU twin of the GPU job)", "driver": None,
-                "memory_bytes": None, "cache_bytes": llc, "cache_source": source,
-                "torch_threads": torch.get_num_threads()}
+        return {
+            "type": dev.type,
+            "name": f"{cpu_model()} (CPU twin of the GPU job)",
+            "driver": None,
+            "memory_bytes": None,
+            "cache_bytes": llc,
+            "cache_source": source,
+            "torch_threads": torch.get_num_threads(),
+        }
     index = dev.index if dev.index is not None else torch.cuda.current_device()
     props = torch.cuda.get_device_properties(index)
     l2 = getattr(props, "L2_cache_size", 0) or 0
@@ -182,8 +193,9 @@ def device_facts(torch, device: str) -> dict:
 # --- measurements -------------------------------------------------------------------
 
 
-def device_stream(torch, device: str, array_bytes: int, repeats: int, warmup: int, noisy_spread: float,
-                  min_sample_s: float) -> list[dict]:
+def device_stream(
+    torch, device: str, array_bytes: int, repeats: int, warmup: int, noisy_spread: float, min_sample_s: float
+) -> list[dict]:
     """STREAM copy and triad on the device, float64 like STREAM, counted as STREAM counts."""
     n = max(array_bytes // 8, 1024)
     a = torch.full((n,), 1.0, dtype=torch.float64, device=device)
@@ -198,18 +210,37 @@ def device_stream(torch, device: str, array_bytes: int, repeats: int, warmup: in
         times, per_sample = time_rotation([fn], repeats, warmup, min_sample_s, device_timer(torch, device))
         stats = summarize(times, noisy_spread)
         moved = cpu.STREAM_BYTES_PER_ELEMENT[kernel] * n
-        rows.append({"kernel": kernel, "device": device, "array_bytes": 8 * n, "bytes_counted": moved,
-                     "calls_per_sample": per_sample, **stats,
-                     "gbps": moved / stats["median_s"] / 1e9, "best_gbps": moved / stats["min_s"] / 1e9})
+        rows.append(
+            {
+                "kernel": kernel,
+                "device": device,
+                "array_bytes": 8 * n,
+                "bytes_counted": moved,
+                "calls_per_sample": per_sample,
+                **stats,
+                "gbps": moved / stats["median_s"] / 1e9,
+                "best_gbps": moved / stats["min_s"] / 1e9,
+            }
+        )
     probe = slice(None, None, max(n // 4096, 1))
     if not (bool((c[probe] == 1.0).all()) and bool((a[probe] == 2.0 + cpu.TRIAD_SCALAR).all())):
         raise cpu.TimingError(f"device STREAM check failed on {device}: arrays do not hold the expected values")
-    del a, b, c
+    a = b = c = None  # the device's arrays go before the next measurement
     return rows
 
 
-def device_sweep(torch, device: str, matrices: list[np.ndarray], dtype: str, batch_sizes, repeats: int, warmup: int,
-                 seed: int, noisy_spread: float, min_sample_s: float) -> list[dict]:
+def device_sweep(
+    torch,
+    device: str,
+    matrices: list[np.ndarray],
+    dtype: str,
+    batch_sizes,
+    repeats: int,
+    warmup: int,
+    seed: int,
+    noisy_spread: float,
+    min_sample_s: float,
+) -> list[dict]:
     """The CPU job's sweep on the device: Y = W @ X in fp32 or bf16, alternating matrices.
 
     N = 1 multiplies by a vector (gemv); N >= 2 by a matrix (gemm). Outputs preallocated.
@@ -227,8 +258,18 @@ def device_sweep(torch, device: str, matrices: list[np.ndarray], dtype: str, bat
         calls = [lambda w=w, x=x, y=y: torch.matmul(w, x, out=y) for w, x, y in zip(ws, xs, ys)]
         times, per_sample = time_rotation(calls, repeats, warmup, min_sample_s, device_timer(torch, device))
         stats = summarize(times, noisy_spread)
-        out.append(sweep_row("matvec" if n == 1 else "matmul", n, rows, cols, itemsize, stats, per_sample,
-                             {"dtype": dtype, "device": device}))
+        out.append(
+            sweep_row(
+                "matvec" if n == 1 else "matmul",
+                n,
+                rows,
+                cols,
+                itemsize,
+                stats,
+                per_sample,
+                {"dtype": dtype, "device": device},
+            )
+        )
         log.info("%s %s N=%d: %.4f ms, %.1f GB/s", device, dtype, n, stats["median_s"] * 1e3, out[-1]["gbps"])
     del ws
     return cpu.add_time_ratios(out)
@@ -269,12 +310,16 @@ def decode_refusal(gguf_path: str | Path, budget_bytes: int) -> str | None:
         spec = spec_from_metadata(f.metadata, f.tensor_names, path=gguf_path)
     need = float32_bytes(spec)
     if need > budget_bytes:
-        return (f"{gguf_path}: float32 weights of {_size(need)} exceed the decode budget of {_size(budget_bytes)}"
-                " (the device's memory minus headroom, or run_gpu's decode_budget_bytes)")
+        return (
+            f"{gguf_path}: float32 weights of {_size(need)} exceed the decode budget of {_size(budget_bytes)}"
+            " (the device's memory minus headroom, or run_gpu's decode_budget_bytes)"
+        )
     host = _host_available_bytes()
     if host is not None and need > host:
-        return (f"{gguf_path}: float32 weights of {_size(need)} exceed the host's available memory"
-                f" ({_size(host)}), through which they reach the device")
+        return (
+            f"{gguf_path}: float32 weights of {_size(need)} exceed the host's available memory"
+            f" ({_size(host)}), through which they reach the device"
+        )
     return None
 
 
@@ -282,8 +327,9 @@ def _size(n: int) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n:,} bytes"
 
 
-def time_device_decode(torch, device: str, model, n_tokens: int, warmup: int,
-                       prompt_len: int = DECODE_PROMPT_LEN) -> dict:
+def time_device_decode(
+    torch, device: str, model, n_tokens: int, warmup: int, prompt_len: int = DECODE_PROMPT_LEN
+) -> dict:
     """Per-token seconds of `n_tokens` decode steps after a short prompt, each step timed alone
     (CUDA events on the device; the host clock on the CPU twin), after `warmup` untimed steps.
     Greedy, as in generation: the next input is the argmax (which waits for the step)."""
@@ -319,8 +365,15 @@ def time_device_prefill(torch, device: str, model, n: int, repeats: int, warmup:
     return out
 
 
-DECODE_KEYS = ("decode_tokens_per_s", "decode_bytes_per_token", "decode_ceiling_tokens_per_s",
-               "decode_fraction_of_ceiling", "decode_median_s", "decode_rel_iqr", "decode_gbps")
+DECODE_KEYS = (
+    "decode_tokens_per_s",
+    "decode_bytes_per_token",
+    "decode_ceiling_tokens_per_s",
+    "decode_fraction_of_ceiling",
+    "decode_median_s",
+    "decode_rel_iqr",
+    "decode_gbps",
+)
 
 
 def device_decode(torch, device: str, gguf_path: str | Path, cfg: dict, copy_gbps: float, budget_bytes: int) -> dict:
@@ -332,15 +385,22 @@ def device_decode(torch, device: str, gguf_path: str | Path, cfg: dict, copy_gbp
 
     counting = {
         "decode": "bytes per token = every float32 weight the step reads once (all blocks, final norm, the "
-                  "whole output head, one embedding row); tokens/s = 1 / median seconds per step",
+        "whole output head, one embedding row); tokens/s = 1 / median seconds per step",
         "decode_ceiling": "device copy GB/s (this job) x 1e9 / decode bytes per token",
         "prefill": "tokens/s = N / median seconds of one N-token pass into a fresh cache",
     }
     refusal = decode_refusal(gguf_path, budget_bytes)
     if refusal:
         log.info("whole-model decode skipped: %s", refusal)
-        return {"decode_skipped": refusal, **dict.fromkeys(DECODE_KEYS), "prefill_tokens_per_s": {},
-                "decode_budget_bytes": budget_bytes, "prefill_rows": [], "noisy": [], "counting": counting}
+        return {
+            "decode_skipped": refusal,
+            **dict.fromkeys(DECODE_KEYS),
+            "prefill_tokens_per_s": {},
+            "decode_budget_bytes": budget_bytes,
+            "prefill_rows": [],
+            "noisy": [],
+            "counting": counting,
+        }
     reps, warm, noisy = int(cfg["repeats"]), int(cfg["warmup"]), float(cfg["noisy_spread"])
     with Model.from_gguf(gguf_path, mode="resident") as numpy_model:
         model = TorchModel.from_model(numpy_model, device)
@@ -353,9 +413,16 @@ def device_decode(torch, device: str, gguf_path: str | Path, cfg: dict, copy_gbp
     prefill_rows = []
     for n in sizes:
         stats = summarize(time_device_prefill(torch, device, model, n, reps, 1), noisy)
-        prefill_rows.append({"engine": "bytesup (torch)", "device": device, "n": n, **stats,
-                             "tokens_per_s": n / stats["median_s"],
-                             "gflops": n * flops_per_token(spec, n) / stats["median_s"] / 1e9})
+        prefill_rows.append(
+            {
+                "engine": "bytesup (torch)",
+                "device": device,
+                "n": n,
+                **stats,
+                "tokens_per_s": n / stats["median_s"],
+                "gflops": n * flops_per_token(spec, n) / stats["median_s"] / 1e9,
+            }
+        )
     tps = 1.0 / d_stats["median_s"]
     ceiling = copy_gbps * 1e9 / bytes_per_token
     log.info("%s decode: %.1f tokens/s, ceiling %.1f (%.1f%%)", device, tps, ceiling, 100 * tps / ceiling)
@@ -376,8 +443,7 @@ def device_decode(torch, device: str, gguf_path: str | Path, cfg: dict, copy_gbp
         "prefill_tokens_per_s": {str(r["n"]): r["tokens_per_s"] for r in prefill_rows},
         "prefill_gflops": {str(r["n"]): r["gflops"] for r in prefill_rows},
         "prefill_rows": prefill_rows,
-        "noisy": (["decode"] if d_stats["noisy"] else []) + [f"prefill.N={r['n']}" for r in prefill_rows
-                                                              if r["noisy"]],
+        "noisy": (["decode"] if d_stats["noisy"] else []) + [f"prefill.N={r['n']}" for r in prefill_rows if r["noisy"]],
         "counting": counting,
     }
     del model
@@ -387,8 +453,13 @@ def device_decode(torch, device: str, gguf_path: str | Path, cfg: dict, copy_gbp
 # --- the job ------------------------------------------------------------------------
 
 
-def run_gpu(gguf_path: str | Path, cfg: dict | None = None, mode: str = "auto", device: str | None = None,
-            decode_budget_bytes: int | None = None) -> dict:
+def run_gpu(
+    gguf_path: str | Path,
+    cfg: dict | None = None,
+    mode: str = "auto",
+    device: str | None = None,
+    decode_budget_bytes: int | None = None,
+) -> dict:
     """The GPU timing job. `device` forces one ('cpu' for the twin); otherwise `mode` decides.
 
     Returns {'summary', 'sweep', 'stream', 'dequant'} like cpu.run_cpu, plus 'prefill' (the
@@ -418,8 +489,18 @@ def run_gpu(gguf_path: str | Path, cfg: dict | None = None, mode: str = "auto", 
         weights = cpu.ffn_weight_buffers(model, int(cfg["min_weight_bytes"] or 2 * cache))
     sweep_rows = []
     for dtype in DTYPES:
-        sweep_rows += device_sweep(torch, device, weights.matrices, dtype, cfg["batch_sizes"], reps, warm,
-                                   int(cfg["seed"]), noisy, min_sample_s)
+        sweep_rows += device_sweep(
+            torch,
+            device,
+            weights.matrices,
+            dtype,
+            cfg["batch_sizes"],
+            reps,
+            warm,
+            int(cfg["seed"]),
+            noisy,
+            min_sample_s,
+        )
     if torch.device(device).type == "cuda":
         facts["max_memory_allocated_bytes"] = int(torch.cuda.max_memory_allocated(device))
 
@@ -439,8 +520,9 @@ def run_gpu(gguf_path: str | Path, cfg: dict | None = None, mode: str = "auto", 
     return {"summary": summary, "sweep": sweep_rows, "stream": stream_rows, "dequant": [], "prefill": prefill_rows}
 
 
-def build_gpu_summary(facts: dict, cfg: dict, mode: str, device: str, stream_rows: list[dict],
-                      sweep_rows: list[dict], weights: dict) -> dict:
+def build_gpu_summary(
+    facts: dict, cfg: dict, mode: str, device: str, stream_rows: list[dict], sweep_rows: list[dict], weights: dict
+) -> dict:
     copy = next(r for r in stream_rows if r["kernel"] == "copy")
     triad = next(r for r in stream_rows if r["kernel"] == "triad")
     by_dtype: dict[str, Any] = {}
@@ -486,8 +568,9 @@ def build_gpu_summary(facts: dict, cfg: dict, mode: str, device: str, stream_row
         "counting": {
             "stream": "STREAM's: copy 16 and triad 24 bytes per float64 element, on the device",
             "sweep": "bytes = (rows*cols + cols*N + rows*N) * itemsize (4 fp32, 2 bf16); FLOPs = 2*rows*cols*N",
-            "timer": "CUDA events around each sample after warm-up" if device.startswith("cuda")
-                     else "host clock (CPU twin; no device to synchronise)",
+            "timer": "CUDA events around each sample after warm-up"
+            if device.startswith("cuda")
+            else "host clock (CPU twin; no device to synchronise)",
         },
         "targets": targets,
     }

@@ -13,7 +13,7 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 
 def read_sweep(path: str | Path) -> list[dict]:
@@ -21,8 +21,7 @@ def read_sweep(path: str | Path) -> list[dict]:
     with open(path, newline="", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
     keep = ("n", "median_s", "p25_s", "p75_s", "gflops", "bytes", "flops")
-    return [{k: float(r[k]) for k in keep if r.get(k) not in (None, "")} | {"dtype": r.get("dtype", "")}
-            for r in rows]
+    return [{k: float(r[k]) for k in keep if r.get(k) not in (None, "")} | {"dtype": r.get("dtype", "")} for r in rows]
 
 
 def plot_sweep(devices: dict[str, tuple[dict, list[dict]]], out_png: str | Path) -> None:
@@ -39,15 +38,26 @@ def plot_sweep(devices: dict[str, tuple[dict, list[dict]]], out_png: str | Path)
             label = f"{device} {dtype}"
             ax_t.plot(n, [r["median_s"] * 1e3 for r in pts], "o-", color=colour, label=label)
             if all("p25_s" in r and "p75_s" in r for r in pts):
-                ax_t.fill_between(n, [r["p25_s"] * 1e3 for r in pts], [r["p75_s"] * 1e3 for r in pts],
-                                  color=colour, alpha=0.2, linewidth=0)
+                ax_t.fill_between(
+                    n,
+                    [r["p25_s"] * 1e3 for r in pts],
+                    [r["p75_s"] * 1e3 for r in pts],
+                    color=colour,
+                    alpha=0.2,
+                    linewidth=0,
+                )
             ax_f.plot(n, [r["gflops"] for r in pts], "o-", color=colour, label=f"{label} measured")
             copy = summary.get("stream_copy_gbps")
             if copy and all("flops" in r and "bytes" in r for r in pts):
                 roof = [copy * r["flops"] / r["bytes"] for r in pts]
                 ax_f.plot(n, roof, "--", color=colour, alpha=0.7, label=f"{device} copy bandwidth \u00d7 FLOP/byte")
-            ax_f.axhline(max(r["gflops"] for r in pts), color=colour, linestyle=":", alpha=0.8,
-                         label=f"{device} {dtype} best measured")
+            ax_f.axhline(
+                max(r["gflops"] for r in pts),
+                color=colour,
+                linestyle=":",
+                alpha=0.8,
+                label=f"{device} {dtype} best measured",
+            )
     for ax in (ax_t, ax_f):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")

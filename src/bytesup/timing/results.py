@@ -56,4 +56,3 @@ def course_machine(summary: Mapping) -> bool:
     """Did the timing run on the course's machine? Judged from the summary's 'machine' facts only."""
     text = " ".join(_strings(summary.get("machine", {}))).lower()
     return any(m in text for m in COURSE_MACHINE_MARKERS)
-

@@ -260,9 +260,7 @@ def run_context(
 # --- the claims files ----------------------------------------------------------------------
 
 
-_CLAIM_KEYS = frozenset(
-    {"claim_id", "description", "published", "metric", "unit", "requires", "tolerance", "scale"}
-)
+_CLAIM_KEYS = frozenset({"claim_id", "description", "published", "metric", "unit", "requires", "tolerance", "scale"})
 
 
 def claims_from_dict(data: Mapping, source: str = "<claims>") -> list[Claim]:
