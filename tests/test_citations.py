@@ -53,6 +53,8 @@ def test_format_value():
     assert format_value(0.76123, ".2%") == "76.12 %"
     assert format_value(1537807.4, ".0f") == "1,537,807" and format_value(269318.06, ".1f") == "269,318.1"
     assert format_value(12, "d") == "12" and format_value(0.1234, ".2e") == "1.23e-01"
+    # an exact zero is 0 in every notation; a tiny non-zero keeps its exponent
+    assert format_value(0.0, ".1e") == format_value(0, ".3g") == "0" and format_value(3e-9, ".1e") == "3.0e-09"
     assert format_value(98362432) == "98,362,432"
     assert format_value(True) == "yes"
     assert format_value([7.0, -1.0]) == "[7, -1]"

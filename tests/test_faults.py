@@ -15,8 +15,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import yaml
 from conftest import TINY_DATE, tiny_project
-from workflow_helpers import env_with_venv, sha256, snakemake
+from workflow_helpers import ROOT, env_with_venv, sha256, snakemake
 
 from bytesup.model.synthetic import write_tiny_llama
 from bytesup.run import notebook_job, runlock
@@ -76,8 +77,12 @@ def test_unsupported_type_names_type_tensor_and_the_lessons_it_stops(tmp_path):
     project = tiny_project(tmp_path / "p", gguf)
     out = failing(project)
     line = next(ln for ln in out.splitlines() if "cannot be dequantized" in ln)
-    assert "tensor 'blk.0.ffn_gate.weight'" in line
-    assert "lessons that cannot run: 03_ffn_by_hand, 03b_what_the_ffn_stores" in line
+    assert line.startswith(f"ERROR {gguf}: tensor 'blk.0.ffn_gate.weight': ggml type 25 (I16) cannot be dequantized")
+    assert line.endswith(
+        "; lessons that cannot run: 03_ffn_by_hand, 03b_what_the_ffn_stores; to go on without them, list the"
+        " other lessons under 'lessons:' in config/config.yaml"
+    )
+    assert "lessons" in yaml.safe_load((ROOT / "config" / "config.yaml").read_text())  # the advice names a real key
 
 
 def test_failing_notebook_keeps_its_partial_run_and_names_the_cell(tmp_path):
@@ -391,7 +396,6 @@ def _gate(project: Path, stage: str) -> None:
 
 
 def _ungate(project: Path) -> None:
-    from workflow_helpers import ROOT
 
     for rel in ("workflow/scripts/fetch.py", "workflow/scripts/extract.py", f"workflow/notebooks/{GATED}.ipynb"):
         (project / rel).write_bytes((ROOT / rel).read_bytes())
@@ -534,8 +538,6 @@ def test_a_failing_lesson_names_the_users_local_file_not_the_link(tmp_path, monk
     resources/models/<model>.gguf, the link the workflow reads through."""
     import runpy
 
-    from workflow_helpers import ROOT
-
     from bytesup.run import notebook_job
 
     link = "resources/models/mine.gguf"
@@ -563,3 +565,17 @@ class _Named(SimpleNamespace):
 
     def items(self):
         return vars(self).items()
+
+
+def test_a_job_ends_a_bytesup_error_with_its_one_line_naming_the_users_file(tmp_path, capsys):
+    from bytesup.errors import BytesupError
+    from bytesup.run.joblog import job_logging
+
+    log = tmp_path / "job.log"
+    with pytest.raises(SystemExit) as stop, job_logging(str(log), shown={"/x/resources/m.gguf": "~/m.gguf"}):
+        raise BytesupError("/x/resources/m.gguf: bad magic")
+    assert stop.value.code == 1
+    assert log.read_text() == "ERROR ~/m.gguf: bad magic\n"
+    assert capsys.readouterr().err == "ERROR ~/m.gguf: bad magic\n"
+    with pytest.raises(KeyError), job_logging(None):  # a bug keeps its traceback
+        {}["missing"]

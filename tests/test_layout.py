@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "bytesup"
-FLOORS = ["run", "gguf", "model", "timing", "lessons", "report", "config", "cli"]
+FLOORS = ["errors", "run", "gguf", "model", "timing", "lessons", "report", "config", "cli"]
 
 
 def floor_of(module: str) -> int:
@@ -59,3 +59,27 @@ def test_imports_point_down_and_sit_at_the_top(name, path):
     for node, target in bytesup_imports(tree):
         assert id(node) in top_level, f"{name}:{node.lineno} imports {target} inside a function"
         assert floor_of(target) <= here, f"{name} (floor {FLOORS[here]}) imports {target} above it"
+
+
+def test_every_exception_of_the_package_is_a_bytesup_error():
+    import importlib
+    import inspect
+
+    from bytesup.errors import BytesupError
+
+    seen = []
+    for name, _ in modules():
+        module = importlib.import_module(name)
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if issubclass(cls, BaseException) and cls.__module__ == name:
+                seen.append(cls)
+                assert issubclass(cls, BytesupError), f"{name}.{cls.__name__} does not derive from BytesupError"
+    assert len(seen) >= 30  # every wing has its own
+
+
+def test_a_bytesup_error_prints_its_message_as_written_even_as_a_key_error():
+    from bytesup.gguf.file import TensorNotFoundError
+    from bytesup.model.tokens import TokenError
+
+    assert str(TokenError("' cat' is not a single entry")) == "' cat' is not a single entry"
+    assert str(TensorNotFoundError("no tensor 'x'")) == "no tensor 'x'"

@@ -18,11 +18,12 @@ from collections.abc import Callable
 from typing import Any
 
 from bytesup import __version__
+from bytesup.errors import BytesupError
 from bytesup.gguf.extract import shape_text
-from bytesup.gguf.file import GGUF_MAGIC, GGUFFile, GGUFFormatError, printable
+from bytesup.gguf.file import GGUF_MAGIC, GGUFFile, printable
 from bytesup.lessons import registry
 from bytesup.model import param_counts
-from bytesup.report.verify import VerifyError, verify_path
+from bytesup.report.verify import verify_path
 from bytesup.run.files import plain
 
 EXIT_ERROR = 2
@@ -30,7 +31,7 @@ ARRAY_HEAD = 8  # arrays longer than this are shown as their first ARRAY_HEAD it
 LONG_STRING = 160  # text output cuts strings longer than this
 
 
-class CommandError(Exception):
+class CommandError(BytesupError):
     """An expected failure; main() prints it as one line."""
 
 
@@ -195,10 +196,7 @@ def add_verify(sub: argparse._SubParsersAction) -> None:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    try:
-        result = verify_path(args.path, args.root)
-    except VerifyError as err:
-        raise CommandError(str(err)) from None
+    result = verify_path(args.path, args.root)
     for problem in result.problems:
         print(printable(problem))
     print(printable(result.summary()))
@@ -240,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except (CommandError, GGUFFormatError) as err:
+    except BytesupError as err:  # every expected failure, whichever wing raised it
         print(f"bytesup: error: {printable(str(err))}", file=sys.stderr)
         return EXIT_ERROR
     except BrokenPipeError:  # `bytesup inspect x | head`: stop quietly

@@ -14,12 +14,13 @@ from typing import Any
 import jsonschema
 import yaml
 
+from bytesup.errors import BytesupError
 from bytesup.lessons import registry
 
 SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 
 
-class ConfigError(ValueError):
+class ConfigError(BytesupError, ValueError):
     """A config value the workflow cannot use; the message is one line."""
 
 

@@ -2,16 +2,16 @@
 
 All logic lives in bytesup.gguf.extract; this only wires the rule's input, outputs, params and
 log to it. A malformed GGUF or a pattern that matches nothing ends the job with its
-one-line message, without a traceback.
+one-line message, without a traceback (bytesup.run.joblog).
 """
 
 import fnmatch
 import json
-import sys
 from pathlib import Path
 
-from bytesup.gguf.extract import NoSpaceError, TensorSelectionError, extract
-from bytesup.gguf.file import GGUFFormatError, UnsupportedTypeError
+from bytesup.errors import BytesupError
+from bytesup.gguf.extract import extract
+from bytesup.gguf.file import UnsupportedTypeError
 from bytesup.run.joblog import job_logging
 
 
@@ -28,7 +28,7 @@ def main(sm) -> None:
     # The model's sha256 was verified on fetch (and the cache re-checked at this run's start):
     # the record gives it, so a 7 GB model is not read in full a second time only to hash it.
     sha256 = json.loads(Path(sm.input.record).read_text())["sha256"]
-    with job_logging(sm.log[0] if sm.log else None) as logger:
+    with job_logging(sm.log[0] if sm.log else None, shown={str(sm.input.gguf): sm.params.shown}):
         try:
             extract(
                 sm.input.gguf,
@@ -42,13 +42,12 @@ def main(sm) -> None:
             )
         except UnsupportedTypeError as err:
             lessons = lessons_needing(err.tensor, sm.params.needed_by)
-            who = f"lessons that cannot run: {', '.join(lessons)}" if lessons else "no lesson reads it"
-            logger.error("%s; %s; remove it from extract.tensors in config/config.yaml to go on without it", err, who)
-            sys.exit(1)
-        except (GGUFFormatError, TensorSelectionError, NoSpaceError) as err:
-            # a local model's messages name the user's file, not the link or copy under resources/
-            logger.error("%s", str(err).replace(str(sm.input.gguf), sm.params.shown))
-            sys.exit(1)
+            if lessons:
+                advice = (f"lessons that cannot run: {', '.join(lessons)}; to go on without them, list the"
+                          " other lessons under 'lessons:' in config/config.yaml")  # fmt: skip
+            else:
+                advice = "no lesson reads it"
+            raise BytesupError(f"{err}; {advice}") from None  # one line, naming the user's file
 
 
 main(snakemake)  # noqa: F821  (injected by Snakemake's script directive)

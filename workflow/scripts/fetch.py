@@ -7,11 +7,10 @@ one-line message, without a traceback, and leaves no model behind. Messages abou
 model (source: path) name the user's file, not the copy or link under resources/.
 """
 
-import sys
 from pathlib import Path
 
 from bytesup.gguf.file import GGUFFile, GGUFFormatError
-from bytesup.run.fetch import FetchError, fetch_model, mark_verified, write_record
+from bytesup.run.fetch import fetch_model, mark_verified, write_record
 from bytesup.run.joblog import job_logging
 
 
@@ -19,9 +18,9 @@ def main(sm) -> None:
     dest = Path(sm.output.gguf)
     spec = dict(sm.params.spec)
     shown = spec["path"] if spec.get("source") == "path" else str(dest)
-    with job_logging(sm.log[0] if sm.log else None) as logger:
+    with job_logging(sm.log[0] if sm.log else None, shown={str(dest): shown}) as logger:
+        record = fetch_model(sm.params.name, spec, dest)
         try:
-            record = fetch_model(sm.params.name, spec, dest)
             with GGUFFile(dest) as gguf:
                 logger.info(
                     "%s: GGUF v%d, %d tensors, %d metadata keys",
@@ -30,11 +29,9 @@ def main(sm) -> None:
                     len(gguf.tensors),
                     len(gguf.metadata),
                 )
-        except (FetchError, GGUFFormatError) as err:
-            if isinstance(err, GGUFFormatError):
-                dest.unlink(missing_ok=True)
-            logger.error("%s", str(err).replace(str(dest), shown))
-            sys.exit(1)
+        except GGUFFormatError:
+            dest.unlink(missing_ok=True)  # a malformed model is not left for a later stage to read
+            raise
         write_record(record, Path(sm.output.record))
         mark_verified(dest, record["sha256"])  # the next run's check of the cache need not re-read it
 

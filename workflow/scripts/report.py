@@ -13,6 +13,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from bytesup.errors import BytesupError
 from bytesup.report import build as report
 from bytesup.report import job_resources, provenance
 from bytesup.run import joblog
@@ -46,6 +47,10 @@ shutil.rmtree(stage, ignore_errors=True)
 try:
     manifest = report.build(run, stage)
     kept = report.publish(stage, final, Path(sm.output.archive))
+except BytesupError as err:  # a cited key missing from its file, a benchmark unreadable: one line
+    shutil.rmtree(stage, ignore_errors=True)
+    logging.error("%s", err)
+    sys.exit(f"error: {err}")
 except OSError as err:
     shutil.rmtree(stage, ignore_errors=True)
     if err.errno != errno.ENOSPC:

@@ -14,7 +14,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from bytesup.run.notebook_job import NotebookFailed, run_notebook
+from bytesup.errors import BytesupError
+from bytesup.run.notebook_job import run_notebook
 
 sm = snakemake  # noqa: F821  (injected by Snakemake's script directive)
 logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
@@ -36,7 +37,7 @@ Path(sm.output.notebook).parent.mkdir(parents=True, exist_ok=True)
 
 try:
     run_notebook(sm.input.notebook, partial, lesson=sm.params.lesson, parameters=parameters, cwd=os.getcwd())
-except NotebookFailed as err:
+except BytesupError as err:
     # a local model's messages name the user's file, not the link or copy under resources/
     internal = files.get("model_gguf")
     sys.exit(str(err).replace(str(internal), sm.params.shown) if internal else str(err))

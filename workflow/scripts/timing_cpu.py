@@ -6,20 +6,13 @@ An expected failure (malformed GGUF, no FFN to time, bad setting) ends the job w
 no traceback.
 """
 
-import sys
-
-from bytesup.gguf.file import GGUFFormatError
 from bytesup.run.joblog import job_logging
-from bytesup.timing.cpu import TimingError, run_cpu, write_results
+from bytesup.timing.cpu import run_cpu, write_results
 
 
 def main(sm) -> None:
-    with job_logging(sm.log[0] if sm.log else None) as logger:
-        try:
-            result = run_cpu(sm.input.gguf, dict(sm.params.timing, seed=sm.params.seed), threads=sm.threads)
-        except (GGUFFormatError, TimingError) as err:
-            logger.error("%s", err)
-            sys.exit(1)
+    with job_logging(sm.log[0] if sm.log else None):
+        result = run_cpu(sm.input.gguf, dict(sm.params.timing, seed=sm.params.seed), threads=sm.threads)
         write_results(
             result,
             sm.output.summary,

@@ -5,27 +5,18 @@ and log to it. An expected failure (malformed GGUF, an architecture the forward 
 follow, a bad setting) ends the job with one line, no traceback.
 """
 
-import sys
-
-from bytesup.gguf.file import GGUFFormatError
-from bytesup.model.arch import ArchMetadataError, UnsupportedArchitectureError
 from bytesup.run.joblog import job_logging
-from bytesup.timing.cpu import TimingError
 from bytesup.timing.decode import run_decode, write_decode_results
 
 
 def main(sm) -> None:
-    with job_logging(sm.log[0] if sm.log else None) as logger:
-        try:
-            result = run_decode(
-                sm.input.gguf,
-                dict(sm.params.timing, seed=sm.params.seed),
-                threads=sm.threads,
-                resident_budget_bytes=int(sm.params.resident_budget_mb) * 2**20,
-            )
-        except (GGUFFormatError, TimingError, UnsupportedArchitectureError, ArchMetadataError) as err:
-            logger.error("%s", err)
-            sys.exit(1)
+    with job_logging(sm.log[0] if sm.log else None):
+        result = run_decode(
+            sm.input.gguf,
+            dict(sm.params.timing, seed=sm.params.seed),
+            threads=sm.threads,
+            resident_budget_bytes=int(sm.params.resident_budget_mb) * 2**20,
+        )
         write_decode_results(result, sm.output.summary, sm.output.prefill)
 
 

@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from bytesup.errors import BytesupError
 from bytesup.gguf.dequant import dequantize, dequantizer_used
 from bytesup.gguf.file import GGUFFile, UnsupportedTypeError, printable
 from bytesup.run.files import plain, sha256_file
@@ -53,7 +54,7 @@ METADATA_FORMAT = "bytesup.metadata/1"
 OPTIONAL_PREFIX = "?"
 
 
-class TensorSelectionError(ValueError):
+class TensorSelectionError(BytesupError, ValueError):
     """A required pattern matched no tensor (one line: the file, the pattern, close names)."""
 
 
@@ -208,7 +209,7 @@ def _write_json(path: Path, obj: Any) -> None:
     _atomic_write(path, lambda fh: fh.write(text.encode("utf-8")))
 
 
-class NoSpaceError(OSError):
+class NoSpaceError(BytesupError, OSError):
     """The disk cannot hold the extracted tensors; the message is one line with the space needed."""
 
 

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
+from bytesup.errors import BytesupError
 from bytesup.gguf.dequant import dequantize
 
 log = logging.getLogger(__name__)
@@ -95,7 +96,7 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-class GGUFFormatError(ValueError):
+class GGUFFormatError(BytesupError, ValueError):
     """A file that is not a well-formed GGUF. str() is one line: '<file>: <what> at byte <n>'."""
 
     def __init__(self, path, what: str, *, offset: int | None = None, field: str | None = None):
@@ -120,11 +121,8 @@ class UnsupportedTypeError(GGUFFormatError):
         super().__init__(path, what, offset=offset, field=f"tensor {tensor!r}")
 
 
-class TensorNotFoundError(KeyError):
+class TensorNotFoundError(BytesupError, KeyError):
     """No tensor of that name in the file; the message suggests close names."""
-
-    def __str__(self) -> str:  # KeyError would repr() the message
-        return str(self.args[0])
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bytesup.errors import BytesupError
 from bytesup.lessons.spec import LessonSpec
 from bytesup.run.files import plain  # lessons and their tests write metrics with it
 
@@ -51,15 +52,12 @@ def lesson_module(lesson_id: str):
     raise KeyError(f"no lesson {lesson_id!r}; known: {', '.join(registry())}")
 
 
-class LessonInputError(ValueError):
+class LessonInputError(BytesupError, ValueError):
     """An input file that is missing, or lacks a key or tensor a lesson needs."""
 
 
 class MissingTensorError(LessonInputError, KeyError):
     """A tensor the lesson needs was not extracted (a KeyError too, so `in` and .get() work)."""
-
-    def __str__(self) -> str:  # KeyError would print the message in quotes
-        return str(self.args[0])
 
 
 def read_json(path: str | Path) -> dict:

@@ -29,12 +29,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from bytesup.errors import BytesupError
 
-class UnsupportedArchitectureError(ValueError):
+
+class UnsupportedArchitectureError(BytesupError, ValueError):
     """An architecture the forward pass has no table row for (one line: which, file, supported)."""
 
 
-class ArchMetadataError(ValueError):
+class ArchMetadataError(BytesupError, ValueError):
     """A key or tensor the forward pass needs is missing or unusable (one line, naming it)."""
 
 

@@ -20,10 +20,12 @@ import jinja2
 import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from bytesup.errors import BytesupError
+
 TEMPLATE_KEY = "tokenizer.chat_template"
 
 
-class ChatTemplateError(ValueError):
+class ChatTemplateError(BytesupError, ValueError):
     """A chat template that is missing, does not parse, raises, or tries something unsafe."""
 
 

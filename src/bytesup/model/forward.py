@@ -26,6 +26,7 @@ from typing import Self
 
 import numpy as np
 
+from bytesup.errors import BytesupError
 from bytesup.gguf.file import GGUFFile
 from bytesup.model.arch import ArchSpec, spec_from_metadata
 from bytesup.model.layers import gelu, silu
@@ -40,7 +41,7 @@ from bytesup.model.weights import (
 )
 
 
-class ForwardInputError(ValueError):
+class ForwardInputError(BytesupError, ValueError):
     """Token ids the model cannot take (empty, out of range, too many); one line."""
 
 

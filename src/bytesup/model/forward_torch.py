@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bytesup.errors import BytesupError
 from bytesup.model.arch import ArchSpec
 from bytesup.model.forward import (
     ForwardInputError,
@@ -43,7 +44,7 @@ except ImportError:  # pragma: no cover - the tests skip without torch
     torch = None
 
 
-class TorchUnavailable(ValueError):
+class TorchUnavailable(BytesupError, ValueError):
     """torch is not installed, or the weights are not resident float32; one line."""
 
 

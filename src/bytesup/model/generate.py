@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from bytesup.errors import BytesupError
 
-class GenerationError(ValueError):
+
+class GenerationError(BytesupError, ValueError):
     """A bad sampling or generation setting (temperature, top_k, top_p, max_new_tokens, prompt)."""
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import regex
 
+from bytesup.errors import BytesupError
 from bytesup.gguf.file import GGUFFile
 from bytesup.model.tokens import SENTENCEPIECE_SPACE, gpt2_byte_to_char
 
@@ -68,11 +69,11 @@ ADD_BOS_BY_DEFAULT = {"llama-bpe", "llama3", "llama-v3"}
 TOKENIZER_MODELS = ("gpt2", "llama")
 
 
-class UnsupportedTokenizerError(ValueError):
+class UnsupportedTokenizerError(BytesupError, ValueError):
     """A tokenizer.ggml.model or tokenizer.ggml.pre this package does not implement."""
 
 
-class TokenizerError(ValueError):
+class TokenizerError(BytesupError, ValueError):
     """Tokenizer metadata that is missing or malformed, or an id outside the vocabulary."""
 
 

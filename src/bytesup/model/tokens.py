@@ -15,14 +15,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
+from bytesup.errors import BytesupError
+
 SENTENCEPIECE_SPACE = "\u2581"  # '▁'
 
 
-class TokenError(KeyError):
+class TokenError(BytesupError, KeyError):
     """A token that is not in the vocabulary, or a tokenizer we do not know."""
-
-    def __str__(self) -> str:  # KeyError would print the message in quotes
-        return str(self.args[0])
 
 
 @lru_cache(maxsize=1)

@@ -29,15 +29,14 @@ from typing import Any
 
 from bytesup.run.files import sha256_file
 from bytesup.gguf.file import printable
+from bytesup.errors import BytesupError
 
 SELF = "manifest.json"  # the report's own manifest, beside index.html
 
 
-class CitationError(KeyError):
+class CitationError(BytesupError, KeyError):
     """A cited key is missing from its file."""
 
-    def __str__(self) -> str:  # KeyError would print the repr of its argument
-        return str(self.args[0])
 
 
 def _read_csv(path: Path) -> list[dict[str, str]]:
@@ -114,6 +113,8 @@ def _format(value: Any, fmt: str | None) -> str:
         digits = fmt[1:-1] if fmt.startswith(".") else "1"
         return f"{100 * float(value):,.{digits}f} %"
     if fmt:
+        if isinstance(value, (int, float)) and value == 0 and re.fullmatch(r"\.\d+[eEgG]", fmt):
+            return "0"  # an exact zero is 0 in every notation (0.0e+00 reads as a measurement)
         if isinstance(value, (int, float)) and re.fullmatch(r"\.\d+f|d", fmt):
             fmt = "," + fmt  # thousands separated, as every count and byte size in the report
         return format(value, fmt)

@@ -33,11 +33,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bytesup.model.configs import Architecture, llama_tensor_shapes, type_bytes
+from bytesup.errors import BytesupError
 
 MB = 2**20  # Snakemake's max_rss and mem_mb are in MiB (psutil bytes / 1024 / 1024)
 
 
-class BenchmarkError(ValueError):
+class BenchmarkError(BytesupError, ValueError):
     """A benchmark file that is not Snakemake's (one line: the file and what is wrong)."""
 
 

@@ -33,11 +33,12 @@ from pathlib import Path, PurePosixPath
 from bytesup.report import build, notebook_pages
 from bytesup.report.citations import CitationError
 from bytesup.gguf.file import printable
+from bytesup.errors import BytesupError
 
 CONTEXT = 50  # characters shown either side of the first difference
 
 
-class VerifyError(Exception):
+class VerifyError(BytesupError):
     """PATH is not a report (no manifest, damaged archive, moved folder): one line for the user."""
 
 

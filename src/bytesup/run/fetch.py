@@ -48,6 +48,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from bytesup.errors import BytesupError
+
 log = logging.getLogger(__name__)
 
 CHUNK = 1 << 20  # 1 MiB reads: full disk/network speed, flat memory for a 7 GB file
@@ -64,7 +66,7 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
-class FetchError(RuntimeError):
+class FetchError(BytesupError, RuntimeError):
     """A model could not be fetched. The message is one line that says what to do."""
 
 

@@ -1,7 +1,8 @@
-"""Logging for the workflow's scripts: the rule's log file and stderr, one format.
+"""Logging for the workflow's scripts: the rule's log file and stderr, one format, one handler.
 
-A disk that fills up in a job ends it with one line naming the stage, the file and the free space,
-not a traceback (the stage is the log's folder: logs/<stage>/<model>.log).
+Every expected failure (a `BytesupError`) ends the job with its one line, not a traceback; so does
+a disk that fills up, naming the stage, the file and the free space (the stage is the log's folder:
+logs/<stage>/<model>.log). Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import logging
 import shutil
 import sys
 from pathlib import Path
+
+from bytesup.errors import BytesupError
 
 
 def no_space_message(stage: str, err: OSError) -> str:
@@ -28,8 +31,12 @@ def no_space_message(stage: str, err: OSError) -> str:
 
 
 @contextlib.contextmanager
-def job_logging(log_path: str | None, name: str = "bytesup"):
-    """Send the package's log lines to stderr and (when the rule has one) its log file."""
+def job_logging(log_path: str | None, name: str = "bytesup", shown: dict[str, str] | None = None):
+    """Send the package's log lines to stderr and (when the rule has one) its log file.
+
+    A `BytesupError` raised inside is logged as its one line and ends the job (exit status 1).
+    `shown` maps paths the job uses to the names the user knows: a local model's messages name
+    the user's file, not the link or copy under resources/."""
     logger = logging.getLogger(name)
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if log_path:
@@ -40,6 +47,12 @@ def job_logging(log_path: str | None, name: str = "bytesup"):
     logger.setLevel(logging.INFO)
     try:
         yield logger
+    except BytesupError as err:
+        message = str(err)
+        for internal, name in (shown or {}).items():
+            message = message.replace(internal, name)
+        logger.error("%s", message)
+        sys.exit(1)
     except OSError as err:
         if err.errno != errno.ENOSPC:
             raise

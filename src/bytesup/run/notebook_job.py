@@ -17,12 +17,14 @@ import papermill
 from nbclient.exceptions import DeadKernelError
 from papermill.exceptions import PapermillExecutionError
 
+from bytesup.errors import BytesupError
+
 log = logging.getLogger(__name__)
 
 STARTS = 3  # tries to start a kernel that dies before it runs a cell
 
 
-class NotebookFailed(RuntimeError):
+class NotebookFailed(BytesupError, RuntimeError):
     """A lesson notebook did not finish; the message is one line naming the partial notebook."""
 
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bytesup.errors import BytesupError
+
 MARKER = "Snakefile"
 
 
-class ProjectRootNotFound(FileNotFoundError):
+class ProjectRootNotFound(BytesupError, FileNotFoundError):
     pass
 
 

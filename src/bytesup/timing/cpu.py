@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from bytesup.errors import BytesupError
 from bytesup.gguf import dequant
 from bytesup.gguf.dequant import (
     bit_equal,
@@ -90,7 +91,7 @@ ENV_FACTS = (
 )
 
 
-class TimingError(RuntimeError):
+class TimingError(BytesupError, RuntimeError):
     """An expected failure of a timing job; the message is one line for the user."""
 
 

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from bytesup.errors import BytesupError
 from bytesup.gguf.file import GGUFFile
 from bytesup.model.arch import spec_from_metadata, supported
 from bytesup.model.forward import Model, flops_per_token
@@ -55,7 +56,7 @@ DECODE_HEADROOM_FRACTION = 0.10  # or this share of the device's memory when lar
 DECODE_PROMPT_LEN = 8  # prompt tokens before the timed decode steps (as bytesup.timing.decode)
 
 
-class GPUUnavailable(RuntimeError):
+class GPUUnavailable(BytesupError, RuntimeError):
     """gpu: on, but no CUDA device; the message is one line."""
 
 

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import yaml
 
+from bytesup.errors import BytesupError
+
 STATUSES = ("reproduced", "specimen differs", "not reproduced")
 COLUMNS = ("claim_id", "lesson", "description", "published", "measured", "unit", "tolerance", "status")
 
@@ -43,7 +45,7 @@ SPECIMEN_FILE_TYPE = 7  # general.file_type of a "mostly Q8_0" GGUF (llama.cpp's
 SPECIMEN_SHA256: frozenset[str] = frozenset({"02cd6ce7ccec670cf6d3dd147932f13e584f9e964d5a3297a74b401b658471ae"})
 
 
-class ClaimsError(ValueError):
+class ClaimsError(BytesupError, ValueError):
     """A claims file or a published number that cannot be read."""
 
 
