@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 DECODE_CONTEXTS = (0, 512, 2048, 8192)
 KV_BUDGET_BYTES = 1 << 30  # the largest float32 KV cache the sweep fills (about 8,192 positions of a 0.5B model)
 KV_ITEM_TYPE = "F32"  # the NumPy decoder keeps its cache in float32
+KV_VISIBLE_SHARE = 0.10  # the KV cache's share of a step's bytes from which the lessons call it visible
 
 
 def kv_bytes_per_position(shape, cache_type: str = KV_ITEM_TYPE) -> int:
@@ -50,6 +51,22 @@ def kv_bytes_read(shape, positions: int, cache_type: str = KV_ITEM_TYPE) -> int:
 def kv_share(weight_bytes: int, kv: int) -> float:
     """The KV cache's share of the bytes one decode step reads."""
     return kv / (weight_bytes + kv) if weight_bytes + kv else 0.0
+
+
+def context_for_share(shape, weight_bytes: int, share: float, limit: int, cache_type: str = KV_ITEM_TYPE) -> int | None:
+    """The fewest positions in the cache at which its keys and values are `share` of the bytes a
+    decode step reads (weights `weight_bytes` beside them), or None when that takes more than `limit`
+    positions (the context length: on a model whose every layer slides, the cache stops growing)."""
+    if kv_share(weight_bytes, kv_bytes_read(shape, limit, cache_type)) < share:
+        return None
+    lo, hi = 0, limit  # kv_bytes_read grows with the positions: bisect for the first that reaches the share
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if kv_share(weight_bytes, kv_bytes_read(shape, mid, cache_type)) >= share:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 def contexts_for(

@@ -34,7 +34,7 @@ from bytesup.model.arch import supported
 from bytesup.model.configs import DEEPSEEK_CODER_6_7B
 from bytesup.model.forward import Model, flops_per_token
 from bytesup.model.weights import float32_bytes
-from bytesup.timing.context import contexts_for, decode_by_context
+from bytesup.timing.context import KV_VISIBLE_SHARE, context_for_share, contexts_for, decode_by_context
 from bytesup.timing.cpu import settings, target
 from bytesup.timing.machine import CpuShare, machine_facts
 from bytesup.timing.measure import WallTimer, summarize, write_csv, write_json
@@ -226,6 +226,8 @@ def _measure(gguf_path, cfg: dict, threads: int, resident_budget_bytes: int, scr
         "decode_by_context": by_context,
         "decode_tokens_per_s_by_context": {str(r["context"]): r["tokens_per_s"] for r in by_context},
         "decode_context_notes": context_notes,
+        "decode_kv_visible_context": context_for_share(spec, bytes_per_token, KV_VISIBLE_SHARE, spec.context_length),
+        "decode_kv_half_context": context_for_share(spec, bytes_per_token, 0.5, spec.context_length),
         "streamed": streamed,
         "q8_0_product": q8,
         "prefill_tokens_per_s": {str(r["n"]): r["tokens_per_s"] for r in prefill_rows},
@@ -256,7 +258,8 @@ COUNTING = {
     "theirs, both medians of the interleaved steps",
     "context": "tokens/s with the cache holding `context` positions (random keys and values); KV bytes per token = "
     "positions read x blocks x 2 x KV heads x head size x 4 (float32; a sliding layer reads only its window), "
-    "the mean over the timed steps",
+    "the mean over the timed steps; decode_kv_visible_context (half_context): the fewest positions at which the "
+    "cache is 10 % (50 %) of the bytes a step reads",
     "streamed": "the weights dequantized block by block at every step; dequant = the seconds the weights provider "
     "spends per step, rest = step - dequant (products, attention, norms)",
     "q8_0_product": "y = W x with W as int8 blocks and float32 scales (1.125 bytes per weight), a tile of rows "
