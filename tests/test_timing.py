@@ -430,3 +430,13 @@ def test_default_model_weights_and_dequant(default_gguf):
         rows = timing.dequant_bench(model, ["Q8_0", "Q4_1"], 1, repeats=3, warmup=1, noisy_spread=0.1)
     assert [(r["type"], r["n_tensors"], r["bit_exact"]) for r in rows] == [("Q8_0", 1, True), ("Q4_1", 1, True)]
     assert rows[0]["tensors"] == "token_embd.weight"
+
+
+def test_the_sweep_figures_memory_roof_is_the_read_ceiling_where_measured():
+    from bytesup.timing.plots import roof_bandwidth
+
+    assert roof_bandwidth({"stream_copy_gbps": 30.0, "read_ceiling_gbps": 33.0, "read_ceiling_kernel": "sum"}) == (
+        33.0,
+        "read ceiling (sum)",
+    )
+    assert roof_bandwidth({"stream_copy_gbps": 30.0}) == (30.0, "copy bandwidth")  # a summary from before the kernels

@@ -241,7 +241,11 @@ def test_interleave_warms_up_then_takes_turns():
     log = []
     times = steps.interleave({"a": Counter(log, "a"), "b": Counter(log, "b")}, n_tokens=5, warmup=1, rounds=2)
     assert times == {"a": [1.0] * 5, "b": [1.0] * 5}
-    assert "".join(log) == "ab" + "aaabbb" + "aabb"  # warm-ups, then turns of ceil(5/2) = 3 steps
+    # warm-ups, then turns of ceil(5/2) = 3 timed steps, each after one untimed step that settles the machine
+    assert "".join(log) == "ab" + "aaaabbbb" + "aaabbb"
+    log.clear()
+    assert steps.interleave({"a": Counter(log, "a")}, n_tokens=3, warmup=2, rounds=2) == {"a": [1.0] * 3}
+    assert "".join(log) == "a" * 5  # alone: nothing to settle
 
 
 def test_float32_copy_holds_the_projects_dequantized_weights_and_the_metadata(tiny, tmp_path):

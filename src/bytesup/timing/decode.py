@@ -272,7 +272,7 @@ COUNTING = {
 def _decode_beside_llama_f32(gguf_path, model, prompt, n_tokens, warmup, threads, budget, scratch_dir):
     """Our decode steps, in turns with llama.cpp's on a float32 copy of the same model when it can run:
     ({'times', 'provider_times', 'context_end'}, the llama_cpp_f32 summary or {'skipped': why})."""
-    total = len(prompt) + warmup + n_tokens
+    total = len(prompt) + warmup + n_tokens + DECODE_ROUNDS  # the turns' settling steps too
     refusal = None if model.mode == "resident" else "the weights stream: there are no resident float32 bytes to compare"
     folder = Path(scratch_dir) if scratch_dir else Path(tempfile.gettempdir())
     refusal = refusal or float32_copy_refusal(float32_bytes(model.spec), budget, folder)
@@ -283,20 +283,27 @@ def _decode_beside_llama_f32(gguf_path, model, prompt, n_tokens, warmup, threads
             written = write_float32_copy(gguf_path, copy)
             usable, why = llama_cpp_ref.status(copy)
             refusal = None if usable else why
+        provider: list[float] = []  # the seconds of each of our timed steps spent in the weights provider
+
+        def after_step(name, stepper):
+            if name == "ours":
+                provider.append(stepper.provider_seconds)
+
         with NumpyDecoder(model, total) as ours:
             ours.start(prompt)
             if refusal is not None:
-                times = interleave({"ours": ours}, n_tokens, warmup)["ours"]
+                times = interleave({"ours": ours}, n_tokens, warmup, after_step=after_step)["ours"]
                 f32 = {"skipped": refusal}
             else:
                 with LlamaDecoder(copy, threads, total + 8) as theirs:
                     theirs.start(prompt)
-                    both = interleave({"ours": ours, "llama.cpp": theirs}, n_tokens, warmup, DECODE_ROUNDS)
+                    steppers = {"ours": ours, "llama.cpp": theirs}
+                    both = interleave(steppers, n_tokens, warmup, DECODE_ROUNDS, after_step=after_step)
                 times = both["ours"]
                 f32 = _f32_summary(both, written, model.weight_bytes_per_token().float32_bytes)
     log.info("decode: %.1f tokens/s; llama.cpp float32: %s", 1 / summarize(times, 1.0)["median_s"],
              f32.get("decode_tokens_per_s", f32.get("skipped")))  # fmt: skip
-    return {"times": times, "provider_times": ours.provider_times[warmup:], "context_end": ours.cache.n}, f32
+    return {"times": times, "provider_times": provider, "context_end": ours.cache.n}, f32
 
 
 def _f32_summary(both: dict, written: dict, bytes_per_token: int) -> dict:

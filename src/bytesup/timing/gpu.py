@@ -533,6 +533,7 @@ def build_gpu_summary(
         "read_gbps_by_kernel": ceiling["by_kernel_gbps"],
         "matvec_cold_gbps": fp32["matvec_cold_gbps"],
         "matvec_fraction_of_copy": fp32["matvec_fraction_of_copy"],
+        "matvec_fraction_of_read_ceiling": fp32["matvec_fraction_of_read_ceiling"],
         "matmul_ratio_256_over_1": fp32["matmul_ratio_256_over_1"],
         "by_dtype": by_dtype,
         "dequant": {},

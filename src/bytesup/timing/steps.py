@@ -62,14 +62,14 @@ class TimedWeights:
 
 class NumpyDecoder:
     """The project's NumPy decoder as a stepper, greedy as in generation (the next input is the
-    argmax, taken outside the clock). `provider_times[i]`: the seconds of step i spent in the weights
-    provider (TimedWeights). Use as a context manager: the model gets its own provider back after."""
+    argmax, taken outside the clock). `provider_seconds`: the seconds of the last step spent in the
+    weights provider (TimedWeights). Use as a context manager: the model gets its own provider back after."""
 
     def __init__(self, model, max_tokens: int, cache=None):
         self.model = model
         self.cache = cache if cache is not None else model.new_cache(max_tokens)
         self.timed = TimedWeights(model.weights)
-        self.provider_times: list[float] = []
+        self.provider_seconds = 0.0
         self._next = 0
 
     def __enter__(self) -> NumpyDecoder:
@@ -92,21 +92,36 @@ class NumpyDecoder:
         t0 = time.perf_counter()
         logits = self.model.forward([self._next], self.cache)
         dt = time.perf_counter() - t0
-        self.provider_times.append(self.timed.seconds - before)
+        self.provider_seconds = self.timed.seconds - before
         self._next = int(np.argmax(logits[-1]))
         return dt
 
 
-def interleave(steppers: Mapping[str, object], n_tokens: int, warmup: int, rounds: int = 4) -> dict[str, list[float]]:
+def interleave(
+    steppers: Mapping[str, object], n_tokens: int, warmup: int, rounds: int = 4, settle: int = 1, after_step=None
+) -> dict[str, list[float]]:
     """Each stepper's seconds for `n_tokens` timed steps after `warmup` untimed ones (all steppers'
-    warm-ups first), in `rounds` turns of about n_tokens / rounds steps each, in the order given."""
+    warm-ups first), in `rounds` turns of about n_tokens / rounds steps each, in the order given.
+    `after_step(name, stepper)`, when given, is called after each timed step (to read what else it clocked).
+
+    With more than one stepper each turn begins with `settle` untimed steps: the engine that just
+    ran may leave its worker threads spinning for a moment (OpenBLAS's and OpenMP's wait before they
+    sleep), and its data in cache; the first step of a turn would pay for the other's habits.
+    """
     for s in steppers.values():
         for _ in range(warmup):
             s.step()
+    settle = settle if len(steppers) > 1 else 0
     per_turn = max(1, math.ceil(n_tokens / max(rounds, 1)))
     times: dict[str, list[float]] = {name: [] for name in steppers}
     while any(len(t) < n_tokens for t in times.values()):
         for name, s in steppers.items():
             todo = min(per_turn, n_tokens - len(times[name]))
-            times[name] += [s.step() for _ in range(todo)]
+            if todo:
+                for _ in range(settle):
+                    s.step()
+            for _ in range(todo):
+                times[name].append(s.step())
+                if after_step is not None:
+                    after_step(name, s)
     return times

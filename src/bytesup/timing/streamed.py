@@ -27,7 +27,7 @@ from threadpoolctl import threadpool_limits
 
 from bytesup.model.forward import Model
 from bytesup.timing.measure import TimingError, summarize, time_rotation
-from bytesup.timing.steps import NumpyDecoder
+from bytesup.timing.steps import NumpyDecoder, interleave
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +65,11 @@ def streamed_split(path, prompt, n_tokens: int, warmup: int, noisy: float) -> di
         wb = model.weight_bytes_per_token()
         with NumpyDecoder(model, len(prompt) + warmup + n_tokens) as dec:
             dec.start(prompt)
-            steps = [dec.step() for _ in range(warmup + n_tokens)][warmup:]
-    return split_summary(steps, dec.provider_times[warmup:], wb.file_bytes, wb.float32_bytes, noisy)
+            provider = []
+            steps = interleave(
+                {"ours": dec}, n_tokens, warmup, after_step=lambda _, d: provider.append(d.provider_seconds)
+            )
+    return split_summary(steps["ours"], provider, wb.file_bytes, wb.float32_bytes, noisy)
 
 
 # --- Q8_0 kept as int8 blocks: the product that reads them directly ---------------------------
