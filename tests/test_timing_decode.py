@@ -269,6 +269,9 @@ def test_float32_copy_is_refused_in_one_line_over_the_budget_or_the_disk(tmp_pat
     assert peers.float32_copy_refusal(1000, 2000 << 20, tmp_path) is None
     why = peers.float32_copy_refusal(1 << 62, 1 << 63, tmp_path)
     assert "does not fit" in why and str(tmp_path) in why
+    with pytest.raises(peers.TimingError, match="array of arrays"):  # the job turns it into a one-line skip
+        peers._value_type("ARRAY[ARRAY]")
+    assert peers._value_type("ARRAY[STRING]") == (peers.GGUFValueType.ARRAY, peers.GGUFValueType.STRING)
 
 
 def test_streamed_split_clocks_the_weights_provider(tiny):

@@ -37,7 +37,7 @@ from bytesup.model.weights import float32_bytes
 from bytesup.timing.context import KV_VISIBLE_SHARE, context_for_share, contexts_for, decode_by_context
 from bytesup.timing.cpu import settings, target
 from bytesup.timing.machine import CpuShare, machine_facts
-from bytesup.timing.measure import WallTimer, summarize, write_csv, write_json
+from bytesup.timing.measure import TimingError, WallTimer, summarize, write_csv, write_json
 from bytesup.timing.memory import memory_rows, read_ceiling, stream_bytes_for
 from bytesup.timing.peers import (
     LlamaDecoder,
@@ -280,9 +280,12 @@ def _decode_beside_llama_f32(gguf_path, model, prompt, n_tokens, warmup, threads
         copy = None
         if refusal is None:
             copy = Path(tmp) / "model-f32.gguf"
-            written = write_float32_copy(gguf_path, copy)
-            usable, why = llama_cpp_ref.status(copy)
-            refusal = None if usable else why
+            try:
+                written = write_float32_copy(gguf_path, copy)
+                usable, why = llama_cpp_ref.status(copy)
+                refusal = None if usable else why
+            except TimingError as err:
+                refusal = str(err)
         provider: list[float] = []  # the seconds of each of our timed steps spent in the weights provider
 
         def after_step(name, stepper):

@@ -24,6 +24,7 @@ from gguf import GGUFValueType, GGUFWriter
 
 from bytesup.gguf.file import GGUFFile
 from bytesup.model import llama_cpp_ref
+from bytesup.timing.measure import TimingError
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ def _value_type(type_name: str) -> tuple[GGUFValueType, GGUFValueType | None]:
     if type_name.startswith("ARRAY[") and type_name.endswith("]"):
         inner = type_name[6:-1]
         if inner == "ARRAY":
-            raise ValueError("nested metadata arrays are not copied")
+            raise TimingError("a metadata array of arrays: the float32 copy does not write nested arrays")
         return GGUFValueType.ARRAY, GGUFValueType[inner]
     return GGUFValueType[type_name], None
 
@@ -59,7 +60,8 @@ def float32_copy_refusal(f32_bytes: int, resident_budget_bytes: int, folder: str
 
 def write_float32_copy(src: str | Path, dst: str | Path) -> dict:
     """Write every tensor of `src` dequantized to float32 (the project's dequantizers) into a new GGUF
-    `dst` with the same metadata (file type ALL_F32), tensor by tensor; {'bytes', 'tensors', 'seconds'}."""
+    `dst` with the same metadata (file type ALL_F32), tensor by tensor; {'bytes', 'tensors', 'seconds'}.
+    A TimingError (one line) for metadata the copy cannot write."""
     t0 = time.perf_counter()
     with GGUFFile(src) as f:
         writer = GGUFWriter(dst, f.metadata["general.architecture"])
