@@ -480,7 +480,7 @@ def decode_files(
         "decode_kv_half_context": 9000,
         "streamed": {"tokens_per_s": 2.0, "step_median_s": 0.5, "dequant_median_s": 0.4, "dequant_share": 0.8,
                      "dequant_gbps": 0.25, "bound": "dequantization"},
-        "q8_0_product": {"gbps": 2.5, "fraction_of_read_ceiling": 0.2, "dequant_share": 0.9, "bytes_per_weight": 1.125,
+        "q8_0_product": {"gbps": 2.5, "fraction_of_read_ceiling": 0.2, "int8_to_float32_share": 0.2, "bytes_per_weight": 1.125,
                          "weights_per_s": 2.0e9, "shape": [11008, 4096]},
         "other_processes_cpu_fraction": 0.01,
         "machine_shared": False,

@@ -311,6 +311,6 @@ def test_q8_0_product_counts_the_resident_bytes():
     rows, cols = SMALL_Q8
     assert r["bytes_per_call"] == int(rows * cols * 1.125 + 4 * (rows + cols))
     assert r["gbps"] == pytest.approx(r["bytes_per_call"] / r["median_s"] / 1e9)
-    assert 0 < r["dequant_only_median_s"] and r["dequant_share"] == pytest.approx(
-        r["dequant_only_median_s"] / r["median_s"]
+    assert 0 < r["int8_to_float32_median_s"] and r["int8_to_float32_share"] == pytest.approx(
+        r["int8_to_float32_median_s"] / r["median_s"]
     )

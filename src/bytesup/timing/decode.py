@@ -263,7 +263,8 @@ COUNTING = {
     "streamed": "the weights dequantized block by block at every step; dequant = the seconds the weights provider "
     "spends per step, rest = step - dequant (products, attention, norms)",
     "q8_0_product": "y = W x with W as int8 blocks and float32 scales (1.125 bytes per weight), a tile of rows "
-    "turned into float32 in cache and multiplied; GB/s counts those bytes and x, y",
+    "turned into float32 in cache, each block's dot with x times its scale; GB/s counts those bytes and x, y; "
+    "int8_to_float32_share: the time of the same loop doing only the int8 -> float32 step, over the whole",
     "prefill": "tokens/s = N / median seconds of one N-token pass into a fresh cache; GFLOP/s from "
     "bytesup.model.forward.flops_per_token at context N (an upper count: causal attention)",
 }

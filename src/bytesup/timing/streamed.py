@@ -10,10 +10,11 @@ embedding rows), so
 
 and says which bounds the step. The products could instead read a form kept in memory that needs
 no dequantizing pass: `q8_0_product()` times the one NumPy can run, Q8_0 kept as int8 blocks with
-their scales, multiplied a tile of rows at a time (the tile turned into float32 in cache, scaled
-block by block, then one BLAS gemv): it reads 1.125 bytes per weight instead of float32's 4, so it
-would be memory-bound only if NumPy turned int8 into float32 as fast as memory delivers it. The
-measurement says whether it does, beside the read ceiling of the same job.
+their scales, multiplied a tile of rows at a time (the tile turned into float32 in cache, each
+block's dot product with x times the block's scale): it reads 1.125 bytes per weight instead of
+float32's 4, so it would be memory-bound only if NumPy turned int8 into float32 and multiplied as
+fast as memory delivers the bytes. The measurement says whether it does, beside the read ceiling of
+the same job.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ GGML_Q8_0 = GGMLQuantizationType.Q8_0
 Q8_0_BLOCK, Q8_0_BLOCK_BYTES = GGML_QUANT_SIZES[GGML_Q8_0]  # 32 weights in 34 bytes: a float16 scale, 32 int8
 Q8_0_DTYPE = np.dtype([("d", "<f2"), ("qs", "i1", (Q8_0_BLOCK,))])
 Q8_0_RESIDENT_BYTES_PER_WEIGHT = 1 + 4 / Q8_0_BLOCK  # int8 weight + its block's float32 scale
-TILE_BYTES = 512 << 10  # float32 bytes of one tile of rows: within a core's L2
+TILE_BYTES = 1 << 20  # float32 bytes of one tile of rows: about a core's L2
 STREAMED_TOKENS = 3  # streamed steps timed on a model that is otherwise resident
 
 
@@ -103,9 +104,14 @@ def q8_0_reference(q: np.ndarray, d: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 
 class Q8_0Product:
-    """y = W x for W kept as Q8_0 int8 blocks and scales, `threads` workers each over its own rows:
-    a tile of rows at a time is turned into float32 in cache, scaled block by block, and multiplied
-    by x (BLAS gemv on one thread per worker). Only the int8 weights and the scales come from memory."""
+    """y = W x for W kept as Q8_0 int8 blocks and scales, `threads` workers each over its own rows, a
+    tile of rows at a time (in cache), as llama.cpp multiplies its blocks:
+
+        t = the tile's int8 weights as float32
+        p[r, b] = t[r, block b] . x[block b]          each block's dot product with its piece of x
+        y[r] = sum over b of d[r, b] x p[r, b]        each block's dot times the block's scale
+
+    Only the int8 weights and the scales come from memory."""
 
     def __init__(self, rows: int, cols: int, threads: int):
         self.tile = max(1, min(rows, TILE_BYTES // (4 * cols)))
@@ -113,22 +119,24 @@ class Q8_0Product:
         edges = [rows * i // self.threads for i in range(self.threads + 1)]
         self.parts = [(edges[i], edges[i + 1]) for i in range(self.threads)]
         self.scratch = [np.empty((self.tile, cols), np.float32) for _ in range(self.threads)]
+        self.sums = [np.empty((self.tile, cols // Q8_0_BLOCK), np.float32) for _ in range(self.threads)]
         self.pool = ThreadPoolExecutor(max_workers=self.threads)
 
-    def _rows(self, i: int, q, d, x, y, dequant_only: bool) -> None:
+    def _rows(self, i: int, q, d, x, y, cast_only: bool) -> None:
         start, stop = self.parts[i]
-        buf = self.scratch[i]
+        xb = x.reshape(-1, Q8_0_BLOCK)
         for r0 in range(start, stop, self.tile):
             r1 = min(r0 + self.tile, stop)
-            t = buf[: r1 - r0]
+            t, p = self.scratch[i][: r1 - r0], self.sums[i][: r1 - r0]
             np.copyto(t, q[r0:r1], casting="unsafe")  # int8 -> float32, in cache
-            blocks = t.reshape(r1 - r0, -1, Q8_0_BLOCK)
-            np.multiply(blocks, d[r0:r1, :, None], out=blocks)  # each block times its scale
-            if not dequant_only:
-                np.matmul(t, x, out=y[r0:r1])
+            if cast_only:
+                continue
+            np.einsum("rbi,bi->rb", t.reshape(r1 - r0, -1, Q8_0_BLOCK), xb, out=p)  # each block's dot with x
+            np.multiply(p, d[r0:r1], out=p)  # times the block's scale
+            np.sum(p, axis=1, out=y[r0:r1])
 
-    def __call__(self, q, d, x, y, dequant_only: bool = False) -> np.ndarray:
-        list(self.pool.map(lambda i: self._rows(i, q, d, x, y, dequant_only), range(self.threads)))
+    def __call__(self, q, d, x, y, cast_only: bool = False) -> np.ndarray:
+        list(self.pool.map(lambda i: self._rows(i, q, d, x, y, cast_only), range(self.threads)))
         return y
 
     def close(self) -> None:
@@ -139,8 +147,8 @@ def q8_0_product(
     shape: tuple[int, int], threads: int, repeats: int, warmup: int, noisy: float, seed: int, min_sample_s: float = 0.0
 ) -> dict:
     """Time Q8_0Product on two random matrices of `shape` (the timed calls alternate, so each reads
-    from memory), and the same loop without the gemv (only turning int8 into scaled float32), on
-    `threads` workers with BLAS on one thread each. Checked against q8_0_reference on the first rows."""
+    from memory), and the same loop that only turns the int8 weights into float32, on `threads`
+    workers (BLAS on one thread each). Checked against q8_0_reference on the first rows."""
     rows, cols = shape
     mats = [random_q8_0(rows, cols, seed + i) for i in range(2)]
     x = np.random.default_rng(seed).standard_normal(cols, dtype=np.float32)
@@ -149,7 +157,7 @@ def q8_0_product(
     try:
         with threadpool_limits(limits=1, user_api="blas"):
             out = {}
-            for label, only in (("product", False), ("dequant_only", True)):
+            for label, only in (("product", False), ("cast_only", True)):
                 calls = [lambda m=m, y=y, only=only: product(m[0], m[1], x, y, only) for m, y in zip(mats, ys)]
                 times, _ = time_rotation(calls, repeats, warmup, min_sample_s)
                 out[label] = summarize(times, noisy)
@@ -161,7 +169,7 @@ def q8_0_product(
     if not np.allclose(ys[0][check], want, rtol=1e-4, atol=1e-3 * float(np.abs(want).max() or 1)):
         raise TimingError("the Q8_0 block product disagrees with dequantize-then-multiply")
     moved = rows * cols * Q8_0_RESIDENT_BYTES_PER_WEIGHT + 4 * (cols + rows)
-    p, dq = out["product"], out["dequant_only"]
+    p, cast = out["product"], out["cast_only"]
     return {
         "shape": [rows, cols],
         "threads": threads,
@@ -172,7 +180,7 @@ def q8_0_product(
         "rel_iqr": p["rel_iqr"],
         "noisy": p["noisy"],
         "gbps": moved / p["median_s"] / 1e9,
-        "dequant_only_median_s": dq["median_s"],
-        "dequant_share": dq["median_s"] / p["median_s"],
+        "int8_to_float32_median_s": cast["median_s"],
+        "int8_to_float32_share": cast["median_s"] / p["median_s"],
         "weights_per_s": rows * cols / p["median_s"],
     }

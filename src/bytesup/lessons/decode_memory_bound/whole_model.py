@@ -277,7 +277,7 @@ def streamed_metrics(decode: Mapping, specimen: Mapping | None = None) -> dict:
         "decode_streamed_bound": split.get("bound"),
         "q8_0_product_gbps": number(q8.get("gbps")),
         "q8_0_product_fraction_of_read_ceiling": number(q8.get("fraction_of_read_ceiling")),
-        "q8_0_product_dequant_share": number(q8.get("dequant_share")),
+        "q8_0_product_int8_to_float32_share": number(q8.get("int8_to_float32_share")),
         "q8_0_product_shape": q8.get("shape"),
         "deepseek_q8_0_tokens_per_s_q8_product": per_s / weights if per_s and weights else None,
         "deepseek_q8_0_ceiling_read_q8_resident_tps": ceiling * GB / (weights * bpw)
