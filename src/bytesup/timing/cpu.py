@@ -50,6 +50,7 @@ from bytesup.gguf.dequant import (
     reference_dequantize,
 )  # bit_equal: the one definition, beside the dequantizers
 from bytesup.gguf.file import GGUFFile
+from bytesup.gguf.quants import QUANTS
 from bytesup.timing.machine import blas_info, cpu_model, memory_bytes
 
 log = logging.getLogger(__name__)
@@ -498,7 +499,7 @@ def warm_matvec(
 
 def _package_dequantizer(threads: int) -> tuple[Callable, set[str]]:
 
-    hand = set(getattr(dequant, "HAND_DEQUANTIZERS", {}))
+    hand = set(QUANTS)
     return functools.partial(dequant.dequantize, threads=threads), hand
 
 

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from bytesup.gguf.sizes import type_bytes
 from bytesup.model.arch import ArchSpec
 from bytesup.model.configs import (
     DEEPSEEK_CODER_6_7B,
@@ -15,7 +16,6 @@ from bytesup.model.configs import (
     Architecture,
     kv_bytes_per_token,
     llama_tensor_shapes,
-    type_bytes,
 )
 from bytesup.model.forward import (
     KVCache,
