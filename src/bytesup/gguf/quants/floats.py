@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from bytesup.gguf.blocks import Block, fp16_by_hand, fp32_by_hand
+from bytesup.gguf.quants import kernels
 from bytesup.gguf.quants.base import Field, Quant
 
 
@@ -23,7 +24,7 @@ class F32(Quant):
     @classmethod
     def fast(cls, raw, out=None, threads=None):
         # one numpy pass, memory-bound: `threads` is accepted for a uniform signature and not used
-        out = np.empty(raw.size // 4, np.float32) if out is None else out
+        out = kernels.fresh_output(raw.size // 4) if out is None else out
         np.copyto(out, np.frombuffer(raw, "<f4"))
         return out
 
@@ -49,7 +50,7 @@ class F16(Quant):
 
     @classmethod
     def fast(cls, raw, out=None, threads=None):
-        out = np.empty(raw.size // 2, np.float32) if out is None else out
+        out = kernels.fresh_output(raw.size // 2) if out is None else out
         np.copyto(out, np.frombuffer(raw, "<f2"))  # numpy's SIMD conversion, no temporary
         return out
 
@@ -77,7 +78,7 @@ class BF16(Quant):
 
     @classmethod
     def fast(cls, raw, out=None, threads=None):
-        out = np.empty(raw.size // 2, np.float32) if out is None else out
+        out = kernels.fresh_output(raw.size // 2) if out is None else out
         bits = out.view(np.uint32)
         np.copyto(bits, np.frombuffer(raw, "<u2"))
         bits <<= 16
