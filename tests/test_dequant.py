@@ -19,10 +19,24 @@ from bytesup.gguf.quants.base import SuperBlock
 from bytesup.gguf.quants.iq4 import KVALUES_IQ4, unpack_iq4_xs_scales
 from bytesup.gguf.quants.kquants import unpack_q3_k_scales, unpack_scale_min_k4
 
+# Every test below runs over the registry: a record added to QUANTS is tested without a line here.
 TYPES = sorted(QUANTS)
-# gguf-py can quantize these (the rest it only dequantizes: they are tested on random bytes)
-QUANTIZABLE = ["BF16", "F16", "F32", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"]
-SUPER_BLOCK_TYPES = ["IQ4_NL", "IQ4_XS", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
+PROMISED = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+            "IQ4_NL", "IQ4_XS"}  # fmt: skip
+
+
+def gguf_py_quantizes(type_name: str) -> bool:
+    """gguf-py can quantize this type (the rest it only dequantizes: they are tested on random bytes)."""
+    try:
+        gguf_quants.quantize(np.zeros((1, 256), np.float32), GGMLQuantizationType[type_name])
+    except NotImplementedError:
+        return False
+    return True
+
+
+QUANTIZABLE = [t for t in TYPES if gguf_py_quantizes(t)]
+SUPER_BLOCK_TYPES = [t for t in TYPES if issubclass(QUANTS[t], SuperBlock)]
+BLOCK_TYPES = [t for t in TYPES if QUANTS[t].block_size > 1]  # every type with a scale: random blocks
 
 
 def same_bits(ours: np.ndarray, theirs: np.ndarray) -> bool:
@@ -87,7 +101,7 @@ def finite_blocks(type_name: str, n_blocks: int, rng: np.random.Generator) -> np
     return raw
 
 
-SHAPES = [(1, 32), (3, 64), (17, 96), (256, 576)]
+SHAPES = [(1, 32), (3, 64), (17, 96), (256, 576)]  # rows of blocks of 32; a type of longer blocks: as many blocks
 KINDS = ["normal", "zeros", "huge", "tiny", "negative", "mixed"]
 
 
@@ -95,6 +109,7 @@ KINDS = ["normal", "zeros", "huge", "tiny", "negative", "mixed"]
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("kind", KINDS)
 def test_clear_and_fast_match_gguf_on_quantized_weights(type_name, shape, kind):
+    shape = (shape[0], shape[1] * max(1, QUANTS[type_name].block_size // 32))
     rng = np.random.default_rng(zlib.crc32(repr((type_name, shape, kind)).encode()))
     with np.errstate(all="ignore"):
         q = encode(weights(kind, shape, rng), type_name)
@@ -110,7 +125,7 @@ def test_clear_and_fast_match_gguf_on_quantized_weights(type_name, shape, kind):
 RANDOM_SHAPES = [(1, 256), (3, 512), (7, 768), (33, 2048)]
 
 
-@pytest.mark.parametrize("type_name", SUPER_BLOCK_TYPES + ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"])
+@pytest.mark.parametrize("type_name", BLOCK_TYPES)
 @pytest.mark.parametrize("shape", RANDOM_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_random_blocks_bit_exact(type_name, shape):
     """Random bytes with finite fp16 fields: every quant, scale and minimum pattern; identical float32 bits."""
@@ -177,17 +192,20 @@ def test_fresh_output_is_a_new_float32_array_on_whole_huge_pages(n):
 
 
 def test_registry_and_dispatch(caplog):
-    assert set(QUANTS) == set(QUANTIZABLE) | set(SUPER_BLOCK_TYPES)
+    assert set(QUANTS) >= PROMISED and set(QUANTS) == set(QUANTIZABLE) | set(BLOCK_TYPES)
+    assert {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"} <= set(QUANTIZABLE) and "Q4_K" not in QUANTIZABLE
     assert dequantizer_used("Q4_1") == "hand" and dequantizer_used("Q6_K") == "hand"
-    assert dequantizer_used("TQ2_0") == "fallback"
+    other = next(t for t in ("TQ2_0", "TQ1_0", "IQ2_XXS") if t not in QUANTS)  # gguf-py has it, we do not
+    assert dequantizer_used(other) == "fallback"
     # a type we don't hand-write goes to gguf.quants, and says so
     rng = np.random.default_rng(2)
-    raw = rng.integers(0, 256, size=2 * 66, dtype=np.uint8)  # two TQ2_0 blocks of 256 weights
+    block_size, type_size = sizes.block_shape(other)
+    raw = rng.integers(0, 256, size=2 * type_size, dtype=np.uint8)  # two blocks
     with caplog.at_level(logging.INFO, logger="bytesup.gguf.dequant"), np.errstate(all="ignore"):
-        ours = dequantize(raw, "TQ2_0", (2, 256))
-        theirs = gguf_reference(raw.reshape(2, -1), "TQ2_0")
-    assert "no hand dequantizer for TQ2_0" in caplog.text
-    assert ours.shape == (2, 256) and same_bits(ours, theirs)
+        ours = dequantize(raw, other, (2, block_size))
+        theirs = gguf_reference(raw.reshape(2, -1), other)
+    assert f"no hand dequantizer for {other}" in caplog.text
+    assert ours.shape == (2, block_size) and same_bits(ours, theirs)
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="bytesup.gguf.dequant"):
         dequantize(finite_blocks("Q6_K", 2, rng).reshape(-1), "Q6_K", (2, 256))
@@ -363,20 +381,24 @@ def test_every_record_matches_ggml(type_name):
         assert len(q.stored_in()) == q.block_size
 
 
+# What the bits allow, written out for the types the course shows: (q range, sub-block scale range).
+UNPACKED_RANGES = {"Q2_K": ((0, 3), (0, 15)), "Q3_K": ((-4, 3), (-32, 31)), "Q4_K": ((0, 15), (0, 63)),
+                   "Q5_K": ((0, 31), (0, 63)), "Q6_K": ((-32, 31), (-128, 127)), "IQ4_NL": ((0, 15), None),
+                   "IQ4_XS": ((0, 15), (-32, 31))}  # fmt: skip
+
+
 @pytest.mark.parametrize("type_name", SUPER_BLOCK_TYPES)
 def test_unpack_fields_ranges(type_name):
     """The unpacked integers span exactly the range their bits allow (random bytes hit every value)."""
-    raw = finite_blocks(type_name, 400, np.random.default_rng(4))
-    u = QUANTS[type_name].unpack_fields(raw)
-    block_size = GGML_QUANT_SIZES[GGMLQuantizationType[type_name]][0]
-    q_range = {"Q2_K": (0, 3), "Q3_K": (-4, 3), "Q4_K": (0, 15), "Q5_K": (0, 31), "Q6_K": (-32, 31)}
-    assert (u["q"].min(), u["q"].max()) == q_range.get(type_name, (0, 15))
-    assert u["q"].shape == (400, block_size) and u["d"].shape == (400,) and np.isfinite(u["d"]).all()
-    if "scale" in u:
-        assert u["scale"].shape == (400, block_size // QUANTS[type_name].sub_block)
-        scale_range = {"Q2_K": (0, 15), "Q4_K": (0, 63), "Q5_K": (0, 63), "Q6_K": (-128, 127)}
-        assert (u["scale"].min(), u["scale"].max()) == scale_range.get(type_name, (-32, 31))
-    assert ("min" in u) == ("dmin" in u) == (type_name in ("Q2_K", "Q4_K", "Q5_K"))
+    q = QUANTS[type_name]
+    u = q.unpack_fields(finite_blocks(type_name, 400, np.random.default_rng(4)))
+    assert u["q"].shape == (400, q.block_size) and u["d"].shape == (400,) and np.isfinite(u["d"]).all()
+    assert ("scale" not in u) or u["scale"].shape == (400, q.block_size // q.sub_block)
+    assert ("min" in u) == ("dmin" in u) == ("dmin" in q.at)
+    if type_name in UNPACKED_RANGES:  # a new type is held to gguf-py by the parity tests above
+        q_range, scale_range = UNPACKED_RANGES[type_name]
+        assert (u["q"].min(), u["q"].max()) == q_range
+        assert scale_range is None if "scale" not in u else (u["scale"].min(), u["scale"].max()) == scale_range
 
 
 # -- sizes: bytes of n weights, from gguf-py's table --------------------------------------------
