@@ -42,26 +42,26 @@ TOP_BITS = U64(0x8080808080808080)
 _LOCAL = threading.local()
 HUGE_PAGE = 2 << 20  # a transparent huge page on x86-64 and most arm64 kernels
 _HUGE_PAGES = hasattr(mmap, "MADV_HUGEPAGE") and hasattr(mmap, "MAP_PRIVATE")
-TAIL_WASTE = 4  # the tail gets a huge page of its own when that wastes at most a quarter of the array
+TAIL_WASTE = 4  # a last, partly used huge page may waste a quarter of the array, or 1 MiB, whichever is more
 
 
 def fresh_output(n: int) -> np.ndarray:
     """A new float32 array of n elements, contents undefined, as np.empty(n, np.float32) gives.
 
-    From 2 MiB up it is its own private anonymous mapping whose whole 2 MiB pages, aligned, are
-    marked for transparent huge pages (madvise): the first touch of each 2 MiB then costs one page
-    fault, where 4 KiB pages cost 512 (on a virtual machine those faults take about as long as the
+    From 1 MiB up it is its own private anonymous mapping whose 2 MiB pages, aligned, are marked
+    for transparent huge pages (madvise): the first touch of each 2 MiB then costs one page fault,
+    where 4 KiB pages cost 512 (on a virtual machine those faults take about as long as the
     dequantizing itself). numpy asks for huge pages only from 4 MiB and does not align them. The
     tail beyond the last whole 2 MiB gets a huge page too when that wastes at most a quarter of the
-    array (a 3.4 MiB tensor: 4 MiB, two faults), else it keeps 4 KiB pages. The mapping is released
-    with the array. Where the OS has no huge pages: np.empty.
+    array or 1 MiB (a 1.3 MiB tensor: one huge page; 3.4 MiB: two), else it keeps 4 KiB pages. The
+    mapping is released with the array. Below 1 MiB, or where the OS has no huge pages: np.empty.
     """
     nbytes = n * 4
-    if nbytes < HUGE_PAGE or not _HUGE_PAGES:
-        return np.empty(n, np.float32)
-    pages = nbytes // HUGE_PAGE
-    if (pages + 1) * HUGE_PAGE - nbytes <= nbytes // TAIL_WASTE:
+    pages, tail = divmod(nbytes, HUGE_PAGE)
+    if tail and HUGE_PAGE - tail <= max(nbytes // TAIL_WASTE, HUGE_PAGE // 2):
         pages += 1  # the tail in one more huge page: a little memory spent for 512 fewer faults
+    if not pages or not _HUGE_PAGES:
+        return np.empty(n, np.float32)
     m = mmap.mmap(-1, max(nbytes, pages * HUGE_PAGE) + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     whole = np.frombuffer(m, np.uint8)
     start = -whole.ctypes.data % HUGE_PAGE  # the first 2 MiB boundary inside the mapping
