@@ -10,6 +10,17 @@ from bytesup.gguf.quants import kernels
 from bytesup.gguf.quants.base import Field, Quant
 
 
+def _one_number(cls, raw: bytes, by_hand, where: str, mantissa_shift: int = 0) -> Block:
+    """A float type's "block": its one number taken apart by hand (sign, exponent, mantissa, value)."""
+    bits = int.from_bytes(cls.block_fields(raw)["value"], "little")
+    h = by_hand(bits)
+    n = cls.type_size
+    shown = [("sign", 0, n, h.sign), ("exponent", 0, n, h.exponent), ("mantissa", 0, n, h.mantissa >> mantissa_shift),
+             ("value", 0, n, h.value)]  # fmt: skip
+    return Block(cls.name, bytes(raw), None, None, [bits], np.array([h.value], np.float32), cls.formula,
+                 stored_in=[where], fields=shown)  # fmt: skip
+
+
 class F32(Quant):
     name = "F32"
     fields = (Field("value", 4, "an IEEE float32, little-endian: 1 sign, 8 exponent, 23 mantissa bits"),)
@@ -30,12 +41,7 @@ class F32(Quant):
 
     @classmethod
     def decode_block(cls, raw):
-        bits = int.from_bytes(cls.block_fields(raw)["value"], "little")
-        h = fp32_by_hand(bits)
-        shown = [("sign", 0, 4, h.sign), ("exponent", 0, 4, h.exponent), ("mantissa", 0, 4, h.mantissa),
-                 ("value", 0, 4, h.value)]  # fmt: skip
-        return Block(cls.name, bytes(raw), None, None, [bits], np.array([h.value], np.float32), cls.formula,
-                     stored_in=["bytes 0-3 (float32, little-endian)"], fields=shown)  # fmt: skip
+        return _one_number(cls, raw, fp32_by_hand, "bytes 0-3 (float32, little-endian)")
 
 
 class F16(Quant):
@@ -56,12 +62,7 @@ class F16(Quant):
 
     @classmethod
     def decode_block(cls, raw):
-        bits = int.from_bytes(cls.block_fields(raw)["value"], "little")
-        h = fp16_by_hand(bits)
-        shown = [("sign", 0, 2, h.sign), ("exponent", 0, 2, h.exponent), ("mantissa", 0, 2, h.mantissa),
-                 ("value", 0, 2, h.value)]  # fmt: skip
-        return Block(cls.name, bytes(raw), None, None, [bits], np.array([h.value], np.float32), cls.formula,
-                     stored_in=["bytes 0-1 (fp16, little-endian)"], fields=shown)  # fmt: skip
+        return _one_number(cls, raw, fp16_by_hand, "bytes 0-1 (fp16, little-endian)")
 
 
 class BF16(Quant):
@@ -86,9 +87,5 @@ class BF16(Quant):
 
     @classmethod
     def decode_block(cls, raw):
-        bits = int.from_bytes(cls.block_fields(raw)["value"], "little")
-        h = fp32_by_hand(bits << 16)
-        shown = [("sign", 0, 2, h.sign), ("exponent", 0, 2, h.exponent), ("mantissa", 0, 2, h.mantissa >> 16),
-                 ("value", 0, 2, h.value)]  # fmt: skip
-        return Block(cls.name, bytes(raw), None, None, [bits], np.array([h.value], np.float32), cls.formula,
-                     stored_in=["bytes 0-1 (bfloat16, little-endian)"], fields=shown)  # fmt: skip
+        # the 16 bits on top of a float32: taken apart as the float32 they make, its mantissa's top 7 bits
+        return _one_number(cls, raw, lambda bits: fp32_by_hand(bits << 16), "bytes 0-1 (bfloat16, little-endian)", 16)
