@@ -457,7 +457,11 @@ def test_notebook_runs_on_a_tiny_model(tmp_path):
     rows = read_csv(out / "x_claims.csv")
     assert list(rows[0]) == list(claims.COLUMNS)
     assert {r["status"] for r in rows if r["claim_id"].startswith("course.")} == {"reproduced"}
-    assert {r["status"] for r in rows if r["claim_id"].startswith("file.")} == {"specimen differs"}
+    file_rows = [r for r in rows if r["claim_id"].startswith("file.")]
+    assert {r["status"] for r in file_rows} == {"specimen differs", "reproduced"}  # 9 tensors a block are 9
+    for r in file_rows:  # the specimen's numbers: reproduced only where this file agrees within the tolerance
+        agrees = abs(float(r["measured"]) - claims.parse_published(r["published"])) <= float(r["tolerance"])
+        assert r["status"] == ("reproduced" if agrees else "specimen differs"), r
     types = read_csv(out / "x_block_types.csv")
     assert [r["type"] for r in types] == metrics["block_types"] and len(types) == 8
     assert all(r["bit_exact_gguf_py"] == "True" for r in types)
