@@ -45,4 +45,3 @@ def test_a_file_llama_cpp_aborts_on_and_a_hang_are_reasons(monkeypatch, tiny_ggu
     monkeypatch.setattr(llama_cpp_ref, "_PROBE", "import time; time.sleep(30)")
     usable, why = llama_cpp_ref.status(tiny_gguf, timeout=1)
     assert not usable and why == "llama-cpp-python 0.0-stand-in did not load and run tiny.gguf within 1 s"
-
