@@ -6,11 +6,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from workflow_helpers import run_notebook
 
 from bytesup.lessons import LessonInputError, TensorFiles, claims, metadata_values, plain, read_metadata, write_metrics
 from bytesup.lessons import ffn_by_hand as lesson
-from bytesup.lessons.spec import parameter
 
 N_EMBD, N_FF, VOCAB = 32, 80, ["<|endoftext|>", "a", "Ġthe", "Ġcat", "Ġdog", "cat"]
 REQUIRED = [
@@ -248,35 +246,7 @@ def test_tensor_files_and_metrics_json(tmp_path):
 NOTEBOOK = Path(__file__).resolve().parents[1] / "workflow" / "notebooks" / "03_ffn_by_hand.ipynb"
 
 
-def test_notebook_runs_standalone_from_its_folder(tmp_path):
-    """papermill from workflow/notebooks/ of a project with a finished extract: inputs at their default
-    paths, every output where its parameter says (no file name of the notebook's own)."""
-    pytest.importorskip("papermill")
-    meta, tensors = synthetic()
-    (tmp_path / "Snakefile").write_text("# project root marker\n")
-    write_inputs(tmp_path / "results" / "smollm2-135m" / "gguf", meta, tensors)
-    nb_dir = tmp_path / "workflow" / "notebooks"
-    nb_dir.mkdir(parents=True)
-    out = tmp_path / "elsewhere"
-    outputs = {parameter(name): out / f"x_{name}" for name in lesson.SPEC.files}
-    run_notebook(NOTEBOOK, tmp_path / "executed.ipynb", cwd=nb_dir, **outputs)
-    assert sorted(p.name for p in out.iterdir()) == sorted(f"x_{name}" for name in lesson.SPEC.files)
-    got = json.loads((out / "x_metrics.json").read_text())
-    want = plain(lesson.compute(meta, tensors))
-    for key in REQUIRED + ["x_first3", "flops_total_per_token_block", "x_mean_square", "xn_rms", "y_length"]:
-        assert got[key] == want[key], key
-    assert got["is_specimen"] is False and got["model"] == "smollm2-135m"
-    assert any("summary not found" in n for n in got["timing_missing"])
-    with (out / "x_claims.csv").open(encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
-    assert list(rows[0]) == list(claims.COLUMNS)
-    assert {r["status"] for r in rows} == {"reproduced", "specimen differs"}
-    with (out / "x_matvec_vs_matmul.csv").open() as f:
-        assert f.read() == ",".join(lesson.TABLE_COLUMNS) + "\n"
-    with (out / "x_flops_per_token.csv").open() as f:
-        assert [r["step"] for r in csv.DictReader(f)] == [r["step"] for r in lesson.flops_table(lesson.dims(meta))]
-    assert (out / "x_gate_histogram.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    # the steps are done in the cells, on the real arrays
+def test_the_notebook_does_each_step_in_its_cells_on_the_real_arrays():
     code = "\n".join(
         "".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code"
     )
@@ -288,9 +258,29 @@ def test_notebook_runs_standalone_from_its_folder(tmp_path):
         "h = act(g) * u",
         "down = W_down @ h",
         "y = x + out",
-        "matplotlib.use",
     ):
-        assert (step in code) == (step != "matplotlib.use"), step
+        assert step in code, step
+    assert "matplotlib.use" not in code
+
+
+def test_the_notebook_on_the_tiny_run_computes_what_the_package_does(standalone, finished_tiny):
+    """The shared standalone run (tests/test_notebooks.py checks what every lesson's must do)."""
+    out = standalone(lesson.SPEC.id)
+    base = finished_tiny / "results" / "tiny" / "gguf"
+    meta = read_metadata(base / "metadata.json")
+    got = json.loads((out / "x_metrics.json").read_text())
+    want = plain(lesson.compute(meta, TensorFiles(base / "extract.json")))
+    for key in REQUIRED + ["x_first3", "flops_total_per_token_block", "x_mean_square", "xn_rms", "y_length"]:
+        assert got[key] == want[key], key
+    assert got["is_specimen"] is False and got["model"] == "tiny" and got["timing_missing"] == []
+    with (out / "x_claims.csv").open(encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == list(claims.COLUMNS)
+    assert {r["status"] for r in rows} <= {"reproduced", "specimen differs"}
+    with (out / "x_matvec_vs_matmul.csv").open() as f:
+        assert list(csv.DictReader(f).fieldnames) == list(lesson.TABLE_COLUMNS)
+    with (out / "x_flops_per_token.csv").open() as f:
+        assert [r["step"] for r in csv.DictReader(f)] == [r["step"] for r in lesson.flops_table(lesson.dims(meta))]
 
 
 def test_on_a_tiny_gguf_through_the_extract_stage(tmp_path):

@@ -466,8 +466,10 @@ def test_each_footnote_has_one_marker_and_one_text(built):
     _, _, report_dir = built
     md = (report_dir / "report.md").read_text()
     manifest = json.loads((report_dir / "manifest.json").read_text())
+    assert len(manifest["notes"]) >= 5  # the built report cites files and claims: it has footnotes
     for note in manifest["notes"]:
         assert md.count(f"[^{note['id']}]") == 2, note  # its marker and its text
+    assert len(re.findall(r"^\[\^[^\]]+\]:", md, re.M)) == len(manifest["notes"])  # no footnote without an entry
 
 
 def test_every_lesson_has_its_narrative():
