@@ -51,7 +51,6 @@ from bytesup.model.configs import (
 from bytesup.model.forward import (
     KVCache,
     Model,
-    Trace,
     attention_block,
     embed,
     ffn_block,
@@ -62,6 +61,7 @@ from bytesup.model.forward import (
     unembed,
 )
 from bytesup.model.tokenizer import Tokenizer
+from bytesup.model.trace import Trace
 
 SPEC = LessonSpec(
     id="06_attention_and_the_kv_cache",
