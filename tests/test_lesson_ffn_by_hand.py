@@ -311,14 +311,22 @@ def gemma_extract(gguf_path, folder):
     return read_metadata(folder / "metadata.json"), TensorFiles(folder / "extract.json")
 
 
+# Lesson 3's float32 walk against reference_gemma's float64 one, measured: every length, RMS and cosine
+# within 1.2e-7 of itself on the tiny file and 6.7e-8 on Gemma 3 270M; gate_first, one 640-term dot
+# product, within 7.5e-7 there; the angle within 2e-5 degrees. Without the RMSNorm epsilon (1e-6) the
+# tiny file's out_length moves by 1.4e-6, the real model's xn_rms by 4.4e-7 and down_length by 8.5e-7.
+WALK_REL = {"gate_first": 2.5e-6}
+WALK_REL_DEFAULT, ANGLE_ABS_DEG = 3e-7, 1e-5
+
+
 def check_against_reference(m, want):
     """Lesson 3's float32 metrics against reference_gemma's float64 ones."""
     assert m["token_id"] == want["token_id"] and m["activation"] == "gelu_tanh" and m["post_ffn_norm"] is True
     assert m["embedding_scale"] == pytest.approx(want["embedding_scale"], rel=1e-12)
-    np.testing.assert_allclose(plain(m["x_first3"]), want["x_first3"], rtol=1e-6)
+    np.testing.assert_allclose(plain(m["x_first3"]), want["x_first3"], rtol=2e-7)
     for key in ("x_rms", "x_length", "xn_rms", "gate_first", "down_length", "out_length", "y_length", "cosine_x_y"):
-        assert float(m[key]) == pytest.approx(want[key], rel=2e-4, abs=1e-6), key
-    assert float(m["angle_deg"]) == pytest.approx(want["angle_deg"], abs=0.02)
+        assert float(m[key]) == pytest.approx(want[key], rel=WALK_REL.get(key, WALK_REL_DEFAULT), abs=0), key
+    assert float(m["angle_deg"]) == pytest.approx(want["angle_deg"], abs=ANGLE_ABS_DEG)
     n = len(want["h"])
     for key in ("gate_negative_fraction", "act_abs_below_0_1_fraction", "act_abs_below_0_01_fraction"):
         assert float(m[key]) == pytest.approx(want[key], abs=2.5 / n), key  # float32 may flip a value at a threshold

@@ -267,7 +267,9 @@ def test_gemma3_coefficients_use_its_activation_and_scale(tmp_path):
     rows = pc.read_tensor_table(tmp_path / "gguf" / "tensors.csv")
     run = lesson.run(doc, tensors, rows, " cat", " dog", n_keys=20, top_k=3, n_tokens=3)
     want = lesson3_reference(gguf, " cat")
-    np.testing.assert_allclose(run.slots.a, want["h"], rtol=1e-4, atol=1e-6)
+    # float32 against float64: measured 1.8e-7 of the largest coefficient (the epsilon, 1e-6 beside an x of RMS
+    # 2.8, is below float32's resolution here; the FFN's output length below catches it: 8e-9 clean, 2e-7 without)
+    assert np.abs(run.slots.a - want["h"]).max() < 5e-7 * np.abs(want["h"]).max()
     s = run.slots
     assert s.walk.recipe.activation == "gelu_tanh" and s.walk.recipe.embed_scale == pytest.approx(32**0.5)
     batched = regroup.coefficients(
@@ -282,7 +284,7 @@ def test_gemma3_coefficients_use_its_activation_and_scale(tmp_path):
     np.testing.assert_allclose(batched, s.a, rtol=1e-5, atol=1e-6)
     m = run.metrics
     # the regrouping is of W_down h, before post_ffw_norm
-    assert m["regroup_rel_diff"] < 1e-5 and m["ffn_out_length"] == pytest.approx(want["down_length"], rel=1e-4)
+    assert m["regroup_rel_diff"] < 1e-5 and m["ffn_out_length"] == pytest.approx(want["down_length"], rel=5e-8)
     assert m["rome_update_rank"] == 1 and m["rome_target_rel_err"] < 1e-12 and m["tied"] is True
     assert {r.status for r in lesson.evaluate_claims(m, model="tiny", metadata=doc)} == {"reproduced"}
 

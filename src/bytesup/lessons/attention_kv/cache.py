@@ -20,7 +20,6 @@ from bytesup.model.configs import (
 from bytesup.model.forward import (
     KVCache,
     Model,
-    Trace,
     attention_block,
     embed,
     ffn_block,
@@ -28,6 +27,7 @@ from bytesup.model.forward import (
     rope_angles,
     unembed,
 )
+from bytesup.model.trace import Trace
 
 # Context lengths from the same published config.json files as bytesup.model.configs
 # (max_position_embeddings); configs.Architecture does not carry them. None of these models uses a
