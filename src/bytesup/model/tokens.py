@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
 from bytesup.errors import BytesupError
+from bytesup.model.vocabulary import check_tokens
 
 SENTENCEPIECE_SPACE = "\u2581"  # '▁'
 
@@ -87,14 +88,24 @@ def token_id(vocab: Sequence[str], text: str, tokenizer_model: str) -> int:
     )
 
 
+_CHECKED: dict[int, tuple[Sequence, list[str]]] = {}  # id(tokens) -> (tokens, checked copy)
+
+
 def tokenizer_of(metadata: Mapping) -> tuple[Sequence[str], str]:
-    """(tokenizer.ggml.tokens, tokenizer.ggml.model) from GGUF metadata, with a clear error."""
+    """(tokenizer.ggml.tokens, tokenizer.ggml.model) from GGUF metadata, with a clear error.
+
+    The vocabulary is checked first (bytesup.model.vocabulary: strings, none twice, bounded), so
+    a corrupt one is refused in one line instead of finding the wrong token."""
     tokens, model = metadata.get("tokenizer.ggml.tokens"), metadata.get("tokenizer.ggml.model")
     if not isinstance(tokens, Sequence) or isinstance(tokens, str) or not tokens:
         raise TokenError("metadata has no tokenizer.ggml.tokens list; re-run the extract stage")
     if not isinstance(model, str):
         raise TokenError("metadata has no tokenizer.ggml.model; cannot tell how a leading space is written")
-    return tokens, model
+    if id(tokens) not in _CHECKED or _CHECKED[id(tokens)][0] is not tokens:
+        if len(_CHECKED) >= 4:
+            _CHECKED.clear()
+        _CHECKED[id(tokens)] = (tokens, check_tokens(metadata))  # held, so the id is not reused
+    return _CHECKED[id(tokens)][1], model
 
 
 def lookup(metadata: Mapping, text: str) -> tuple[int, str]:
