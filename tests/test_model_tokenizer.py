@@ -7,7 +7,8 @@ import os
 
 import pytest
 import regex
-from tokenizer_cases import STRINGS
+from tokenizer_cases import ORDER_PIECES, SPM_PIECES, STRINGS
+from tokenizer_vocabs import spm_metadata
 
 from bytesup.gguf.file import GGUFFile
 from bytesup.model.synthetic import write_tiny_llama
@@ -148,39 +149,6 @@ def test_tiny_synthetic_model_merges(tmp_path):
 # --- SentencePiece-style, synthetic vocabularies -------------------------------------------------
 
 
-def spm_metadata(pieces: list[tuple[str, float, int]], **extra) -> dict:
-    meta = {
-        "tokenizer.ggml.model": "llama",
-        "tokenizer.ggml.tokens": [p for p, _, _ in pieces],
-        "tokenizer.ggml.scores": [s for _, s, _ in pieces],
-        "tokenizer.ggml.token_type": [t for _, _, t in pieces],
-        "tokenizer.ggml.bos_token_id": 1,
-        "tokenizer.ggml.eos_token_id": 2,
-        "tokenizer.ggml.unknown_token_id": 0,
-    }
-    meta.update(extra)
-    return meta
-
-
-SPM_PIECES = [
-    ("<unk>", 0.0, 2),
-    ("<s>", 0.0, 3),
-    ("</s>", 0.0, 3),
-    *[(f"<0x{b:02X}>", 0.0, 6) for b in range(256)],  # ids 3..258
-    ("▁", -1.0, 1),
-    ("c", -2.0, 1),
-    ("a", -2.0, 1),
-    ("t", -2.0, 1),
-    ("s", -2.0, 1),  # 259..263
-    ("▁c", -5.0, 1),
-    ("at", -3.0, 1),
-    ("▁cat", -1.5, 1),
-    ("ca", -4.0, 1),
-    ("cat", -6.0, 1),  # 264..268
-    ("<start>", 0.0, 3),  # 269
-]
-
-
 def test_spm_score_ordered_merges():
     tok = Tokenizer.from_metadata(spm_metadata(SPM_PIECES), source="spm.gguf")
     assert tok.add_bos is True and tok.add_space_prefix is True  # llama.cpp's defaults for 'llama'
@@ -216,21 +184,6 @@ def test_spm_byte_fallback_and_specials():
     assert eos.encode("cat") == [1, 266, 2]
 
 
-# Pieces whose merge order decides the result: 'ab' (-1) before 'bc' (-2) gives [ab, c]; the
-# reverse order would give [a, bc]. Equal scores merge leftmost first: 'aaa' -> [aa, a].
-ORDER_PIECES = [
-    ("<unk>", 0.0, 2),
-    ("<s>", 0.0, 3),
-    ("</s>", 0.0, 3),
-    ("a", -5.0, 1),  # 3
-    ("b", -5.0, 1),
-    ("c", -5.0, 1),
-    ("ab", -1.0, 1),  # 6
-    ("bc", -2.0, 1),
-    ("aa", -1.0, 1),  # 8
-    ("cab", -0.5, 1),  # 9: reachable only through 'ab' first
-    ("▁", -3.0, 1),  # 10
-]
 ORDER_CASES = {"abc": [6, 5], "aaa": [8, 3], "cabc": [9, 5], "bcab": [4, 9], "aaaa": [8, 8], "abab": [6, 6]}
 
 

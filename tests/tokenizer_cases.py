@@ -83,3 +83,40 @@ def generated_strings(n_random: int = 300, seed: int = 0) -> list[str]:
 
 
 STRINGS = generated_strings()
+
+
+# SentencePiece-style vocabularies (piece, score, token type) small enough to follow by hand.
+SPM_PIECES = [
+    ("<unk>", 0.0, 2),
+    ("<s>", 0.0, 3),
+    ("</s>", 0.0, 3),
+    *[(f"<0x{b:02X}>", 0.0, 6) for b in range(256)],  # ids 3..258
+    ("▁", -1.0, 1),
+    ("c", -2.0, 1),
+    ("a", -2.0, 1),
+    ("t", -2.0, 1),
+    ("s", -2.0, 1),  # 259..263
+    ("▁c", -5.0, 1),
+    ("at", -3.0, 1),
+    ("▁cat", -1.5, 1),
+    ("ca", -4.0, 1),
+    ("cat", -6.0, 1),  # 264..268
+    ("<start>", 0.0, 3),  # 269
+]
+
+
+# Pieces whose merge order decides the result: 'ab' (-1) before 'bc' (-2) gives [ab, c]; the
+# reverse order would give [a, bc]. Equal scores merge leftmost first: 'aaa' -> [aa, a].
+ORDER_PIECES = [
+    ("<unk>", 0.0, 2),
+    ("<s>", 0.0, 3),
+    ("</s>", 0.0, 3),
+    ("a", -5.0, 1),  # 3
+    ("b", -5.0, 1),
+    ("c", -5.0, 1),
+    ("ab", -1.0, 1),  # 6
+    ("bc", -2.0, 1),
+    ("aa", -1.0, 1),  # 8
+    ("cab", -0.5, 1),  # 9: reachable only through 'ab' first
+    ("▁", -3.0, 1),  # 10
+]

@@ -146,7 +146,8 @@ PATTERNS: dict[str, tuple[str, ...]] = {  # llama.cpp's LLAMA_VOCAB_PRE_TYPE_*, 
     "laguna": (NEWLINES, QWEN2),
     "exaone-moe": (EXAONE_MOE,),
     "minicpm5": (r"\p{N}{1,3}", MINICPM5),
-    "newlines": (NEWLINES,),  # gemma4, sarvam-moe: SentencePiece-style BPE, whole lines
+    "gemma4": (NEWLINES,),  # SentencePiece-style BPE, whole lines (llama.cpp: BOS always, newline runs whole)
+    "sarvam-moe": (NEWLINES,),  # the same, without gemma4's two exceptions
 }
 
 
@@ -191,7 +192,8 @@ PRE_TOKENIZERS: dict[str, PreTokenizer] = {
     **_names("gpt2", "modern-bert jina-es jina-de jina-v2-es jina-v2-de jina-v1-en jina-v2-code roberta-bpe"),
     **_names("starcoder", "starcoder refact command-r smollm codeshell exaone minerva-7b mellum2"),
     **_names("jais2", "jais-2"),
-    **_names("newlines", "gemma4 granite-embed-multi-311m sarvam-moe", byte_encode=False),
+    **_names("gemma4", "gemma4 granite-embed-multi-311m", byte_encode=False),
+    **_names("sarvam-moe", "sarvam-moe", byte_encode=False),
     **_names("qwen2", "qwen2 deepseek-r1-qwen kormo f2llmv2 megrez stablelm2 hunyuan solar-open grok-2"),
     **_names("qwen35", "qwen35"),
     **_names("bloom", "poro-chat bloom gpt3-finnish"),

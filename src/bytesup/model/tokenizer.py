@@ -113,8 +113,8 @@ class Tokenizer:
                 spm_default if spm and spm_default is not None and spm_default < len(vocab.tokens) else None
             )  # llama.cpp's defaults
 
-        default_bos = spm or (pre.add_bos or pre.name == "gemma4")
-        add_bos = vocab.flags.get("add_bos_token", default_bos) or (pre is not None and pre.name == "gemma4")
+        gemma4 = pre is not None and pre.kind == "gemma4"  # llama.cpp adds BOS there whatever the file says
+        add_bos = vocab.flags.get("add_bos_token", spm or pre.add_bos) or gemma4
         arch = metadata.get("general.architecture")
         attrs = special_tokens.attributes(vocab, vocab.pre, arch if isinstance(arch, str) else "")
         tok = cls(
@@ -201,7 +201,7 @@ class Tokenizer:
         """Merge the adjacent pair with the lowest rank (leftmost first) until none is a merge
         (llama.cpp's llm_tokenizer_bpe_session, with its queue: n log n in the word's length)."""
         pre = self.pretokenizer
-        if word in self.ids and (pre.ignore_merges or (pre.name == "gemma4" and not word.strip("\n"))):
+        if word in self.ids and (pre.ignore_merges or (pre.kind == "gemma4" and not word.strip("\n"))):
             return [self.ids[word]]  # a whole word that is a token (Llama 3's ignore_merges; gemma4's newlines)
         symbols = list(word)
         nxt = list(range(1, len(symbols))) + [-1]
