@@ -40,8 +40,8 @@ NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 
 TOKENIZER_MODELS = ("gpt2", "llama", "gemma4")
 REFUSED_MODELS = {
-    "bert": "WordPiece (BERT-style embedding models)",
-    "t5": "unigram (T5-style encoder-decoders)",
+    "bert": "WordPiece, for BERT-style embedding models",
+    "t5": "unigram, for T5-style encoder-decoders",
     "rwkv": "RWKV's trie tokenizer",
     "plamo2": "PLaMo 2's Aho-Corasick tokenizer",
     "whitespace": "a whitespace tokenizer for embedding models",

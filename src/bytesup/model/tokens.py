@@ -6,8 +6,8 @@ space its own way, and the GGUF metadata key ``tokenizer.ggml.model`` says which
     "gpt2"   byte-level BPE (GPT-2, SmolLM2, Llama 3, deepseek-coder): every byte is mapped to a
              printable character first; the space byte becomes 'Ġ' (U+0120), newline 'Ċ'.
              " cat" is stored as "Ġcat".
-    "llama"  SentencePiece (Llama 1/2, Mistral): a space becomes '▁' (U+2581).
-             " cat" is stored as "▁cat".
+    "llama"  SentencePiece (Llama 1/2, Mistral, Gemma 1-3): a space becomes '▁' (U+2581).
+             " cat" is stored as "▁cat". "gemma4" (Gemma 4's BPE) marks spaces the same way.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from bytesup.errors import BytesupError
 from bytesup.model.vocabulary import check_tokens
 
 SENTENCEPIECE_SPACE = "\u2581"  # '▁'
+SPACE_AS_BLOCK = ("llama", "gemma4")  # tokenizer.ggml.model values that write a space as '▁'
 
 
 class TokenError(BytesupError, KeyError):
@@ -49,11 +50,11 @@ def vocab_form(text: str, tokenizer_model: str) -> str:
     if tokenizer_model == "gpt2":
         table = gpt2_byte_to_char()
         return "".join(table[b] for b in text.encode("utf-8"))
-    if tokenizer_model == "llama":
+    if tokenizer_model in SPACE_AS_BLOCK:
         return text.replace(" ", SENTENCEPIECE_SPACE)
     raise TokenError(
-        f"tokenizer.ggml.model = {tokenizer_model!r}: only 'gpt2' (byte-level BPE) and "
-        "'llama' (SentencePiece) space markers are known"
+        f"tokenizer.ggml.model = {str(tokenizer_model)[:80]!r}: only the space markers of 'gpt2' (byte-level "
+        "BPE), 'llama' (SentencePiece) and 'gemma4' are known"
     )
 
 
@@ -65,7 +66,7 @@ def display(token: str, tokenizer_model: str) -> str:
             text = bytes(back[c] for c in token).decode("utf-8", errors="replace")
         else:  # special tokens such as <|endoftext|> are stored as they are
             text = token
-    elif tokenizer_model == "llama":
+    elif tokenizer_model in SPACE_AS_BLOCK:
         text = token.replace(SENTENCEPIECE_SPACE, " ")
     else:
         text = token
