@@ -16,7 +16,7 @@ Step 1 is bytesup.model.special_tokens, step 2 bytesup.model.pretokenizers.
 
 Followed: tokenizer.ggml.model 'gpt2' with every tokenizer.ggml.pre llama.cpp knows but
 'whitespace', 'llama' (SentencePiece) and 'gemma4' (SentencePiece-style BPE). Refused in one
-line: 'bert' (WordPiece), 't5' (unigram), 'rwkv', 'plamo2' and the rest (TOKENIZER_MODELS).
+line: 'bert' (WordPiece), 't5' (unigram), 'rwkv', 'plamo2' and the rest of REFUSED_MODELS.
 """
 
 from __future__ import annotations
@@ -203,39 +203,18 @@ class Tokenizer:
         pre = self.pretokenizer
         if word in self.ids and (pre.ignore_merges or (pre.kind == "gemma4" and not word.strip("\n"))):
             return [self.ids[word]]  # a whole word that is a token (Llama 3's ignore_merges; gemma4's newlines)
-        symbols = list(word)
-        nxt = list(range(1, len(symbols))) + [-1]
-        prv = list(range(-1, len(symbols) - 1))
         ranks = self.merge_ranks
-        heap: list[tuple[int, int, int, str]] = []
-
-        def push(left: int, right: int) -> None:
-            if left >= 0 and right >= 0:
-                rank = ranks.get((symbols[left], symbols[right]))
-                if rank is not None:
-                    heapq.heappush(heap, (rank, left, right, symbols[left] + symbols[right]))
-
-        for i in range(len(symbols) - 1):
-            push(i, i + 1)
-        while heap:
-            _, left, right, joined = heapq.heappop(heap)
-            if not symbols[left] or not symbols[right] or symbols[left] + symbols[right] != joined:
-                continue  # stale: one side was merged since
-            symbols[left], symbols[right] = joined, ""
-            nxt[left] = nxt[right]
-            if nxt[right] >= 0:
-                prv[nxt[right]] = left
-            push(prv[left], left)
-            push(left, nxt[left])
+        symbols = merge_pairs(list(word), lambda left, right: ranks.get((left, right)))
         out = []
         for s in symbols:
-            if not s:
-                continue
             if s in self.ids:
                 out.append(self.ids[s])
                 continue
             for b in s.encode("utf-8"):  # not a token: its bytes one by one, as single-byte tokens
-                tid = self.ids.get(chr(b) if b < 0x80 else None) if pre.byte_encode else self.ids.get(f"<0x{b:02X}>")
+                if pre.byte_encode:
+                    tid = self.ids.get(chr(b)) if b < 0x80 else None
+                else:
+                    tid = self.ids.get(f"<0x{b:02X}>")
                 if tid is not None:  # a byte the vocabulary lacks is dropped, as in llama.cpp
                     out.append(tid)
         return out
@@ -244,48 +223,26 @@ class Tokenizer:
     def _encode_spm(self, text: str, *, prefix: bool) -> list[int]:
         """llama.cpp's llm_tokenizer_spm: characters, then best-scoring merges, then byte fallback."""
         text = (" " + text if prefix else text).replace(" ", SENTENCEPIECE_SPACE)
-        symbols = list(text)  # one symbol per character; merged ones grow, emptied ones are ""
-        nxt = list(range(1, len(symbols))) + [-1]
-        prv = list(range(-1, len(symbols) - 1))
-        heap: list[tuple[float, int, int, str]] = []
+        ids, scores = self.ids, self.scores
 
-        def try_pair(left: int, right: int) -> None:
-            if left < 0 or right < 0:
-                return
-            joined = symbols[left] + symbols[right]
-            tid = self.ids.get(joined)
-            if tid is not None:
-                heapq.heappush(heap, (-self.scores[tid], left, right, joined))  # highest score, then leftmost
+        def priority(left: str, right: str) -> float | None:  # a pair that makes a piece: highest score first
+            tid = ids.get(left + right)
+            return None if tid is None else -scores[tid]
 
-        for i in range(len(symbols) - 1):
-            try_pair(i, i + 1)
-        while heap:
-            _, left, right, joined = heapq.heappop(heap)
-            if not symbols[left] or not symbols[right] or symbols[left] + symbols[right] != joined:
-                continue  # stale: one side was merged since
-            symbols[left], symbols[right] = joined, ""
-            nxt[left] = nxt[right]
-            if nxt[right] >= 0:
-                prv[nxt[right]] = left
-            try_pair(prv[left], left)
-            try_pair(left, nxt[left])
-
+        symbols = merge_pairs(list(text), priority)
         out: list[int] = []
-        i = 0 if symbols else -1
-        while i != -1:
-            piece = symbols[i]
-            if piece in self.ids:  # every merge made a piece; only single characters can be missing
-                out.append(self.ids[piece])
-            else:
-                for b in piece.encode("utf-8"):  # byte fallback: <0xXX>, else the byte itself, else <unk>
-                    tid = self.ids.get(f"<0x{b:02X}>")
-                    if tid is None and b < 0x80:
-                        tid = self.ids.get(chr(b))
-                    if tid is None:
-                        tid = self.unk_id  # where llama.cpp would stop with an exception
-                    if tid is not None:
-                        out.append(tid)
-            i = nxt[i]
+        for piece in symbols:
+            if piece in ids:  # every merge made a piece; only single characters can be missing
+                out.append(ids[piece])
+                continue
+            for b in piece.encode("utf-8"):  # byte fallback: <0xXX>, else the byte itself, else <unk>
+                tid = ids.get(f"<0x{b:02X}>")
+                if tid is None and b < 0x80:
+                    tid = ids.get(chr(b))
+                if tid is None:
+                    tid = self.unk_id  # where llama.cpp would stop with an exception
+                if tid is not None:
+                    out.append(tid)
         return out
 
     # --- decoding -----------------------------------------------------------------------------
@@ -338,6 +295,34 @@ class Tokenizer:
             return piece.decode("utf-8")
         except UnicodeDecodeError:
             return "".join(f"<0x{b:02X}>" for b in piece)
+
+
+def merge_pairs(symbols: list[str], priority) -> list[str]:
+    """Merge adjacent symbols, the pair with the smallest ``priority(left, right)`` first (leftmost
+    among equals), until no pair has one (None): llama.cpp's work queue, n log n in the symbols."""
+    nxt = list(range(1, len(symbols))) + [-1]
+    prv = list(range(-1, len(symbols) - 1))
+    heap: list[tuple] = []
+
+    def push(left: int, right: int) -> None:
+        if left >= 0 and right >= 0:
+            key = priority(symbols[left], symbols[right])
+            if key is not None:
+                heapq.heappush(heap, (key, left, right, symbols[left] + symbols[right]))
+
+    for i in range(len(symbols) - 1):
+        push(i, i + 1)
+    while heap:
+        _, left, right, joined = heapq.heappop(heap)
+        if not symbols[left] or not symbols[right] or symbols[left] + symbols[right] != joined:
+            continue  # stale: one side was merged since
+        symbols[left], symbols[right] = joined, ""  # the right one joins the left
+        nxt[left] = nxt[right]
+        if nxt[right] >= 0:
+            prv[nxt[right]] = left
+        push(prv[left], left)
+        push(left, nxt[left])
+    return [s for s in symbols if s]  # merged-away symbols are empty; the rest are in order
 
 
 def _valid(text: str) -> str:
