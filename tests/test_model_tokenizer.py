@@ -83,6 +83,10 @@ def test_ids_match_transformers(ours, hf_pair):
     assert ours.encode("hi", add_special=True) == as_built.encode("hi") == [6004]
 
 
+def test_text_that_is_no_utf8_reads_as_llama_cpp_reads_a_bad_byte(ours):
+    assert ours.encode("a\ud800b") == ours.encode("a\ufffdb")  # a lone surrogate: the replacement character
+
+
 def test_round_trip(ours):
     bytes_missing = {0x04, 0x06, 0x13, 0x14, 0x16, 0x1D}  # control bytes absent from this vocabulary
     for s in STRINGS:

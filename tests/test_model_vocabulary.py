@@ -129,6 +129,48 @@ def test_a_hostile_vocabulary_is_refused_before_it_is_read():
     assert "is 131,072 characters long" in refusal(gpt2_metadata(TOKENS + [long]))
 
 
+ODD_VALUES = [None, True, 0, -1, 2**31, 10**400, 0.5, float("nan"), float("inf"), "", "x" * 300, b"bytes",
+              [], [1, "a"], [[1]], {"k": 1}, "Ġ c", "<|im_start|>"]  # fmt: skip
+KEYS = ["tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.scores", "tokenizer.ggml.merges",
+        "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.pre",
+        "tokenizer.ggml.add_bos_token", "tokenizer.ggml.model", "general.name"]  # fmt: skip
+
+
+def fuzzed(rng) -> dict:
+    """A valid vocabulary with one to three keys, or array entries, replaced by odd values."""
+    meta = gpt2_metadata(**{"tokenizer.ggml.scores": [0.0] * len(TOKENS)})
+    for _ in range(rng.randint(1, 3)):
+        key = rng.choice(KEYS)
+        value = meta.get(key)
+        if isinstance(value, list) and value and rng.random() < 0.6:
+            value = list(value)
+            value[rng.randrange(len(value))] = rng.choice(ODD_VALUES)
+            meta[key] = value
+        else:
+            meta[key] = rng.choice(ODD_VALUES)
+    return {k: v for k, v in meta.items() if v is not None}
+
+
+def test_fuzzed_vocabularies_build_or_are_refused_in_one_line():
+    """300 seeded corruptions: each gives a tokenizer that encodes, or one BytesupError line."""
+    import random
+
+    from bytesup.errors import BytesupError
+
+    rng, outcomes = random.Random(21), {"built": 0, "refused": 0}
+    for _ in range(300):
+        meta = fuzzed(rng)
+        try:
+            tok = Tokenizer.from_metadata(meta, source="fuzz.gguf")
+            tok.decode(tok.encode("the cat <|im_start|> sat 12"))
+            outcomes["built"] += 1
+        except BytesupError as err:
+            msg = str(err)
+            assert "\n" not in msg and len(msg) < 400 and msg.startswith("fuzz.gguf: "), msg
+            outcomes["refused"] += 1
+    assert outcomes["built"] >= 15 and outcomes["refused"] >= 250, outcomes  # (20, 280) with this seed
+
+
 def test_empty_tokens_get_llama_cpps_name_and_may_not_collide():
     tokens = [*TOKENS, "", ""]
     vocab = read_vocabulary(gpt2_metadata(tokens))

@@ -31,7 +31,7 @@ from bytesup.gguf.file import GGUFFile
 from bytesup.model import special_tokens
 from bytesup.model.pretokenizers import PRE_TOKENIZERS, PreTokenizer, pre_tokenizer, split
 from bytesup.model.tokens import SENTENCEPIECE_SPACE, gpt2_byte_to_char
-from bytesup.model.vocabulary import TokenizerError, UnsupportedTokenizerError, read_vocabulary
+from bytesup.model.vocabulary import TokenizerError, UnsupportedTokenizerError, read_vocabulary, shown
 
 __all__ = ["Tokenizer", "TokenizerError", "UnsupportedTokenizerError", "pre_tokenize", "PRE_TOKENIZERS"]
 
@@ -87,6 +87,8 @@ class Tokenizer:
         """Read ``tokenizer.ggml.*`` from a GGUF metadata mapping (``GGUFFile(path).metadata``);
         ``types`` (``GGUFFile.metadata_types``) also checks each key's stored type."""
         model = metadata.get("tokenizer.ggml.model")
+        if not isinstance(model, str):
+            raise TokenizerError(f"{source}: tokenizer.ggml.model is {shown(model)}, not a tokenizer name")
         if model in REFUSED_MODELS:
             raise UnsupportedTokenizerError(
                 f"{source}: tokenizer.ggml.model = {model!r} ({REFUSED_MODELS[model]}) is not followed by the "
@@ -94,7 +96,7 @@ class Tokenizer:
             )
         if model not in TOKENIZER_MODELS:
             raise UnsupportedTokenizerError(
-                f"{source}: tokenizer.ggml.model = {str(model)[:80]!r} is not supported; "
+                f"{source}: tokenizer.ggml.model = {shown(model)} is not supported; "
                 f"supported: {', '.join(TOKENIZER_MODELS)}"
             )
         vocab = read_vocabulary(metadata, source, types)

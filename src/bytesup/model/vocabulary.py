@@ -19,7 +19,6 @@ stored as INT32, or scores as strings, are named by their GGUF type.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -29,6 +28,7 @@ from bytesup.gguf.file import printable
 MAX_TOKENS = 1 << 20  # four times the largest vocabularies in use (Gemma's 262,144)
 MAX_TOKEN_CHARS = 1 << 16
 MAX_MERGES = 1 << 22
+FLOAT32_MAX = 3.4028234663852886e38  # a score is a FLOAT32 (or INT32)
 TOKEN_TYPES = range(0, 7)  # llama.cpp's llama_token_type, 0 (undefined) to 6 (byte)
 SPECIAL_KEYS = (
     "bos_token_id", "eos_token_id", "unknown_token_id", "padding_token_id", "seperator_token_id",
@@ -159,7 +159,7 @@ def read_vocabulary(metadata: Mapping, source: str = "<metadata>", types: Mappin
         scores = [0.0] * n
     _same_length(key, scores, n, source)
     for i, s in enumerate(scores):
-        if isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(s):
+        if isinstance(s, bool) or not isinstance(s, (int, float)) or not abs(s) <= FLOAT32_MAX:  # NaN fails too
             raise TokenizerError(f"{source}: {key}[{i}] = {shown(s)} is not a finite number; the file is malformed")
 
     key = "tokenizer.ggml.merges"
