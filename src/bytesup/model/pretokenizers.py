@@ -1,9 +1,10 @@
 """Byte-level BPE's first step: cutting text into words, as llama.cpp does for each ``tokenizer.ggml.pre``.
 
 A byte-level BPE never merges across a word boundary, so where a pre-tokenizer cuts decides the
-ids. Each name llama.cpp knows (src/llama-vocab.cpp, ``llama_vocab::impl::load``) maps to a list
-of regexes (``llm_tokenizer_bpe``'s constructor), applied in turn: every regex cuts each piece the
-previous ones left into its matches AND the stretches between them.
+ids. Each name llama.cpp knows (its src/llama-vocab.cpp as vendored by llama-cpp-python 0.3.36,
+``llama_vocab::impl::load``) maps to a list of regexes (``llm_tokenizer_bpe``'s constructor),
+applied in turn: every regex cuts each piece the previous ones left into its matches AND the
+stretches between them.
 
     "Hello world's 12345!!"  --gpt-2-->  "Hello" " world" "'s" " 12345" "!!"
                              --smollm--> "Hello" " world" "'s" " " "1" "2" "3" "4" "5" "!!"

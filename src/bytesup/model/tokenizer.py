@@ -108,12 +108,12 @@ class Tokenizer:
         for rank, pair in enumerate(vocab.merges):
             ranks.setdefault(pair, rank)  # a repeated merge keeps its first rank, as in llama.cpp
 
-        def special(key: str, spm_default: int | None) -> int | None:
+        def special(key: str, spm_default: int | None = None) -> int | None:
             if key in vocab.special:
                 return vocab.special[key]
-            return (
-                spm_default if spm and spm_default is not None and spm_default < len(vocab.tokens) else None
-            )  # llama.cpp's defaults
+            if spm and spm_default is not None and spm_default < len(vocab.tokens):
+                return spm_default  # llama.cpp's defaults for a SentencePiece file
+            return None
 
         gemma4 = pre is not None and pre.kind == "gemma4"  # llama.cpp adds BOS there whatever the file says
         add_bos = vocab.flags.get("add_bos_token", spm or pre.add_bos) or gemma4
@@ -129,7 +129,7 @@ class Tokenizer:
             bos_id=special("bos_token_id", 1),
             eos_id=special("eos_token_id", 2),
             unk_id=special("unknown_token_id", 0),
-            pad_id=special("padding_token_id", None),
+            pad_id=special("padding_token_id"),
             add_bos=add_bos,
             add_eos=vocab.flags.get("add_eos_token", False),
             add_space_prefix=vocab.flags.get("add_space_prefix", spm),

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
 from bytesup.errors import BytesupError
-from bytesup.model.vocabulary import check_tokens
+from bytesup.model.vocabulary import check_tokens, shown
 
 SENTENCEPIECE_SPACE = "\u2581"  # '▁'
 SPACE_AS_BLOCK = ("llama", "gemma4")  # tokenizer.ggml.model values that write a space as '▁'
@@ -53,7 +53,7 @@ def vocab_form(text: str, tokenizer_model: str) -> str:
     if tokenizer_model in SPACE_AS_BLOCK:
         return text.replace(" ", SENTENCEPIECE_SPACE)
     raise TokenError(
-        f"tokenizer.ggml.model = {str(tokenizer_model)[:80]!r}: only the space markers of 'gpt2' (byte-level "
+        f"tokenizer.ggml.model = {shown(tokenizer_model)}: only the space markers of 'gpt2' (byte-level "
         "BPE), 'llama' (SentencePiece) and 'gemma4' are known"
     )
 
