@@ -195,10 +195,17 @@ def add_verify(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run_verify)
 
 
+VERIFY_LINES = 100  # differences printed; the rest are counted (a hostile manifest can name millions)
+VERIFY_LINE_CHARS = 1_000
+
+
 def run_verify(args: argparse.Namespace) -> int:
     result = verify_path(args.path, args.root)
-    for problem in result.problems:
-        print(printable(problem))
+    for problem in result.problems[:VERIFY_LINES]:
+        line = printable(problem)
+        print(line if len(line) <= VERIFY_LINE_CHARS else line[: VERIFY_LINE_CHARS - 1] + "\u2026")
+    if len(result.problems) > VERIFY_LINES:
+        print(f"... and {len(result.problems) - VERIFY_LINES:,} more differences, not shown")
     print(printable(result.summary()))
     return 0 if result.ok else 1
 
