@@ -15,6 +15,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from bytesup.gguf.file import GGUFFile
 from bytesup.model import chat_sandbox
 from bytesup.model.chat import (
+    TEMPLATE_KEY,
     ChatTemplateError,
     chat_template,
     render_chat,
@@ -302,3 +303,15 @@ def test_control_characters_come_back_as_the_template_wrote_them():
     out = render_chat("{{ 'a\\x00b\\x1b[31m' }}{{ messages[0].content }}", [{"role": "user", "content": "\ud800"}],
                       bos_token="", eos_token="")  # fmt: skip
     assert out == "a\x00b\x1b[31m\ud800"
+
+
+def test_lesson_5_prints_a_template_past_a_limit_as_one_chat_line(tmp_path):
+    from bytesup.lessons import generating_text
+    from bytesup.model.synthetic import write_tiny_llama
+
+    gguf = write_tiny_llama(tmp_path / "evil.gguf", extra_metadata={TEMPLATE_KEY: "{{ 'a' * 10**9 }}"})
+    plan = generating_text.prepare(GGUFFile(gguf).metadata, "the cat", None, 0, source="evil.gguf")
+    assert plan.chat_prompt is None and "\n" not in plan.chat_note
+    assert plan.chat_note.startswith(
+        "chat part skipped: evil.gguf: tokenizer.chat_template: the chat template went past"
+    )
