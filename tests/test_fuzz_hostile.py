@@ -32,6 +32,7 @@ TOP = f"llm-bytes-up-{DATE}"
 MEMORY = 2 << 30  # the driver's address space: bytesup imported takes ~200 MB of it
 WRITES = 16 << 20  # the largest file the driver may write
 CASE_SECONDS = 30  # a hang, not a slow case: each finishes in well under a second or two
+PEAK_MB = 1024  # the driver's resident peak (bytesup imported: ~150 MB)
 
 DRIVER = r"""
 import contextlib, io, json, resource, sys, time, traceback
@@ -63,8 +64,10 @@ for line in sys.stdin:
     except BaseException:
         code, out = "traceback", io.StringIO(traceback.format_exc())
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # so far: the largest of this case and those before
     print(json.dumps({"name": case["name"], "code": code, "lines": out.getvalue().splitlines()[-120:],
-                      "seconds": time.monotonic() - start, "children_mb": children / 1024}), flush=True)
+                      "seconds": time.monotonic() - start, "children_mb": children / 1024,
+                      "peak_mb": peak / 1024}), flush=True)
 """
 
 
@@ -94,6 +97,7 @@ def check(result: dict, code: int, *words: str) -> None:
     for word in words:
         assert word in text, (result["name"], word, lines)
     assert result["seconds"] < CASE_SECONDS, (result["name"], result["seconds"])
+    assert result["peak_mb"] < PEAK_MB, (result["name"], result["peak_mb"])
 
 
 # --- templates ------------------------------------------------------------------------------------

@@ -67,7 +67,6 @@ class Unpacked:
 
     report_dir: Path
     top: Path
-    manifest: dict
     hashed: dict[tuple[bool, str], tuple[str, int]] = field(default_factory=dict)
     added: list[str] = field(default_factory=list)
 
@@ -221,7 +220,7 @@ def _unpack(fh: BinaryIO, infos: list[zipfile.ZipInfo], archive: Path, dest: Pat
         if inside(base, entry["path"]) is not None:
             key = (entry["in_report"], entry["path"])
             wanted[member + entry["path"]] = (base / entry["path"], entry["bytes"], "its manifest entry says", key)
-    result = Unpacked(report_dir, top, manifest)
+    result = Unpacked(report_dir, top)
     for info in infos:
         if info.filename == found[0].filename or info.is_dir():
             continue
