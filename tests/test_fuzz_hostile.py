@@ -214,6 +214,9 @@ def manifest_cases(built: Path, folder: Path) -> list[dict]:
     shutil.copytree(built, project, symlinks=True)
     (project / METRICS).unlink()
     os.mkfifo(project / METRICS)
+    deep = folder / "deep-cited"
+    shutil.copytree(built, deep, symlinks=True)
+    (deep / METRICS).write_text('{"token_id": ' + "[" * 200_000 + "]" * 200_000 + "}")
     linked = folder / "linked"
     shutil.copytree(built, linked, symlinks=True)
     (linked / METRICS).unlink()
@@ -228,6 +231,7 @@ def manifest_cases(built: Path, folder: Path) -> list[dict]:
         {"kind": "verify", "name": "manifest: index.html a FIFO", "args": [str(fifo_page), "--root", str(built)]},
         {"kind": "verify", "name": "manifest: a cited file a FIFO", "args": [str(project / "report" / DATE)]},
         {"kind": "verify", "name": "manifest: a cited file a link out", "args": [str(linked / "report" / DATE)]},
+        {"kind": "verify", "name": "manifest: a cited file nested deep", "args": [str(deep / "report" / DATE)]},
         {
             "kind": "verify",
             "name": "manifest: manifest.json a link",
@@ -357,6 +361,8 @@ def test_files_that_are_no_regular_files_inside_the_root_are_not_opened(quick):
     check(quick["manifest: index.html a FIFO"], 2, "index.html: a FIFO, not a regular file: not read")
     check(quick["manifest: a cited file a FIFO"], 2, f"{METRICS}' is a FIFO; verify reads only regular files")
     check(quick["manifest: a cited file a link out"], 2, f"{METRICS}' resolves outside")
+    # a cited file is the report's own business: it changed, and the page cannot be drawn from it
+    check(quick["manifest: a cited file nested deep"], 1, f"{METRICS}: sha256 ", "cannot re-render the report")
     check(quick["manifest: manifest.json a link"], 2, "manifest.json: a symlink (not followed)")
 
 
