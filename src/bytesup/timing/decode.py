@@ -35,9 +35,9 @@ from bytesup.model.configs import DEEPSEEK_CODER_6_7B
 from bytesup.model.forward import Model, flops_per_token
 from bytesup.model.weights import float32_bytes
 from bytesup.timing.context import KV_VISIBLE_SHARE, context_for_share, contexts_for, decode_by_context
-from bytesup.timing.cpu import settings, target
+from bytesup.timing.cpu import settings
 from bytesup.timing.machine import CpuShare, machine_facts
-from bytesup.timing.measure import TimingError, WallTimer, summarize, write_csv, write_json
+from bytesup.timing.measure import TimingError, WallTimer, summarize, target, write_csv, write_json
 from bytesup.timing.memory import memory_rows, read_ceiling, stream_bytes_for
 from bytesup.timing.peers import (
     LlamaDecoder,
@@ -104,7 +104,7 @@ def decode_summary(times, bytes_per_token: int, ceiling: dict, noisy_spread: flo
 
 
 def decode_targets(summary: dict, applies: bool) -> list[dict]:
-    """The decode's targets as the CPU job's table writes them (bytesup.timing.cpu.target)."""
+    """The decode's targets as the CPU job's table writes them (bytesup.timing.measure.target)."""
     fraction = summary["decode_fraction_of_read_ceiling"]
     out = [
         target(

@@ -1,4 +1,5 @@
-"""How every timing job measures: the clock, repeats, median and spread, and the files it writes.
+"""How every timing job measures: the clock, repeats, median and spread, the row of a target the report
+checks (what was asked, what was measured, met or not), and the files it writes.
 
 Timing discipline (STYLE.md section 7, as nanoGPT's bench): warm up, repeat, report the median
 with its spread; a figure whose spread is wider than `noisy_spread` is flagged `noisy`, not
@@ -43,6 +44,21 @@ def summarize(times: Sequence[float], noisy_spread: float) -> dict:
         "rel_iqr": rel_iqr,
         "noisy": bool(rel_iqr > noisy_spread),
     }
+
+
+def target(
+    name: str,
+    goal: float,
+    measured: float | None,
+    unit: str,
+    met: bool | None,
+    noisy: bool = False,
+    note: str | None = None,
+) -> dict:
+    row = {"name": name, "target": goal, "measured": measured, "unit": unit, "met": met, "noisy": bool(noisy)}
+    if note:
+        row["note"] = note
+    return row
 
 
 class WallTimer:

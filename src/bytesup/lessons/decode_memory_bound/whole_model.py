@@ -205,7 +205,7 @@ def _mapping(record: Mapping, key: str) -> Mapping:
 
 
 def _target(record: Mapping, name: str) -> Mapping:
-    """One row of decode.json's targets (bytesup.timing.cpu.target), or {} when it has none by that name."""
+    """One row of decode.json's targets (bytesup.timing.measure.target), or {} when it has none by that name."""
     rows = record.get("targets") if isinstance(record.get("targets"), list) else []
     return next((t for t in rows if isinstance(t, Mapping) and t.get("name") == name), {})
 
