@@ -140,11 +140,11 @@ def test_twin_measures_both_dtypes_with_the_cpu_jobs_counting(twin):
 
 def test_twin_stream_and_targets(twin):
     s = twin["summary"]
-    copy, triad, total, gemv = twin["stream"]
+    copy, triad, total, dot, gemv = twin["stream"]
     n = (1 << 20) // 8
     assert (copy["bytes_counted"], triad["bytes_counted"]) == (16 * n, 24 * n)
     r, c = gpu.memory.gemv_shape(2 * n)  # the read kernels' float32 buffer: as many bytes as one STREAM array
-    assert (total["bytes_counted"], gemv["bytes_counted"]) == (8 * n, 4 * (r * c + c + r))
+    assert (total["bytes_counted"], dot["bytes_counted"], gemv["bytes_counted"]) == (8 * n, 8 * n, 4 * (r * c + c + r))
     assert s["stream_copy_gbps"] == copy["gbps"] and s["stream_triad_gbps"] == triad["gbps"]
     assert [t["name"] for t in s["targets"]] == [
         "device_matvec_fp32_fraction_of_device_copy",
@@ -182,7 +182,7 @@ def test_twin_decode_numbers_follow_their_definitions(twin, twin_gguf):
     assert s["decode_bytes_per_token"] == bytes_per_token
     assert s["decode_tokens_per_s"] == pytest.approx(1.0 / s["decode_median_s"])
     # ceiling = the job's own device read ceiling (best of copy, sum, gemv) / bytes per token
-    best = max((r for r in twin["stream"] if r["kernel"] in ("copy", "sum", "gemv")), key=lambda r: r["gbps"])
+    best = max((r for r in twin["stream"] if r["kernel"] in ("copy", "sum", "dot", "gemv")), key=lambda r: r["gbps"])
     assert s["decode_read_ceiling_gbps"] == s["read_ceiling_gbps"] == best["gbps"]
     assert s["decode_read_ceiling_kernel"] == s["read_ceiling_kernel"] == best["kernel"]
     assert s["decode_ceiling_tokens_per_s"] == pytest.approx(best["gbps"] * 1e9 / bytes_per_token)

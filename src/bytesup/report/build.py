@@ -56,7 +56,7 @@ SUMMARY_NUMBERS_PER_LESSON = 4
 TIMING_HEADLINES = [
     ("STREAM copy bandwidth (GB/s)", "stream_copy_gbps", ".1f"),
     ("STREAM triad bandwidth (GB/s)", "stream_triad_gbps", ".1f"),
-    ("read ceiling: the best of copy, a threaded sum and a large gemv (GB/s)", "read_ceiling_gbps", ".1f"),
+    ("read ceiling: the best of copy, a threaded sum, a dot and a large gemv (GB/s)", "read_ceiling_gbps", ".1f"),
     ("cold fp32 matvec, effective bandwidth (GB/s)", "matvec_cold_gbps", ".1f"),
     ("matvec bandwidth as a fraction of STREAM copy", "matvec_fraction_of_copy", "%"),
     ("matvec bandwidth as a fraction of the read ceiling", "matvec_fraction_of_read_ceiling", "%"),
@@ -65,7 +65,7 @@ TIMING_HEADLINES = [
 DECODE_HEADLINES = [
     ("decode, the project's NumPy decoder (tokens/s)", "decode_tokens_per_s", ".1f"),
     ("bytes of weights read per token", "decode_bytes_per_token", ",d"),
-    ("read ceiling in the same job: the best of copy, sum and gemv (GB/s)", "decode_read_ceiling_gbps", ".1f"),
+    ("read ceiling in the same job: the best of copy, sum, dot and gemv (GB/s)", "decode_read_ceiling_gbps", ".1f"),
     ("tokens/s ceiling at that read ceiling", "decode_ceiling_tokens_per_s", ".1f"),
     ("fraction of that ceiling reached", "decode_fraction_of_read_ceiling", "%"),
     ("llama.cpp on a float32 copy of the same model (tokens/s)", "llama_cpp_f32/decode_tokens_per_s", ".1f"),
@@ -412,7 +412,7 @@ def _timing(doc: Doc, timing: dict, lessons: dict) -> None:
     doc.heading(2, "Timing on this machine", anchor="timing", toc="Timing on this machine")
     if timing.get("sweep_png"):
         doc.figure(timing["sweep_png"], "Matvec (N = 1) against matmul on real FFN weights: median time and GFLOP/s "
-                   "per N, with this run's read ceiling (best of copy, sum, gemv) and best GFLOP/s as lines")
+                   "per N, with this run's read ceiling (best of copy, sum, dot, gemv) and best GFLOP/s as lines")
     _course_machine(doc, lessons)
     cpu = timing.get("cpu_summary")
     if cpu:

@@ -4,7 +4,7 @@ against this machine's read ceiling measured in the same job, beside llama.cpp o
     decode:  one new token per forward pass with the KV cache. Every weight is read once per token,
              so   tokens/s <= read ceiling (GB/s) / bytes of weights read per token
              (float32 bytes when the weights are resident as float32; file bytes when streamed).
-             The read ceiling is the best of STREAM copy, a threaded sum and a large gemv
+             The read ceiling is the best of STREAM copy, a threaded sum, a dot and a large gemv
              (bytesup.timing.memory), measured just before and just after the decode.
     peers:   llama.cpp decodes a float32 copy of the same model (bytesup.timing.peers) on the same
              threads, in turns with ours (bytesup.timing.steps.interleave): the same bytes, the same
@@ -250,7 +250,7 @@ COUNTING = {
     "one embedding row), float32 when resident, as stored when streaming; tokens/s = 1 / median seconds per "
     "step; GB/s = bytes per token x tokens/s / 1e9",
     "read_ceiling": "the best median GB/s of STREAM copy (16 bytes per float64 element), a threaded float32 sum "
-    "(4 bytes per element) and a BLAS gemv (W + x + y), each over buffers larger than the last-level cache, "
+    "and a BLAS dot (4 bytes per element) and a BLAS gemv (W + x + y), each over buffers larger than the last-level cache, "
     "measured just before and just after the decode (each kernel's better run); decode_fraction_of_read_ceiling "
     "= decode GB/s / that ceiling",
     "llama_cpp_f32": "llama.cpp on a float32 GGUF of the same model (the project's dequantized weights, written with "

@@ -203,8 +203,8 @@ def device_memory_rows(
     torch, device: str, array_bytes: int, repeats: int, warmup: int, noisy_spread: float, min_sample_s: float
 ) -> list[dict]:
     """The CPU job's memory kernels on the device (bytesup.timing.memory, counted the same way):
-    STREAM copy and triad on float64, then a float32 sum over one buffer and a gemv alternating
-    between the two halves of it. Each is checked afterwards."""
+    STREAM copy and triad on float64, then a float32 sum and a dot over one buffer and a gemv
+    alternating between the two halves of it. Each is checked afterwards."""
     n = max(array_bytes // 8, 1024)
     a = torch.full((n,), 1.0, dtype=torch.float64, device=device)
     b = torch.full((n,), 2.0, dtype=torch.float64, device=device)
@@ -225,6 +225,8 @@ def device_memory_rows(
     total = torch.zeros((), dtype=torch.float32, device=device)
     rows.append(_device_row(torch, device, "sum", [lambda: torch.sum(buf, dim=0, out=total)], 4 * m, 4 * m, repeats, warmup,
                             noisy_spread, min_sample_s))  # fmt: skip
+    rows.append(_device_row(torch, device, "dot", [lambda: torch.dot(buf, buf, out=total)], 4 * m, 4 * m, repeats,
+                            warmup, noisy_spread, min_sample_s))  # fmt: skip
     r, k = memory.gemv_shape(m)
     mats = [buf[: r * k].view(r, k), buf[r * k : 2 * r * k].view(r, k)]
     x = torch.ones(k, dtype=torch.float32, device=device)
@@ -232,7 +234,7 @@ def device_memory_rows(
     calls = [lambda w=w, y=y: torch.mv(w, x, out=y) for w, y in zip(mats, ys)]
     rows.append(_device_row(torch, device, "gemv", calls, 4 * (r * k + k + r), 4 * r * k, repeats, warmup,
                             noisy_spread, min_sample_s))  # fmt: skip
-    if abs(float(total) - m) > 1e-3 * m or not all(bool((y == k).all()) for y in ys):
+    if abs(float(total) - m) > 1e-3 * m or not all(bool((y == k).all()) for y in ys):  # total: the last dot
         raise TimingError(
             f"device read-kernel check failed on {device}: the sum or the gemv is not what the buffer holds"
         )
@@ -373,7 +375,7 @@ def device_decode(torch, device: str, gguf_path: str | Path, cfg: dict, ceiling:
     counting = {
         "decode": "bytes per token = every float32 weight the step reads once (all blocks, final norm, the "
         "whole output head, one embedding row); tokens/s = 1 / median seconds per step",
-        "decode_ceiling": "the device's read ceiling (best of copy, sum and gemv, this job) x 1e9 / decode bytes "
+        "decode_ceiling": "the device's read ceiling (best of copy, sum, dot and gemv, this job) x 1e9 / decode bytes "
         "per token; the fraction = decode GB/s / that ceiling",
         "prefill": "tokens/s = N / median seconds of one N-token pass into a fresh cache",
     }
@@ -544,7 +546,8 @@ def build_gpu_summary(
         "settings": {k: cfg[k] for k in cpu.DEFAULTS},
         "counting": {
             "stream": "STREAM's: copy 16 and triad 24 bytes per float64 element, on the device; then a float32 "
-            "sum (4 bytes per element) and a gemv (W + x + y): the read ceiling is the best of copy, sum and gemv",
+            "sum and a dot (4 bytes per element) and a gemv (W + x + y): the read ceiling is the best of copy, sum, dot "
+            "and gemv",
             "sweep": "bytes = (rows*cols + cols*N + rows*N) * itemsize (4 fp32, 2 bf16); FLOPs = 2*rows*cols*N",
             "timer": "CUDA events around each sample after warm-up"
             if device.startswith("cuda")

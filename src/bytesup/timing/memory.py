@@ -8,6 +8,8 @@ may reach, and a decoder "faster than copy" would be no surprise. The read ceili
     copy   STREAM's c = a on float64, 16 bytes counted per element (read 8, write 8)
     sum    a plain threaded read: each worker sums its own slice of one float32 buffer; 4 bytes per
            element, read once, nothing written
+    dot    x . x over the same buffer through BLAS (sdot, the job's BLAS threads): each element read
+           once, 4 bytes, as a decoder's products read their weights
     gemv   y = W x through BLAS in float32 on the job's BLAS threads, the timed calls rotating
            between two matrices; bytes = W + x + y (each read or written once)
 
@@ -36,7 +38,7 @@ STREAM_BYTES_PER_ELEMENT = {"copy": 16, "triad": 24}
 TRIAD_SCALAR = 3.0
 _TRIAD_CHUNK = 32 * 1024  # elements; q*c for one chunk stays in L2, so memory sees one read of c
 
-READ_KERNELS = ("copy", "sum", "gemv")  # the kernels whose best median is the read ceiling
+READ_KERNELS = ("copy", "sum", "dot", "gemv")  # the kernels whose best median is the read ceiling
 GEMV_COLUMNS = 4096  # the read kernel's matrices: rows x 4096 float32 (16 KiB a row, as a 4096-wide model's)
 
 
@@ -116,17 +118,19 @@ def gemv_shape(buffer_elements: int, cols: int = GEMV_COLUMNS) -> tuple[int, int
 def read_kernels(
     buffer_bytes: int, threads: int, repeats: int, warmup: int, noisy_spread: float, min_sample_s: float = 0.0
 ) -> list[dict]:
-    """The read-only kernels over one float32 buffer of `buffer_bytes`: 'sum' and 'gemv' rows.
+    """The read-only kernels over one float32 buffer of `buffer_bytes`: 'sum', 'dot' and 'gemv' rows.
 
     sum: `threads` workers, each np.add.reduce over its own slice (numpy releases the GIL), the
-    whole buffer per call. gemv: the buffer is two matrices (gemv_shape) and the timed calls
-    alternate between them, each y = W x by BLAS on the threads the job set (threadpoolctl).
-    Both are checked: the buffer holds ones, so the sum is its length and every y is the width.
+    whole buffer per call. dot: np.dot of the buffer with itself, BLAS on the threads the job set
+    (threadpoolctl). gemv: the buffer is two matrices (gemv_shape) and the timed calls alternate
+    between them, each y = W x by BLAS. All are checked: the buffer holds ones, so the sum and the
+    dot are its length and every y is the width.
     """
     n = max(buffer_bytes // 4, 2 * threads)
     buf = np.ones(n, np.float32)
     slices = _slices(n, threads)
     sums = [0.0] * threads
+    dots = [0.0]
 
     def sum_part(i: int) -> None:
         sums[i] = float(np.add.reduce(buf[slices[i]]))
@@ -145,13 +149,19 @@ def read_kernels(
 
         times, per_sample = time_rotation([sum_once], repeats, warmup, min_sample_s)
         out.append(kernel_row("sum", 4 * n, 4 * n, per_sample, summarize(times, noisy_spread), threads=threads))
+
+    def dot_once():
+        dots[0] = float(np.dot(buf, buf))
+
+    times, per_sample = time_rotation([dot_once], repeats, warmup, min_sample_s)
+    out.append(kernel_row("dot", 4 * n, 4 * n, per_sample, summarize(times, noisy_spread), threads=threads))
     times, per_sample = time_rotation(gemv_calls, repeats, warmup, min_sample_s)
     moved = 4 * (rows_w * cols + cols + rows_w)
     out.append(
         kernel_row("gemv", 4 * rows_w * cols, moved, per_sample, summarize(times, noisy_spread), threads=threads)
     )
-    if abs(sum(sums) - n) > 1e-3 * n or not all(np.all(y == cols) for y in ys):
-        raise TimingError("read-kernel check failed: the sum or the matrix-vector product is not what the buffer holds")
+    if abs(sum(sums) - n) > 1e-3 * n or abs(dots[0] - n) > 1e-3 * n or not all(np.all(y == cols) for y in ys):
+        raise TimingError("read-kernel check failed: the sum, the dot or the gemv is not what the buffer holds")
     return out
 
 
