@@ -218,6 +218,15 @@ def test_matvec_sweep_rows_per_n(ffn_gguf):
         assert x["time_over_n1"] == pytest.approx(x["median_s"] / rows[0]["median_s"])
 
 
+def test_split_matvec_counts_as_the_sweeps_matvec_and_computes_w_times_x(ffn_gguf):
+    weights = timing.ffn_weight_buffers(GGUFFile(ffn_gguf), 1 << 40)
+    row = timing.split_matvec(weights.matrices, 2, repeats=3, warmup=1, seed=0, noisy_spread=0.1, min_sample_s=0.0)
+    r, c = weights.matrices[0].shape
+    assert (row["op"], row["n"], row["threads"]) == ("matvec_split", 1, 2)
+    assert (row["bytes"], row["flops"]) == timing.sweep_counts(r, c, 1, 4)
+    assert row["gbps"] == pytest.approx(row["bytes"] / row["median_s"] / 1e9)
+
+
 # --- targets ----------------------------------------------------------------------------
 
 
@@ -272,6 +281,11 @@ def test_run_cpu_summary_is_consistent_with_its_tables(tiny_run):
         "dequant_Q6_K_speedup_over_gguf",
         "matvec_cold_fraction_of_stream_copy",
     ]
+    matvec_goal = s["targets"][-1]  # the faster way of the cold matvec against copy
+    faster = max(n1["gbps"], s["matvec_cold_split_gbps"])
+    assert matvec_goal["measured"] == pytest.approx(faster / copy["gbps"])
+    assert ("row split" in matvec_goal["note"]) == (s["matvec_cold_split_gbps"] > n1["gbps"])
+    assert s["matvec_cold_split_fraction_of_copy"] == pytest.approx(s["matvec_cold_split_gbps"] / copy["gbps"])
     for t in s["targets"]:
         assert set(t) >= {"name", "target", "measured", "unit", "met"}
         if t["name"].startswith("dequant_Q6_K"):  # asked for, absent from the tiny model: listed, not met

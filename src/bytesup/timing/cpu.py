@@ -32,6 +32,7 @@ import logging
 import math
 import re
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -246,6 +247,43 @@ def warm_matvec(
     )
 
 
+def split_matvec(
+    matrices: Sequence[np.ndarray], threads: int, repeats: int, warmup: int, seed: int, noisy_spread: float,
+    min_sample_s: float,
+) -> dict:  # fmt: skip
+    """The cold matvec again, the way STREAM's workers split their arrays: each of `threads` workers
+    multiplies its own rows by x with BLAS on one thread, the calls alternating between the matrices.
+
+    BLAS's own gemv threading hands each call to a worker thread and waits for it; on a few cores
+    that hand-off is part of a 2 ms call. Same bytes, same FLOPs: the two rows tell a memory limit
+    apart from a library's threading.
+    """
+    rows, cols = matrices[0].shape
+    x = np.random.default_rng(seed).standard_normal(cols, dtype=np.float32)
+    ys = [np.empty(rows, dtype=np.float32) for _ in matrices]
+    edges = [rows * i // threads for i in range(threads + 1)]
+    parts = [slice(edges[i], edges[i + 1]) for i in range(threads)]
+    with ThreadPoolExecutor(max_workers=threads) as pool, threadpool_limits(limits=1, user_api="blas"):
+
+        def call(w, y):
+            list(pool.map(lambda p: np.matmul(w[p], x, out=y[p]), parts))
+
+        calls = [lambda w=w, y=y: call(w, y) for w, y in zip(matrices, ys)]
+        times, per_sample = time_rotation(calls, repeats, warmup, min_sample_s)
+    if not np.allclose(ys[0][:64], matrices[0][:64] @ x, rtol=1e-4, atol=1e-4):
+        raise TimingError("the row-split matvec disagrees with W @ x")
+    return sweep_row(
+        "matvec_split",
+        1,
+        rows,
+        cols,
+        4,
+        summarize(times, noisy_spread),
+        per_sample,
+        {"dtype": "fp32", "threads": threads},
+    )
+
+
 # --- targets and the summary ------------------------------------------------------------
 
 
@@ -284,12 +322,15 @@ def run_cpu(gguf_path: str | Path, cfg: dict | None = None, threads: int = 1) ->
             weights.matrices, cfg["batch_sizes"], reps, warm, int(cfg["seed"]), noisy, min_sample_s
         )
         warm_row = warm_matvec(weights.matrices[0], llc, reps, warm, int(cfg["seed"]), noisy, min_sample_s)
+        split_row = split_matvec(weights.matrices, threads, reps, warm, int(cfg["seed"]), noisy, min_sample_s)
 
         dequant_rows = deq.dequant_bench(
             model, cfg["dequant_types"], int(cfg["dequant_bytes"]), reps, warm, noisy, threads=threads
         )
 
-    summary = build_summary(facts, cfg, stream_rows, sweep_rows, warm_row, dequant_rows, weights.describe(llc))
+    summary = build_summary(
+        facts, cfg, stream_rows, sweep_rows, warm_row, dequant_rows, weights.describe(llc), split_row
+    )
     summary.update(share.record())
     if summary["machine_shared"]:
         log.warning(
@@ -309,6 +350,7 @@ def build_summary(
     warm_row: dict | None,
     dequant_rows: list[dict],
     weights: dict,
+    split_row: dict | None = None,
 ) -> dict:
     copy = next(r for r in stream_rows if r["kernel"] == "copy")
     triad = next(r for r in stream_rows if r["kernel"] == "triad")
@@ -336,6 +378,8 @@ def build_summary(
         "read_ceiling_rel_iqr": ceiling["rel_iqr"],
         "read_gbps_by_kernel": ceiling["by_kernel_gbps"],
         "matvec_fraction_of_read_ceiling": matvec["gbps"] / ceiling["gbps"],
+        "matvec_cold_split_gbps": split_row["gbps"] if split_row else None,
+        "matvec_cold_split_fraction_of_copy": split_row["gbps"] / copy["gbps"] if split_row else None,
         "matmul_ratio_256_over_1": ratio_256_over_1(sweep_rows),
         "batch_sizes": [r["n"] for r in sweep_rows],
         "gflops_by_n": {str(r["n"]): r["gflops"] for r in sweep_rows},
@@ -351,14 +395,18 @@ def build_summary(
             "read_ceiling": "the best median GB/s of copy, sum and dot (4 bytes read per float32) and gemv (W + x + y) "
             "over buffers of stream_array_bytes (bytesup.timing.memory)",
             "sweep": "bytes = (rows*cols + cols*N + rows*N) * 4 (each weight once, X read, Y written); "
-            "FLOPs = 2*rows*cols*N",
+            "FLOPs = 2*rows*cols*N; matvec_cold_split: the N = 1 product split by rows over the job's threads, "
+            "BLAS on one thread each",
             "dequant": deq.COUNTING,
             "spread": "rel_iqr = (p75 - p25) / median of the per-call times; noisy when above noisy_spread",
         },
     }
-    summary["targets"] = deq.dequant_targets(dequant_rows) + [
-        fraction_target("matvec_cold_fraction_of_stream_copy", matvec, copy)
-    ]
+    best = max([matvec, split_row] if split_row else [matvec], key=lambda r: r["gbps"])
+    goal = fraction_target("matvec_cold_fraction_of_stream_copy", best, copy)
+    if split_row:
+        way = "the row split" if best is split_row else "BLAS's own threads"
+        goal["note"] = f"the faster of BLAS's own threads and {split_row['threads']} workers over their own rows: {way}"
+    summary["targets"] = deq.dequant_targets(dequant_rows) + [goal]
     return summary
 
 
