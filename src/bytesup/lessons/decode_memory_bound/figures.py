@@ -150,9 +150,7 @@ def plot_roofline(
                      key=lambda w: w["context"])  # fmt: skip
         if len(ctx) > 1:  # decode across context: the KV cache's bytes move the point left and down
             ax.plot([w["intensity"] for w in ctx], [w["gflops"] for w in ctx], "v:", color=colour, ms=5, lw=0.8,
-                    label=f"{short}: decode at contexts {ctx[0]['context']:,}-{ctx[-1]['context']:,}")  # fmt: skip
-            ax.annotate(f"context {ctx[-1]['context']:,}", (ctx[-1]["intensity"], ctx[-1]["gflops"]),
-                        textcoords="offset points", xytext=(-10, -12), fontsize=7, color=colour)  # fmt: skip
+                    label=f"{short}: decode at contexts {ctx[0]['context']:,} to {ctx[-1]['context']:,}")  # fmt: skip
         if pre:
             ax.plot(
                 [w["intensity"] for w in pre],
