@@ -32,8 +32,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from bytesup.model.configs import Architecture, llama_tensor_shapes, type_bytes
 from bytesup.errors import BytesupError
+from bytesup.model.configs import Architecture, llama_tensor_shapes, type_bytes
 
 MB = 2**20  # Snakemake's max_rss and mem_mb are in MiB (psutil bytes / 1024 / 1024)
 

@@ -5,8 +5,9 @@ llm-bytes-up-<date>/). Verify
 
 1. re-hashes every file the manifest lists (size and sha256), and names files that are in the
    report folder or the archive but not in the manifest;
-2. re-renders index.html and report.md from the manifest and the cited files, with the same code
-   that wrote them (bytesup.report.build.render), and compares them byte for byte with what was shared:
+2. re-renders every page (index.html, report.md, the data pages data/*.html) from the manifest and
+   the cited files, with the same code that wrote them (bytesup.report.render), and compares them
+   byte for byte with what was shared:
    an edited word, label, caption, link, number or an added sentence fails, naming the first place
    that differs; the manifest's list of citations is compared with the re-rendered one, so a
    changed file is named with each number it changes;
@@ -30,10 +31,11 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from bytesup.report import build, notebook_pages
-from bytesup.report.citations import CitationError
-from bytesup.gguf.file import printable
 from bytesup.errors import BytesupError
+from bytesup.gguf.file import printable
+from bytesup.report import build, notebook_pages, render
+from bytesup.report.citations import CitationError
+from bytesup.report.lesson_page import title
 
 CONTEXT = 50  # characters shown either side of the first difference
 
@@ -96,7 +98,9 @@ def _inside(root: Path, rel: str) -> Path | None:
 
 def expected_report_files(manifest: dict) -> set[str]:
     """Every file a report folder holds, relative to it."""
-    return set(build.REPORT_FILES) | {f["path"] for f in manifest.get("files", []) if f.get("in_report")}
+    pages = manifest.get("pages") if isinstance(manifest.get("pages"), list) else []
+    return (set(build.REPORT_FILES) | {f["path"] for f in manifest.get("files", []) if f.get("in_report")}
+            | {str(p) for p in pages})
 
 
 def verify_folder(report_dir: Path, root: Path | None = None, label: str | None = None,
@@ -146,28 +150,38 @@ def verify_folder(report_dir: Path, root: Path | None = None, label: str | None 
         if extra not in expected:
             problems.append(f"{extra}: in the report folder but not in its manifest (an added file)")
 
-    # 2. the page, re-rendered from the manifest and the files
-    inputs = {k: v for k, v in manifest.items() if k not in build.OUTPUTS}
+    # 2. the pages, re-rendered from the manifest and the files
+    inputs = {k: v for k, v in manifest.items() if k not in render.OUTPUTS}
     try:
-        doc = build.render(inputs, report_dir, root)
+        pages = render.render(inputs, report_dir, root)
     except (CitationError, OSError, ValueError, KeyError, TypeError) as err:
         problems.append(f"cannot re-render the report from its files: {printable(str(err))}")
         return result
-    outputs = build.rendered_outputs(doc)
+    outputs = pages.outputs()
     result.numbers = len(outputs["citations"])
     result.figures = len(outputs["figures"])
-    shared = {c["id"]: c for c in manifest["citations"]}
+    shared = {c["id"]: c for c in manifest["citations"] if isinstance(c, dict) and "id" in c}
     for c in outputs["citations"]:
         old = shared.get(c["id"])
-        if old is None or (old["file"], old["key"]) != (c["file"], c["key"]):
+        if old is None or (old.get("page"), old.get("file"), old.get("key")) != (c["page"], c["file"], c["key"]):
             continue
-        if old["text"] != c["text"]:
+        if old.get("text") != c["text"]:
             problems.append(f"citation {c['id']} ({c['file']} \u2192 {c['key']}): the file gives {c['text']!r};"
-                            f" the report shows {old['text']!r}")
-    if {k: manifest.get(k) for k in build.OUTPUTS} != outputs and not any("citation" in p for p in problems):
-        problems.append("manifest.json: its list of citations, footnotes, tables or figures is not the one"
+                            f" the report shows {old.get('text')!r}")
+    if {k: manifest.get(k) for k in render.OUTPUTS} != outputs and not any("citation" in p for p in problems):
+        problems.append("manifest.json: its list of citations, footnotes, tables, figures or pages is not the one"
                         " the files give")
-    for name, shown, want in (("index.html", html, doc.render_html()), ("report.md", md, doc.render_md())):
+    for name, want in pages.files().items():
+        if name == "index.html":
+            shown = html
+        elif name == "report.md":
+            shown = md
+        else:
+            location = report_dir / name
+            if not location.is_file():
+                problems.append(f"{name}: missing (a page of the report)")
+                continue
+            shown = location.read_text(encoding="utf-8", errors="replace")
         diff = first_difference(name, shown, want)
         if diff:
             problems.append(diff)
@@ -179,7 +193,7 @@ def verify_folder(report_dir: Path, root: Path | None = None, label: str | None 
         if not notebook or location is None or not location.is_file():
             continue  # a missing page is named above
         try:
-            want = notebook_pages.render(_inside(root, notebook), build._title(lesson))
+            want = notebook_pages.render(_inside(root, notebook), title(lesson), build.section_link(lesson))
         except ValueError as err:
             problems.append(str(err))
             continue
