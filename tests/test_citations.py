@@ -5,7 +5,8 @@ import re
 
 import pytest
 
-from bytesup.report.citations import CitationError, Ledger, format_value, read_value
+from bytesup.report.citations import CitationError, Ledger, read_value
+from bytesup.report.formats import format_value
 from bytesup.report.doc import Doc, esc_md
 
 

@@ -113,9 +113,9 @@ def _sentence(line: str, files: dict, ledger: Ledger, fmt: str | None = None) ->
         return None  # every number first: a sentence left out leaves no footnote behind
     out = []
     for i, part in enumerate(line.split("**")):
-        pieces = _cited(part, files, ledger, fmt)
-        out += [Strong(tuple(pieces))] if i % 2 else pieces
-    return [p for p in out if p != ""]
+        pieces = [p for p in _cited(part, files, ledger, fmt) if p != ""]
+        out += ([Strong(tuple(pieces))] if pieces else []) if i % 2 else pieces
+    return out
 
 
 def _cited(text: str, files: dict, ledger: Ledger, fmt: str | None) -> list:
@@ -146,24 +146,25 @@ def _claims(lesson: str) -> dict:
 def compared(spec: LessonSpec | None, claims: dict, rows: list[dict]) -> list[str]:
     """The claim ids the section compares: the SPEC's `compare`, else all of them when they are
     few, else those about its headline numbers (in the headlines' order), then the others."""
-    ids = [row["claim_id"] for row in rows if row.get("claim_id") in claims]
+    ids = [row.get("claim_id") for row in rows]
     if spec is not None and spec.compare is not None:
         return [c for c in spec.compare if c in ids]
     if len(ids) <= COMPARE:
         return ids
     order = {h.key: i for i, h in enumerate(spec.headlines)} if spec else {}
-    about = sorted((c for c in ids if claims[c].metric in order), key=lambda c: order[claims[c].metric])
+    about = sorted((c for c in ids if c in claims and claims[c].metric in order), key=lambda c: order[claims[c].metric])
     return (about + [c for c in ids if c not in about])[:COMPARE]
 
 
-def claim_label(claim, spec: LessonSpec | None) -> str:
+def claim_label(claim, spec: LessonSpec | None, description: str = "") -> str:
     """A few words for a claim: its own label, its metric's headline label, or its description's first words."""
-    if claim.label:
+    if claim is not None and claim.label:
         return claim.label
-    for h in spec.headlines if spec else ():
+    for h in spec.headlines if spec and claim else ():
         if h.key == claim.metric:
             return h.label
-    words = re.sub(r"\s*\([^()]*\)", "", re.split(r"(?<=[a-z)])\. | - ", claim.description)[0]).strip().rstrip(".")
+    text = claim.description if claim is not None else description
+    words = re.sub(r"\s*\([^()]*\)", "", re.split(r"(?<=[a-z)])\. | - ", text)[0]).strip().rstrip(".")
     return words if len(words) <= 70 else words[:69].rsplit(" ", 1)[0] + "\u2026"
 
 
@@ -173,20 +174,21 @@ def course_beside_model(doc: Doc, lesson: str, spec: LessonSpec | None, files: d
     L = doc.ledger
     path = files.get("claims_csv")
     rows = L.data(path) if path else []
-    claims = _claims(lesson)
+    claims = _claims(lesson)  # the claims file says what each claim is about; a lesson without one, its CSV alone
     picked = compared(spec, claims, rows) if rows else []
     if not picked:
         return
-    index = {row["claim_id"]: i for i, row in enumerate(rows)}
+    index = {row.get("claim_id"): i for i, row in enumerate(rows)}
     metrics = files.get("metrics_json")
     headlines = {h.key for h in spec.headlines} if spec else set()
-    from_metrics = {c for c in picked if metrics and claims[c].metric in headlines and L.has(metrics, claims[c].metric)}
+    from_metrics = {c for c in picked if c in claims and metrics and claims[c].metric in headlines
+                    and L.has(metrics, claims[c].metric)}
     claims_note = L.note(path, None, "table")
     metrics_note = L.note(metrics, None, "table") if from_metrics else None
     table, css = [], []
     for cid in picked:
-        claim, i = claims[cid], index[cid]
-        unit = claim.unit
+        claim, i = claims.get(cid), index[cid]
+        unit = rows[i].get("unit", "")
         course_fmt = bytes_format(unit) if unit in BYTE_UNITS else None
         if cid in from_metrics:  # this run's number as the narrative shows it
             percent = unit == "%" and claim.scale == 100
@@ -195,11 +197,11 @@ def course_beside_model(doc: Doc, lesson: str, spec: LessonSpec | None, files: d
         else:
             value = L.cite(path, f"{i}/measured", course_fmt, note=claims_note) if rows[i].get("measured") else "\u2014"
             shown_unit = "" if unit in BYTE_UNITS else unit
-        label = claim_label(claim, spec) + (f" ({shown_unit})" if shown_unit else "")
-        subject = COURSE_SUBJECT.get(frozenset(claim.requires), ", ".join(claim.requires))
+        label = claim_label(claim, spec, rows[i].get("description", "")) + (f" ({shown_unit})" if shown_unit else "")
+        subject = COURSE_SUBJECT.get(frozenset(claim.requires), ", ".join(claim.requires)) if claim else "\u2014"
         table.append([label, L.cite(path, f"{i}/published", course_fmt, note=claims_note), subject, value,
                       L.cite(path, f"{i}/status", note=claims_note)])
-        css.append(["", "", "", "", css_status(rows[i]["status"])])
+        css.append(["", "", "", "", css_status(rows[i].get("status", ""))])
     notes = [claims_note] + ([metrics_note] if metrics_note else [])
     doc.table(["", "the course", "about", "this model", "verdict"], table, css, note=notes,
               caption="The course's numbers beside this model's")

@@ -22,6 +22,7 @@ from bytesup.report.tables import csv_table
 CLAIMS_FILE = "claims.csv"  # inside the report folder: every lesson's claims, one table
 TIMING_PAGE = f"{DATA}/timing.html"
 RUN_PAGE = f"{DATA}/run.html"
+UNITS = f"Units: {BYTES_CONVENTION}; shares are percentages; a rank counts from 1, the top."  # said once
 
 # (label, key, format) of the timing jobs' headline numbers, with their units.
 TIMING_HEADLINES = [
@@ -99,7 +100,7 @@ def summary(doc: Doc, run: dict, manifest: dict) -> None:
              " links to the file it was read from (in the shared archive) and shows that file, its key and its"
              " sha256 when pointed at; the command bytesup verify re-reads them all and re-renders every page,"
              " word for word.")
-    doc.para(f"Units: {BYTES_CONVENTION}; shares are percentages; a rank counts from 1, the top.")
+    doc.para(UNITS)
     _architecture(doc, run)
     rows = []
     for lesson, files in run["lessons"].items():
@@ -114,6 +115,8 @@ def summary(doc: Doc, run: dict, manifest: dict) -> None:
     if refused:
         doc.para("Not run for this model: ", ", ".join(title(lesson) for lesson in refused),
                  " (each section says why).")
+    else:
+        doc.para("Every lesson of the course ran for this model.")
     model_file(doc, run)
 
 
