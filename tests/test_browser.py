@@ -330,11 +330,26 @@ LAYOUT = """JSON.stringify({
   tables: document.querySelectorAll('table').length,
   inScroll: document.querySelectorAll('.scroll > table').length,
   notesOpen: document.querySelector('details.notes').open,
+  // readable, not merely scrollable: no table wider than its box
+  wider: Array.from(document.querySelectorAll('main table')).filter(
+      t => t.getBoundingClientRect().width > t.parentElement.clientWidth + 1).map(
+      t => (t.caption ? t.caption.innerText : t.innerText).slice(0, 60)),
+  height: document.documentElement.scrollHeight,
+  rows: document.querySelectorAll('main table tbody tr').length,
+  proseWords: Array.from(document.querySelectorAll('main p, main li, main blockquote, main dd')).filter(
+      e => !e.closest('table, details')).map(e => e.innerText.split(/\\s+/).filter(Boolean).length)
+      .reduce((a, b) => a + b, 0),
+  tableWords: Array.from(document.querySelectorAll('main table')).map(
+      e => e.innerText.split(/\\s+/).filter(Boolean).length).reduce((a, b) => a + b, 0),
+  // headers and captions are words, not a file's column names or file names
+  rawHeaders: Array.from(document.querySelectorAll('main th')).map(t => t.innerText).filter(h => /_/.test(h)),
+  fileCaptions: Array.from(document.querySelectorAll('main caption, main figcaption')).map(c => c.innerText)
+      .filter(c => /\\w\\.(csv|png|json)\\b|[a-z]_[a-z]/.test(c)),
 })"""
 
 
-def layout(browser: Browser, report_dir: Path, width: int, media: str = "screen") -> dict:
-    browser.open((report_dir / "index.html").resolve().as_uri())
+def layout(browser: Browser, report_dir: Path, width: int, media: str = "screen", page: str = "index.html") -> dict:
+    browser.open((report_dir / page).resolve().as_uri())
     browser.send(
         "Emulation.setDeviceMetricsOverride",
         {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": width < 600},
@@ -349,13 +364,26 @@ def test_the_page_fits_narrow_and_wide_screens_and_prints(hostile_report, browse
     assert wide["page"][0] <= wide["page"][1]  # no sideways scrolling
     assert wide["nav"]["right"] <= wide["main"]["left"] and wide["nav"]["top"] == wide["main"]["top"]  # a sidebar
     assert wide["unscrollable"] == 0 and wide["tables"] == wide["inScroll"] > 0
+    assert wide["wider"] == []  # every table fits its box
     assert wide["notesOpen"] is False  # the footnotes are folded
+    assert wide["rawHeaders"] == [] and wide["fileCaptions"] == []
     narrow = layout(browser, hostile_report, 400)
     assert narrow["page"][0] <= 400, narrow["page"]
     assert narrow["nav"]["bottom"] <= narrow["main"]["top"]  # the contents at the top
-    assert narrow["unscrollable"] == 0
+    assert narrow["unscrollable"] == 0 and narrow["wider"] == []  # a row is a card: read, not scrolled
     printed = layout(browser, hostile_report, 800, media="print")
     assert printed["navShown"] is False  # the print stylesheet drops the contents
+
+
+def test_every_data_page_fits_a_phone_and_names_its_columns_in_words(hostile_report, browser):
+    manifest = json.loads((hostile_report / "manifest.json").read_text())
+    assert manifest["pages"]
+    for page in manifest["pages"]:
+        narrow = layout(browser, hostile_report, 400, page=page)
+        assert narrow["page"][0] <= 400 and narrow["wider"] == [], (page, narrow["wider"])
+        assert narrow["rawHeaders"] == [] and narrow["fileCaptions"] == [], page
+        wide = layout(browser, hostile_report, 1400, page=page)
+        assert wide["page"][0] <= wide["page"][1] and wide["unscrollable"] == 0, page  # a wide table scrolls in its box
 
 
 def test_a_cited_number_shows_its_key_and_hash_on_focus(hostile_report, browser):
@@ -426,9 +454,16 @@ def test_default_model_report_renders_every_figure(default_gguf, tmp_path, brows
     assert facts["figures"] == len(manifest["figures"]) > 0
     assert (report_dir / "index.html").stat().st_size <= 1_500_000  # small enough for snakemake --report to embed
     assert_links_stay_in_the_archive(facts, report_dir)
-    for width in (400, 1400):
-        shown = layout(browser, report_dir, width)
-        assert shown["page"][0] <= shown["page"][1] and shown["unscrollable"] == 0, (width, shown)
+    # the targets for the page a learner reads (issue 19): short, tables that fit, more prose than tables
+    wide, narrow = layout(browser, report_dir, 1400), layout(browser, report_dir, 400)
+    for shown in (wide, narrow):
+        assert shown["page"][0] <= shown["page"][1] and shown["unscrollable"] == 0 and shown["wider"] == [], shown
+        assert shown["rawHeaders"] == [] and shown["fileCaptions"] == []
+    assert wide["height"] <= 20_000 and narrow["height"] <= 45_000, (wide["height"], narrow["height"])
+    assert wide["rows"] <= 250 and wide["proseWords"] > wide["tableWords"], wide
+    for page in manifest["pages"]:
+        shown = layout(browser, report_dir, 400, page=page)
+        assert shown["page"][0] <= 400 and shown["wider"] == [] and shown["rawHeaders"] == [], (page, shown)
     assert manifest["model"]["sha256"] == spec["sha256"]
     from bytesup.report.verify import verify_path
 

@@ -28,11 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from bytesup.errors import BytesupError
-from bytesup.report.formats import format_value
+from bytesup.report.formats import format_value, one_rule
 from bytesup.run.files import sha256_file
 
 SELF = "manifest.json"  # the report's own manifest, beside index.html
-SHARE = re.compile(r"(^|_)(fraction|share)(_|$)")  # a metric named so is a share: written as a percentage
+_THOUSANDS = re.compile(r"[-+]?\d{1,3}(,\d{3})+(\.\d+)?")
+# A quantity named so is a share or a probability: written as a percentage, wherever it is cited.
+SHARE = re.compile(r"(^|_)(fraction|share|prob|probability)(_|$)")
 
 
 class CitationError(BytesupError, KeyError):
@@ -91,10 +93,12 @@ def read_value(path: str | Path, key: str) -> Any:
 
 
 def _number_or_text(text: str) -> Any:
-    """A CSV cell's value: an int, a float, a list of numbers ("[7, -1]"), else the text."""
+    """A CSV cell's value: an int, a float (thousands separated or not: "524,288"), a list of
+    numbers ("[7, -1]"), else the text."""
+    plain = text.replace(",", "") if _THOUSANDS.fullmatch(text) else text
     for kind in (int, float):
         try:
-            return kind(text)
+            return kind(plain)
         except ValueError:
             pass
     if text.startswith("[") and text.endswith("]"):
@@ -198,12 +202,12 @@ class Ledger:
         return src
 
     def fmt_for(self, path: str, key: str) -> str | None:
-        """The quantity's one format: its scope's, else a share's (a name with fraction or share) "%"."""
+        """The quantity's one format: its scope's, else a share's or a probability's "%" (SHARE)."""
         name = key.rsplit("/", 1)[-1]
         for scope in sorted(self.formats, key=len, reverse=True):
-            if (not scope or path.startswith(scope + "/")) and name in self.formats[scope]:
+            if (not scope or path.startswith(scope + "/")) and one_rule(self.formats[scope].get(name)):
                 return self.formats[scope][name]
-        return "%" if SHARE.search(name) and not path.endswith(".csv") else None
+        return "%" if SHARE.search(name) else None
 
     def data(self, path: str) -> Any:
         """The file's parsed data (JSON data, or a CSV file's rows), read once."""
@@ -236,8 +240,7 @@ class Ledger:
     def cite(self, path: str, key: str, fmt: str | None = None, note: Note | None = None) -> Citation:
         """A number in running text (its own footnote), or with `note`, a cell of that note's table."""
         value = self.read(path, key)
-        if fmt is None:
-            fmt = self.fmt_for(path, key)
+        fmt = one_rule(fmt if fmt is not None else self.fmt_for(path, key))
         if note is None:
             note = self.note(path, key, "number")
         elif note.file != path:

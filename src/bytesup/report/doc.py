@@ -43,7 +43,7 @@ nav.toc a:hover,nav.toc a:focus{text-decoration:underline}
 @media (min-width:64rem){.layout{display:grid;grid-template-columns:15rem minmax(0,1fr);gap:2rem}
  nav.toc{position:sticky;top:0;max-height:100vh;overflow-y:auto;border:0;padding-top:2rem}}
 @media (max-width:63.99rem){nav.toc ol{columns:2 11rem;column-gap:1.5rem} nav.toc li{break-inside:avoid}}
-main{min-width:0;max-width:60rem}
+main{min-width:0;max-width:60rem} body.data main{max-width:none}
 h1,h2,h3{line-height:1.25} h2{border-bottom:1px solid #ccc;padding-bottom:.2rem;margin-top:2.5rem}
 p.source{color:#555;font-size:14px;margin-top:-.4rem}
 .scroll{overflow-x:auto;max-width:100%;margin:.8rem 0}
@@ -404,7 +404,7 @@ class Doc:
 
     def render_html(self) -> str:
         toc = "".join(f'<li><a href="#{esc_html(a)}">{esc_html(t)}</a></li>' for a, t in self.toc)
-        home = ""
+        home, body = "", "" if self.page == "index.html" else ' class="data"'
         if self.page != "index.html":
             home = f'<p><a href="{esc_html(self.page_href("index.html"))}">\u2190 The report</a></p>'
         return (
@@ -412,7 +412,7 @@ class Doc:
             f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
             '<meta name="referrer" content="no-referrer">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{esc_html(self.title)}</title>'
-            f"<style>{STYLE}</style></head><body>\n"
+            f"<style>{STYLE}</style></head><body{body}>\n"
             f'<div class="layout"><nav class="toc" aria-label="Contents">{home}<strong>Contents</strong><ol>{toc}</ol>'
             "</nav>\n<main>\n" + "\n".join(self.html_parts) + "\n</main></div>\n</body></html>\n"
         )

@@ -14,7 +14,8 @@ the value it re-reads with the same call and compares. The rules:
   a break as a break and never a literal \\n;
 - `cut:N` cuts a long text to N characters with an ellipsis; `json` writes a dict as compact JSON;
 - any other spec is Python's format(), with thousands separated for `.Nf` and `d`, and an exact
-  zero written 0 in every notation (0.0e+00 would read as a measurement).
+  zero written 0 in every notation (0.0e+00 would read as a measurement). A citation never uses a
+  bare precision (`one_rule`): one quantity is written one way on every page.
 """
 
 from __future__ import annotations
@@ -31,6 +32,17 @@ BYTE_UNITS = {"bytes": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}  # "B" is
 _PREFIXES = (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3))
 BYTES_CONVENTION = "kB, MB and GB are decimal: 1 MB is 10\u2076 bytes, 1 GB is 10\u2079 bytes"
 TEXT_CHARS = 2000  # text a model wrote is cut here (a page shows a few sentences, not a book)
+
+
+_PRECISION = re.compile(r",?\.\d+[efgEG]?")  # ".3f", ".4g", ".1e", ",.0f": a number of digits, nothing more
+
+
+def one_rule(fmt: str | None) -> str | None:
+    """The format a cited value is written with. A bare precision (".3f", ".4g", ".1e") gives way to
+    the report's one rule for a number, so that one quantity reads the same wherever it is cited
+    (a lesson's sentence, another lesson's table, the timing page); a format that says what the value
+    is stays: "%" (a share), "d" (an exact count), "bytes", "text", "cut:N", "json"."""
+    return None if fmt and _PRECISION.fullmatch(fmt) else fmt
 
 
 def bytes_format(unit: str) -> str:

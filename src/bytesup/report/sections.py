@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from bytesup.lessons.claims import STATUSES as CLAIM_STATUSES
 from bytesup.model.arch import UnsupportedArchitectureError, recipe_summary
-from bytesup.report.citations import SELF
+from bytesup.report.citations import SELF, SHARE
 from bytesup.report.doc import Doc, Link
 from bytesup.report.formats import BYTES_CONVENTION
 from bytesup.report.glossary import Glossary
@@ -305,8 +305,10 @@ def _targets(doc: Doc, timing_files: dict) -> list[tuple[list, list]]:
     cpu = timing_files.get("cpu_summary")
     targets = L.read(cpu, "targets") if cpu and L.has(cpu, "targets") else []
     for i, target in enumerate(targets if isinstance(targets, list) else []):
-        measured = L.cite(cpu, f"targets/{i}/measured") if target.get("measured") is not None else "not measured"
-        out.append(([L.cite(cpu, f"targets/{i}/name"), L.cite(cpu, f"targets/{i}/target"), measured,
+        share = "%" if SHARE.search(str(target.get("name", ""))) else None  # a goal for a share is one too
+        measured = (L.cite(cpu, f"targets/{i}/measured", share) if target.get("measured") is not None
+                    else "not measured")
+        out.append(([L.cite(cpu, f"targets/{i}/name"), L.cite(cpu, f"targets/{i}/target", share), measured,
                      L.cite(cpu, f"targets/{i}/met")], ["", "", "", "met-yes" if target.get("met") else "met-no"]))
     decode = timing_files.get("decode_summary")
     if decode and L.has(decode, "target/name") and L.has(decode, "target/measured"):
@@ -360,8 +362,8 @@ def write_run_page(doc: Doc, run: dict, manifest: dict) -> None:
                          for k in ("path", "bytes", "sha256", "rule")]
                         + [L.cite(SELF, f"files/{i}/job_finished", note=note) if f.get("job_finished") else ""])
         doc.table(["file", "size", "sha256", "rule", "written (Snakemake's record)"], rows, note=note,
-                  caption="Every file the report cites (key files/<row>/<column> in manifest.json; paths marked"
-                          " in_report are inside this report's folder)")
+                  caption="Every file the report cites (each in the manifest under files/<row>/<column>; those"
+                          " inside this report's folder are marked there)")
         if manifest.get("inputs_not_cited"):
             doc.para("Inputs of the report rule it does not cite: ", L.cite(SELF, "inputs_not_cited"), ".")
     doc.notes()

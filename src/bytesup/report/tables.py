@@ -17,6 +17,7 @@ from pathlib import PurePosixPath
 import yaml
 
 from bytesup.report.doc import Doc
+from bytesup.report.formats import BYTE_UNITS, bytes_format
 
 CELL_CHARS = 100  # longer cells are cut, with an ellipsis (claims are never cut)
 
@@ -59,6 +60,10 @@ class Labels:
                 return Column(label.format(*m.groups()), fmt)
         return None
 
+    def hidden(self, path: str) -> set[str]:
+        """Columns a reader does not need (a join key), not shown."""
+        return set((self.tables.get(PurePosixPath(path).name) or {}).get("hide") or ())
+
     def header(self, path: str, name: str) -> str:
         """A column's header: its label, or (unlabelled) its name when it is already words ("Llama 3 8B")."""
         column = self.column(path, name)
@@ -72,19 +77,40 @@ def labels() -> Labels:
     return Labels(data.get("tables", {}), data.get("columns", {}), patterns)
 
 
+_SHARE_ROW = re.compile(r"(^|[_\s])(fraction|share|probability)([_\s]|$)")
+_SIZE_ROW = re.compile(r"(^|_)(mb|gb)(_|$)")  # a quantity named in MB or GB: ffn_gb_bf16
+
+
+def row_format(row: dict, name: str) -> str | None:
+    """A cell's format where its row says what it holds: a row of a claims table (its unit: a size
+    in GB is written as every size is), a row of a table of quantities (one quantity a row: a share
+    is a percentage)."""
+    if name in ("published", "measured") and row.get("unit") in BYTE_UNITS:
+        return bytes_format(row["unit"])
+    if "quantity" in row and name != "quantity":
+        quantity = row["quantity"] or ""
+        if _SHARE_ROW.search(quantity):
+            return "%"
+        size = _SIZE_ROW.search(quantity)
+        if size:
+            return bytes_format(size.group(2).upper())
+    return None
+
+
 def csv_table(doc: Doc, path: str, max_rows: int | None, caption: str | None = None, cut: int | None = CELL_CHARS,
               css=None, columns: list[str] | None = None) -> bool:
     """A CSV file as a table with one footnote; every non-empty cell is a citation of the file.
 
     Shows its first `max_rows` rows (all with None) and says how many the file holds; an empty
     file draws nothing and returns False. `columns` picks and orders the columns (default: all).
+    A cell is written by its column's format, else its row's (`row_format`), else the one rule.
     """
     L = doc.ledger
     rows = L.data(path)
     if not rows:
         return False
-    names = columns or list(rows[0])
     words = labels()
+    names = columns or [name for name in rows[0] if name not in words.hidden(path)]
     formats = [(words.column(path, name) or Column("")).fmt for name in names]
     shown = rows if max_rows is None else rows[:max_rows]
     note = L.note(path, None, "table")
@@ -93,6 +119,7 @@ def csv_table(doc: Doc, path: str, max_rows: int | None, caption: str | None = N
         cells, cls = [], []
         for name, fmt in zip(names, formats):
             raw = row.get(name) or ""
+            fmt = fmt or row_format(row, name)
             if fmt is None and cut and len(raw) > cut:
                 fmt = f"cut:{cut}"
             cells.append(L.cite(path, f"{i}/{name}", fmt, note=note) if raw != "" else "")
