@@ -6,8 +6,8 @@ import re
 import pytest
 
 from bytesup.report.citations import CitationError, Ledger, read_value
-from bytesup.report.formats import format_value
 from bytesup.report.doc import Doc, esc_md
+from bytesup.report.formats import format_value
 
 
 @pytest.fixture
@@ -82,16 +82,21 @@ def test_floats_without_a_format_follow_one_rule_and_no_scientific_notation_abov
 def test_one_format_per_quantity_wherever_it_is_cited(tmp_path):
     lesson = tmp_path / "lesson"
     lesson.mkdir()
-    (lesson / "metrics.json").write_text(json.dumps({"x_length": 12.8349}))
-    (lesson / "table.csv").write_text("step,x_length\n0,12.8349\n")
-    (tmp_path / "other.json").write_text(json.dumps({"x_length": 12.8349}))
-    ledger = Ledger(formats={"": {}, str(lesson): {"x_length": ".1f"}})
+    (lesson / "metrics.json").write_text(json.dumps({"x_length": 12.8349, "size": 96577380, "gate_share": 0.4512}))
+    (lesson / "table.csv").write_text("step,size,gate_share\n0,96577380,0.4512\n")
+    (tmp_path / "other.json").write_text(json.dumps({"size": 96577380}))
+    ledger = Ledger(formats={"": {}, str(lesson): {"size": "bytes", "x_length": ".1f"}})
     for name in ("metrics.json", "table.csv", "other.json"):
         ledger.add_source(str(tmp_path / name) if name == "other.json" else str(lesson / name), "r")
-    assert ledger.cite(str(lesson / "metrics.json"), "x_length").text == "12.8"
-    assert ledger.cite(str(lesson / "table.csv"), "0/x_length").text == "12.8"  # the same quantity, the same rule
-    assert ledger.cite(str(tmp_path / "other.json"), "x_length").text == "12.83"  # another folder: the default
-    assert ledger.cite(str(lesson / "metrics.json"), "x_length", ".3f").text == "12.835"  # an explicit format wins
+    metrics, table = str(lesson / "metrics.json"), str(lesson / "table.csv")
+    assert ledger.cite(metrics, "size").text == "96.58 MB"  # a size, with its one prefix
+    assert ledger.cite(table, "0/size").text == "96.58 MB"  # the same quantity, the same rule
+    assert ledger.cite(str(tmp_path / "other.json"), "size").text == "96,577,380"  # another folder: the default
+    assert ledger.cite(metrics, "size", ",d").text == "96,577,380"  # an explicit format wins
+    # a bare precision gives way to the one rule for a number, wherever and however it is cited
+    assert ledger.cite(metrics, "x_length").text == ledger.cite(metrics, "x_length", ".3f").text == "12.83"
+    # a share, by its name, is a percentage in a sentence and in a table
+    assert ledger.cite(metrics, "gate_share").text == ledger.cite(table, "0/gate_share").text == "45.1 %"
 
 
 def test_format_value_shows_non_printable_characters_escaped():

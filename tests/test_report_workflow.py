@@ -75,7 +75,7 @@ def test_each_lesson_reads_like_the_course_and_links_its_data_page_and_notebook(
         # the course beside this model first (where the course prints numbers), then the narrative
         # with its numbers cited inline, before the figures
         claims = manifest["sources"][f"lesson_{lesson}"]["claims_csv"]
-        compared = '<caption>The course&#x27;s numbers beside this model&#x27;s' in section
+        compared = "<caption>The course&#x27;s numbers beside this model&#x27;s" in section
         assert compared == bool((project / claims).read_text().count("\n") > 1), lesson
         paragraphs = re.findall(r"<p>(.*?)</p>", section, re.S)
         assert any('<a class="cite"' in p for p in paragraphs), lesson
@@ -95,7 +95,9 @@ def test_each_lesson_reads_like_the_course_and_links_its_data_page_and_notebook(
     # headlines by their labels and units, no scientific notation for a count or bytes
     assert "01_gguf_on_disk: " not in html and not re.search(r">\d\.\d+e\+\d+<", html)
     # every data page with claims says what its verdicts mean; the page itself links the glossary
-    with_claims = [x for x in ran if (project / manifest["sources"][f"lesson_{x}"]["claims_csv"]).read_text().count("\n") > 1]
+    with_claims = [
+        x for x in ran if (project / manifest["sources"][f"lesson_{x}"]["claims_csv"]).read_text().count("\n") > 1
+    ]
     for lesson in with_claims:
         assert (report / f"data/{lesson}.html").read_text().count('<dl class="verdicts">') == 1
     assert '<a class="term" href="glossary.html#g-' in html
@@ -119,8 +121,11 @@ def test_every_table_has_human_headers_and_a_caption_in_words(project):
             if path.endswith(".csv"):
                 with open(project / path if not path.startswith(("claims.csv", "job_")) else report / path) as fh:
                     columns = next(csv.reader(fh))
-                unlabelled |= {f"{Path(path).name}: {c}" for c in columns
-                               if c != model and words.column(path, c) is None and c not in words.hidden(path)}
+                unlabelled |= {
+                    f"{Path(path).name}: {c}"
+                    for c in columns
+                    if c != model and words.column(path, c) is None and c not in words.hidden(path)
+                }
         assert not [h for h in table["header"] if "_" in h], table["header"]
     assert not unlabelled, f"label these columns in src/bytesup/report/labels.yaml: {sorted(unlabelled)}"
     assert captions and not [c for c in captions if re.search(r"[a-z0-9]_[a-z0-9]|\.(csv|json|png)\b", c)], captions
@@ -137,7 +142,9 @@ def test_no_narrative_sentence_lacks_its_number(project):
     missing = []
     for lesson in registry():
         files = manifest["sources"].get(f"lesson_{lesson}", {})
-        data = {name: json.loads((project / path).read_text()) for name, path in files.items() if path.endswith(".json")}
+        data = {
+            name: json.loads((project / path).read_text()) for name, path in files.items() if path.endswith(".json")
+        }
         for name, key in template_slots(narrative_template(lesson)):
             if name in data and key.split("/")[0] not in data[name]:
                 missing.append(f"{lesson}: {{{key}}}")

@@ -136,7 +136,10 @@ def test_a_changed_number_a_cell_or_a_link_fails(built, capsys):
     original = (report_dir / "index.html").read_text()
     for old, new in (
         (">Test CPU</a>", ">Fast CPU</a>"),  # a cited value in running text
-        ('<td class="v num" data-label="the course">0.1708</td>', '<td class="v num" data-label="the course">0.1709</td>'),
+        (
+            '<td class="v num" data-label="the course">0.1708</td>',
+            '<td class="v num" data-label="the course">0.1709</td>',
+        ),
         (f'href="../../resources/models/{MODEL}.json"', 'href="../../results/other.json"'),  # a link
     ):
         assert old in original, old
@@ -156,7 +159,7 @@ def test_an_edited_data_page_or_a_missing_one_fails(built, capsys):
     _, report_dir = built
     page = report_dir / "data" / f"{LESSON}.html"
     original = page.read_text()
-    old = '<td class="v num" data-label="rows">578</td>'  # a cell of a table shown only there
+    old = '<td class="v num" data-label="matrix rows">578</td>'  # a cell of a table shown only there
     assert old in original
     page.write_text(original.replace(old, old.replace("578", "579"), 1))
     code, lines = verify(capsys, report_dir)

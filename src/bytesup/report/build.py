@@ -96,22 +96,26 @@ def build(run: dict, out_dir: str | Path) -> dict:
     lessons = by_kind(run["sources"])["lessons"]
     write_claims(lessons, out_dir / CLAIMS_FILE)
     record = json.loads(Path(run["sources"]["fetch"]["record"]).read_text(encoding="utf-8"))
-    manifest = plain({
-        "format": FORMAT,
-        "date": run["date"],
-        "started": run["started"],
-        "report": {"started": run["started"], "finished": None},
-        "git_describe": run["git_describe"],
-        "config": run["config"],
-        "config_sha256": provenance.config_sha256(run["config"]),
-        "model": {"record": run["sources"]["fetch"]["record"],
-                  **{k: record.get(k) for k in ("name", "source", "sha256", "size")}},
-        "machine": run["machine"],
-        "packages": run["packages"],
-        "sources": run["sources"],
-        "refused": run.get("refused", {}),
-        "notebooks": write_notebooks(lessons, out_dir),
-    })
+    manifest = plain(
+        {
+            "format": FORMAT,
+            "date": run["date"],
+            "started": run["started"],
+            "report": {"started": run["started"], "finished": None},
+            "git_describe": run["git_describe"],
+            "config": run["config"],
+            "config_sha256": provenance.config_sha256(run["config"]),
+            "model": {
+                "record": run["sources"]["fetch"]["record"],
+                **{k: record.get(k) for k in ("name", "source", "sha256", "size")},
+            },
+            "machine": run["machine"],
+            "packages": run["packages"],
+            "sources": run["sources"],
+            "refused": run.get("refused", {}),
+            "notebooks": write_notebooks(lessons, out_dir),
+        }
+    )
     if run.get("job_resources"):  # each job's peak memory and wall time (bytesup.report.job_resources)
         job_resources.write_csv(run["job_resources"], out_dir / JOB_RESOURCES_FILE)
         manifest["job_resources"] = JOB_RESOURCES_FILE
@@ -121,9 +125,17 @@ def build(run: dict, out_dir: str | Path) -> dict:
     files = []
     for src in cited:
         times = job_times.get(src.path, {})
-        files.append({"path": src.path, "sha256": src.sha256, "bytes": src.bytes, "rule": src.rule,
-                      "in_report": src.in_report, "job_started": times.get("job_started"),
-                      "job_finished": times.get("job_finished")})
+        files.append(
+            {
+                "path": src.path,
+                "sha256": src.sha256,
+                "bytes": src.bytes,
+                "rule": src.rule,
+                "in_report": src.in_report,
+                "job_started": times.get("job_started"),
+                "job_finished": times.get("job_finished"),
+            }
+        )
     manifest["files"] = files
     manifest["run"] = {
         "outputs_started": _span([f["job_started"] for f in files], min),

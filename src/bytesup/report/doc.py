@@ -143,7 +143,8 @@ def _page_png(path: str, mtime_ns: int, size: int) -> bytes:  # the report rende
         rgb = rgb.crop(box)
     out = io.BytesIO()
     rgb.quantize(colors=FIGURE_COLOURS, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(
-        out, "PNG", optimize=True)
+        out, "PNG", optimize=True
+    )
     return out.getvalue()
 
 
@@ -208,8 +209,10 @@ class Doc:
     def _cite_html(self, c: Citation, ref: bool) -> str:
         tip = cite_tip(c, self.ledger.source(c.file))
         marker = f'<a class="ref" href="#n{c.note}">{c.note}</a>' if ref else ""
-        return (f'<a class="cite" href="{esc_html(self.href(c.file))}" data-tip="{esc_html(tip)}">'
-                f"{_lines_html(c.text)}</a>{marker}")
+        return (
+            f'<a class="cite" href="{esc_html(self.href(c.file))}" data-tip="{esc_html(tip)}">'
+            f"{_lines_html(c.text)}</a>{marker}"
+        )
 
     def _cite_md(self, c: Citation, ref: bool) -> str:
         tip = cite_tip(c, self.ledger.source(c.file)).replace('"', "'")
@@ -259,8 +262,11 @@ class Doc:
         for p in pieces:
             if isinstance(p, str):
                 for part in self.glossary.split(p, self.linked):
-                    out.append(Link(part[0], self.page_href(GLOSSARY_PAGE, part[1]), "term")
-                               if isinstance(part, tuple) else part)
+                    out.append(
+                        Link(part[0], self.page_href(GLOSSARY_PAGE, part[1]), "term")
+                        if isinstance(part, tuple)
+                        else part
+                    )
             elif isinstance(p, Strong):
                 out.append(Strong(tuple(self._terms(p.pieces))))
             else:
@@ -290,18 +296,30 @@ class Doc:
 
     def terms(self, items: list[tuple[str, str]]) -> None:
         """Words and what they mean (the claims' verdicts)."""
-        self.html_parts.append('<dl class="verdicts">' + "".join(
-            f"<dt>{esc_html(t)}:</dt><dd>{esc_html(d)}</dd>" for t, d in items) + "</dl>")
+        self.html_parts.append(
+            '<dl class="verdicts">'
+            + "".join(f"<dt>{esc_html(t)}:</dt><dd>{esc_html(d)}</dd>" for t, d in items)
+            + "</dl>"
+        )
         self.md_parts.append("\n".join(f"- **{esc_md(t)}**: {esc_md(d)}" for t, d in items))
 
     def definitions(self, items: list[tuple[str, str, list]]) -> None:
         """The glossary: (anchor, term, definition pieces), each term a place a link can point at."""
-        self.html_parts.append('<dl class="glossary">' + "".join(
-            f'<dt id="{esc_html(a)}">{esc_html(t)}</dt><dd>{self._inline_html(d)}</dd>' for a, t, d in items) + "</dl>")
+        self.html_parts.append(
+            '<dl class="glossary">'
+            + "".join(f'<dt id="{esc_html(a)}">{esc_html(t)}</dt><dd>{self._inline_html(d)}</dd>' for a, t, d in items)
+            + "</dl>"
+        )
         self.md_parts.append("\n".join(f"- **{esc_md(t)}**: {self._inline_md(d)}" for _, t, d in items))
 
-    def table(self, header: list[str], rows: list[list], css: list[list[str]] | None = None,
-              note: Note | list[Note] | None = None, caption: str | None = None) -> None:
+    def table(
+        self,
+        header: list[str],
+        rows: list[list],
+        css: list[list[str]] | None = None,
+        note: Note | list[Note] | None = None,
+        caption: str | None = None,
+    ) -> None:
         """Cells are str, Citation, or a list of pieces. An empty table is not drawn at all.
 
         With `note` (a table read from one file, or a list of notes: from those files): every cell
@@ -315,8 +333,11 @@ class Doc:
         notes = [] if note is None else [note] if isinstance(note, Note) else list(note)
         stack = len(header) > 2
         h = ['<div class="scroll"><table class="stack">' if stack else '<div class="scroll"><table>']
-        links_h = "".join(f' \u00b7 <a href="{esc_html(self.href(n.file))}">{esc_html(kind_of(n.file))}</a>'
-                          f'<a class="ref" href="#n{n.id}">{n.id}</a>' for n in notes)
+        links_h = "".join(
+            f' \u00b7 <a href="{esc_html(self.href(n.file))}">{esc_html(kind_of(n.file))}</a>'
+            f'<a class="ref" href="#n{n.id}">{n.id}</a>'
+            for n in notes
+        )
         if caption is not None or notes:
             h.append(f"<caption>{esc_html(caption or '')}{links_h}</caption>")
         h.append("<thead><tr>" + "".join(f"<th>{esc_html(c)}</th>" for c in header) + "</tr></thead><tbody>")
@@ -328,10 +349,14 @@ class Doc:
             for c, cell in enumerate(row):
                 pieces = self._pieces(cell)
                 if notes:
-                    if len(pieces) != 1 or not isinstance(pieces[0], (str, Citation)) or (
-                            isinstance(pieces[0], Citation) and pieces[0].note not in ids):
-                        raise ValueError("a cell of a table with its files' footnotes is one str or one Citation"
-                                         " of those files")
+                    if (
+                        len(pieces) != 1
+                        or not isinstance(pieces[0], (str, Citation))
+                        or (isinstance(pieces[0], Citation) and pieces[0].note not in ids)
+                    ):
+                        raise ValueError(
+                            "a cell of a table with its files' footnotes is one str or one Citation of those files"
+                        )
                     rec.append(pieces[0].id if isinstance(pieces[0], Citation) else pieces[0])
                 classes = []  # "v": the cell is a cited value; "num": a number, right-aligned
                 if len(pieces) == 1 and isinstance(pieces[0], Citation):
@@ -355,8 +380,16 @@ class Doc:
         if caption is not None or notes:
             md = f"*{esc_md(caption or '')}*{links_m}\n\n" + md
         if notes:
-            self.tables.append({"page": self.page, "notes": [n.id for n in notes], "files": [n.file for n in notes],
-                                "caption": caption or "", "header": list(header), "rows": record})
+            self.tables.append(
+                {
+                    "page": self.page,
+                    "notes": [n.id for n in notes],
+                    "files": [n.file for n in notes],
+                    "caption": caption or "",
+                    "header": list(header),
+                    "rows": record,
+                }
+            )
         self.md_parts.append(md)
 
     def figure(self, png_path: str, caption: str) -> None:
@@ -398,8 +431,10 @@ class Doc:
             items_h.append(f'<li id="n{n.id}" value="{n.id}">{esc_html(line)}</li>')
             items_m.append(f"[^{n.id}]: {esc_md(line)}")
         self.heading(2, "Sources of the numbers", anchor="notes", toc="Sources of the numbers")
-        self.html_parts.append(f'<details class="notes"><summary>{len(items_h)} footnotes: the file and key of each'
-                               ' number, table and figure</summary><ol>' + "".join(items_h) + "</ol></details>")
+        self.html_parts.append(
+            f'<details class="notes"><summary>{len(items_h)} footnotes: the file and key of each'
+            " number, table and figure</summary><ol>" + "".join(items_h) + "</ol></details>"
+        )
         self.md_parts.append("\n".join(items_m))
 
     def render_html(self) -> str:
@@ -408,7 +443,7 @@ class Doc:
         if self.page != "index.html":
             home = f'<p><a href="{esc_html(self.page_href("index.html"))}">\u2190 The report</a></p>'
         return (
-            "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
             '<meta name="referrer" content="no-referrer">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{esc_html(self.title)}</title>'

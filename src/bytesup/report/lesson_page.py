@@ -37,10 +37,16 @@ COURSE_SUBJECT = {
 }
 # What each claims verdict means, shown beside every full table of claims.
 VERDICTS = (
-    ("reproduced", "this run's number rounds to the number the course printed (or lies within the claim's"
-                   " stated tolerance), whichever model ran"),
-    ("specimen differs", "the course's number is about its own model or machine, this run used another one,"
-                         " and the two differ beyond the tolerance: agreement was not expected"),
+    (
+        "reproduced",
+        "this run's number rounds to the number the course printed (or lies within the claim's"
+        " stated tolerance), whichever model ran",
+    ),
+    (
+        "specimen differs",
+        "the course's number is about its own model or machine, this run used another one,"
+        " and the two differ beyond the tolerance: agreement was not expected",
+    ),
     ("not reproduced", "the number should have matched and did not, or nothing was measured"),
 )
 
@@ -123,8 +129,8 @@ def _cited(text: str, files: dict, ledger: Ledger, fmt: str | None) -> list:
     for m in _SLOT.finditer(text):
         name, key = (m.group(1) or "metrics_json:")[:-1], m.group(2)
         citation = ledger.cite(files[name], key, fmt)
-        rest = text[m.end():]
-        pieces += [text[at:m.start()], citation]
+        rest = text[m.end() :]
+        pieces += [text[at : m.start()], citation]
         at = m.end()
         if (citation.fmt or "").startswith("bytes"):
             unit = _UNIT_AFTER.match(rest)
@@ -181,8 +187,11 @@ def course_beside_model(doc: Doc, lesson: str, spec: LessonSpec | None, files: d
     index = {row.get("claim_id"): i for i, row in enumerate(rows)}
     metrics = files.get("metrics_json")
     headlines = {h.key for h in spec.headlines} if spec else set()
-    from_metrics = {c for c in picked if c in claims and metrics and claims[c].metric in headlines
-                    and L.has(metrics, claims[c].metric)}
+    from_metrics = {
+        c
+        for c in picked
+        if c in claims and metrics and claims[c].metric in headlines and L.has(metrics, claims[c].metric)
+    }
     claims_note = L.note(path, None, "table")
     metrics_note = L.note(metrics, None, "table") if from_metrics else None
     table, css = [], []
@@ -199,17 +208,36 @@ def course_beside_model(doc: Doc, lesson: str, spec: LessonSpec | None, files: d
             shown_unit = "" if unit in BYTE_UNITS else unit
         label = claim_label(claim, spec, rows[i].get("description", "")) + (f" ({shown_unit})" if shown_unit else "")
         subject = COURSE_SUBJECT.get(frozenset(claim.requires), ", ".join(claim.requires)) if claim else "\u2014"
-        table.append([label, L.cite(path, f"{i}/published", course_fmt, note=claims_note), subject, value,
-                      L.cite(path, f"{i}/status", note=claims_note)])
+        table.append(
+            [
+                label,
+                L.cite(path, f"{i}/published", course_fmt, note=claims_note),
+                subject,
+                value,
+                L.cite(path, f"{i}/status", note=claims_note),
+            ]
+        )
         css.append(["", "", "", "", css_status(rows[i].get("status", ""))])
     notes = [claims_note] + ([metrics_note] if metrics_note else [])
-    doc.table(["", "the course", "about", "this model", "verdict"], table, css, note=notes,
-              caption="The course's numbers beside this model's")
+    doc.table(
+        ["", "the course", "about", "this model", "verdict"],
+        table,
+        css,
+        note=notes,
+        caption="The course's numbers beside this model's",
+    )
     counts = []
     for status in CLAIM_STATUSES:
         counts += [", " if counts else "", L.cite(path, f"count/status={status}"), f" {status}"]
-    doc.para("Of the ", L.cite(path, "rows"), " numbers the course prints for this lesson: ", *counts,
-             "; all of them are on the ", Link("lesson's data page", doc.page_href(data_page(lesson), "claims")), ".")
+    doc.para(
+        "Of the ",
+        L.cite(path, "rows"),
+        " numbers the course prints for this lesson: ",
+        *counts,
+        "; all of them are on the ",
+        Link("lesson's data page", doc.page_href(data_page(lesson), "claims")),
+        ".",
+    )
 
 
 # -- the section and the data page -------------------------------------------------------------
@@ -218,10 +246,15 @@ def course_beside_model(doc: Doc, lesson: str, spec: LessonSpec | None, files: d
 def _figures(spec: LessonSpec | None, files: dict, key: bool) -> list[tuple[str, str]]:
     """(output name, caption) of the lesson's figures: the key ones (key=True) or the others."""
     if spec is None:  # a lesson the registry does not know: every figure it wrote, in the section
-        return [(n, n.removesuffix("_png").replace("_", " ")) for n in sorted(files) if n.endswith("_png")] if key else []
+        return (
+            [(n, n.removesuffix("_png").replace("_", " ")) for n in sorted(files) if n.endswith("_png")] if key else []
+        )
     chosen = spec.figures if spec.key_figures is None else spec.key_figures
-    return [(parameter(name), caption) for name, caption in spec.figures.items()
-            if (name in chosen) == key and parameter(name) in files]
+    return [
+        (parameter(name), caption)
+        for name, caption in spec.figures.items()
+        if (name in chosen) == key and parameter(name) in files
+    ]
 
 
 def _tables(spec: LessonSpec | None, files: dict) -> list[str]:
@@ -251,8 +284,12 @@ def section(doc: Doc, lesson: str, files: dict, refused: str | None, notebook: s
     links = [Link("its data page", doc.page_href(data_page(lesson)))]
     if notebook:
         links += [" and in ", Link("the executed notebook", doc.page_href(notebook))]
-    doc.para("Every number, table and claim of this lesson is on ", *links[:1],
-             *([", every step of its arithmetic", *links[1:]] if notebook else []), ".")
+    doc.para(
+        "Every number, table and claim of this lesson is on ",
+        *links[:1],
+        *([", every step of its arithmetic", *links[1:]] if notebook else []),
+        ".",
+    )
 
 
 def file_ref(doc: Doc, path: str, text: str | None = None) -> list:
@@ -269,8 +306,13 @@ def write_data_page(doc: Doc, lesson: str, files: dict, notebook: str | None) ->
     doc.heading(1, title(lesson), " \u00b7 data")
     back = [Link("its section of the report", doc.page_href("index.html", lesson))]
     if notebook:
-        back += ["; every step of the arithmetic is in ", *file_ref(doc, notebook, "the executed notebook"),
-                 " (a page rendered from ", *file_ref(doc, files["notebook"]), ")"]
+        back += [
+            "; every step of the arithmetic is in ",
+            *file_ref(doc, notebook, "the executed notebook"),
+            " (a page rendered from ",
+            *file_ref(doc, files["notebook"]),
+            ")",
+        ]
     doc.para("Everything this lesson wrote in this run, for ", *back, ".")
     metrics = files.get("metrics_json")
     if metrics:
@@ -278,8 +320,12 @@ def write_data_page(doc: Doc, lesson: str, files: dict, notebook: str | None) ->
         if numbers:
             doc.heading(2, "Its numbers", anchor="numbers", toc="Its numbers")
             note = L.note(metrics, None, "table")
-            doc.table(["quantity", "value"], [[label, L.cite(metrics, key, note=note)] for label, key in numbers],
-                      note=note, caption="The lesson's main numbers")
+            doc.table(
+                ["quantity", "value"],
+                [[label, L.cite(metrics, key, note=note)] for label, key in numbers],
+                note=note,
+                caption="The lesson's main numbers",
+            )
     tables = _tables(spec, files)
     if tables:
         doc.heading(2, "Its tables", anchor="tables", toc="Its tables")
@@ -293,9 +339,14 @@ def write_data_page(doc: Doc, lesson: str, files: dict, notebook: str | None) ->
     if path and L.data(path):
         doc.heading(2, "The course's numbers against this run", anchor="claims", toc="The course's numbers")
         doc.terms(list(VERDICTS))
-        csv_table(doc, path, None, cut=None, columns=["description", "published", "measured", "unit", "tolerance",
-                                                      "status"],
-                  css=lambda col, raw: css_status(raw) if col == "status" else "")
+        csv_table(
+            doc,
+            path,
+            None,
+            cut=None,
+            columns=["description", "published", "measured", "unit", "tolerance", "status"],
+            css=lambda col, raw: css_status(raw) if col == "status" else "",
+        )
     doc.notes()
 
 
@@ -310,4 +361,3 @@ def _numbers(spec: LessonSpec | None, data: dict) -> list[tuple[str, str]]:
 def headline_text(h) -> str:
     """A headline's label with its unit, unless its value prints its own (a size in MB, a share in %)."""
     return h.label if h.unit in BYTE_UNITS or not h.unit else f"{h.label} ({h.unit})"
-

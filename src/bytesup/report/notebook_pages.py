@@ -33,9 +33,40 @@ from bytesup.report.formats import format_value
 # Tags the rendered Markdown and text/html (or text/markdown) outputs may keep: this allowlist replaces
 # nbconvert's own `clean_html` filter, which sanitize_html=True applies to them but which escapes headings
 # and paragraphs too. Anything else is escaped, so it shows as text. No img: figures come from PNG outputs.
-_TAGS = ["a", "abbr", "b", "blockquote", "br", "code", "del", "div", "em", "h1", "h2", "h3", "h4", "h5",
-         "h6", "hr", "i", "li", "ol", "p", "pre", "span", "strong", "sub", "sup", "table", "tbody", "td",
-         "th", "thead", "tr", "ul"]
+_TAGS = [
+    "a",
+    "abbr",
+    "b",
+    "blockquote",
+    "br",
+    "code",
+    "del",
+    "div",
+    "em",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "hr",
+    "i",
+    "li",
+    "ol",
+    "p",
+    "pre",
+    "span",
+    "strong",
+    "sub",
+    "sup",
+    "table",
+    "tbody",
+    "td",
+    "th",
+    "thead",
+    "tr",
+    "ul",
+]
 _ATTRIBUTES = {"*": ["class", "id", "title"], "a": ["href", "title", "class"], "td": ["align"], "th": ["align"]}
 _BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")
 _STYLE_BLOCK = re.compile(r"<style\b[^>]*>.*?</style\s*>", re.IGNORECASE | re.DOTALL)
@@ -87,8 +118,14 @@ def _clean(html: str) -> str:
     html = html.decode() if isinstance(html, bytes) else str(html)
     # a pandas table brings its own <style scoped>: dropped whole (escaped, its CSS would show as text)
     html = _STYLE_BLOCK.sub("", html)
-    html = bleach.clean(html, tags=_TAGS, attributes=_ATTRIBUTES, protocols=["http", "https", "mailto"],
-                        strip=False, strip_comments=True)
+    html = bleach.clean(
+        html,
+        tags=_TAGS,
+        attributes=_ATTRIBUTES,
+        protocols=["http", "https", "mailto"],
+        strip=False,
+        strip_comments=True,
+    )
     return _CELL_NUMBER.sub(_number_cell, html)
 
 
@@ -115,20 +152,27 @@ class _CellsExporter(HTMLExporter):
     def from_notebook_node(self, nb, resources=None, **kw):
         langinfo = nb.metadata.get("language_info", {})
         lexer = langinfo.get("pygments_lexer", langinfo.get("name", None))
-        self.register_filter("highlight_code",
-                             self.filters.get("highlight_code", Highlight2HTML(pygments_lexer=lexer, parent=self)))
+        self.register_filter(
+            "highlight_code", self.filters.get("highlight_code", Highlight2HTML(pygments_lexer=lexer, parent=self))
+        )
         resources = self._init_resources(resources)
-        self.register_filter("filter_data_type", WidgetsDataTypeFilter(
-            notebook_metadata=self._nb_metadata, parent=self, resources=resources))
+        self.register_filter(
+            "filter_data_type",
+            WidgetsDataTypeFilter(notebook_metadata=self._nb_metadata, parent=self, resources=resources),
+        )
         return TemplateExporter.from_notebook_node(self, nb, resources, **kw)
 
 
 @lru_cache(maxsize=1)
 def _exporter() -> HTMLExporter:
     # built once per process: loading nbconvert's templates is most of a page's rendering time
-    return _CellsExporter(template_name="basic", extra_loaders=[DictLoader({"bytesup_cells.html.j2": _TEMPLATE})],
-                          template_file="bytesup_cells.html.j2", sanitize_html=True,
-                          filters={"clean_html": _clean})
+    return _CellsExporter(
+        template_name="basic",
+        extra_loaders=[DictLoader({"bytesup_cells.html.j2": _TEMPLATE})],
+        template_file="bytesup_cells.html.j2",
+        sanitize_html=True,
+        filters={"clean_html": _clean},
+    )
 
 
 def _drop_unsafe_images(nb) -> None:
@@ -182,12 +226,13 @@ def render(path: str | Path, title: str, back: str | None = None) -> str:
     code_css = HtmlFormatter(style="default").get_style_defs(".highlight")
     heading = "" if _opens_with_title(nb) else f"<h1>{esc_html(title)}</h1>\n"
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         '<meta name="referrer" content="no-referrer">'
         f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{esc_html(title)}</title>'
         f"<style>{STYLE}{code_css}\n</style></head><body>\n{heading}"
         + (f'<p class="n"><a href="{esc_html(back)}">\u2190 The report</a></p>\n' if back else "")
         + f'<p class="n">The executed notebook {esc_html(Path(path).name)}, as the workflow ran it.</p>\n'
-        + cells.strip() + "\n</body></html>\n"
+        + cells.strip()
+        + "\n</body></html>\n"
     )

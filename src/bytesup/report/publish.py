@@ -16,6 +16,7 @@ from pathlib import Path, PurePosixPath
 
 READABLE = stat.S_IRUSR | stat.S_IWUSR | stat.S_IRGRP | stat.S_IROTH  # 0644: a shared report is readable
 
+
 def aside_name(final: Path, archive: Path) -> tuple[Path, Path]:
     """The first free report/<date>.<n>/ and report/<date>.<n>.zip, n = 1, 2, ..."""
     n = 1

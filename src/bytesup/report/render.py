@@ -52,8 +52,18 @@ class Pages:
         table and figure, and the data pages."""
         L = self.ledger
         return {
-            "citations": [{"id": c.id, "page": c.page, "file": c.file, "key": c.key, "format": c.fmt, "text": c.text,
-                           "note": c.note} for c in L.citations],
+            "citations": [
+                {
+                    "id": c.id,
+                    "page": c.page,
+                    "file": c.file,
+                    "key": c.key,
+                    "format": c.fmt,
+                    "text": c.text,
+                    "note": c.note,
+                }
+                for c in L.citations
+            ],
             "notes": [{"page": n.page, "id": n.id, "file": n.file, "key": n.key, "kind": n.kind} for n in L.notes],
             "tables": [t for d in self.docs for t in d.tables],
             "figures": [f for d in self.docs for f in d.figures],
@@ -73,22 +83,35 @@ def quantity_formats(manifest: dict) -> dict[str, dict[str, str]]:
         spec = registry().get(rule.removeprefix("lesson_")) if rule.startswith("lesson_") else None
         if spec is not None and "metrics_json" in outputs:
             folder = str(PurePosixPath(outputs["metrics_json"]).parent)
-            formats[folder] = {h.key: bytes_format(h.unit) if h.unit in BYTE_UNITS else h.fmt
-                               for h in spec.headlines if h.fmt or h.unit in BYTE_UNITS}
+            formats[folder] = {
+                h.key: bytes_format(h.unit) if h.unit in BYTE_UNITS else h.fmt
+                for h in spec.headlines
+                if h.fmt or h.unit in BYTE_UNITS
+            }
     return formats
 
 
 def by_kind(sources: dict) -> dict:
     """The run's files by what they are, from the rules' output names (never from their paths)."""
     cpu, gpu, decode = (sources.get(rule, {}) for rule in ("timing_cpu", "timing_gpu", "timing_decode"))
-    timing = {"sweep_png": sources.get("timing_figure", {}).get("figure"),
-              "cpu_summary": cpu.get("summary"), "sweep_csv": cpu.get("sweep"), "stream_csv": cpu.get("stream"),
-              "dequant_csv": cpu.get("dequant"), "gpu_summary": gpu.get("summary"),
-              "gpu_sweep_csv": gpu.get("sweep"), "gpu_stream_csv": gpu.get("stream"),
-              "decode_summary": decode.get("summary"), "prefill_csv": decode.get("prefill")}
+    timing = {
+        "sweep_png": sources.get("timing_figure", {}).get("figure"),
+        "cpu_summary": cpu.get("summary"),
+        "sweep_csv": cpu.get("sweep"),
+        "stream_csv": cpu.get("stream"),
+        "dequant_csv": cpu.get("dequant"),
+        "gpu_summary": gpu.get("summary"),
+        "gpu_sweep_csv": gpu.get("sweep"),
+        "gpu_stream_csv": gpu.get("stream"),
+        "decode_summary": decode.get("summary"),
+        "prefill_csv": decode.get("prefill"),
+    }
     lessons = {rule.removeprefix("lesson_"): outputs for rule, outputs in sources.items() if rule.startswith("lesson_")}
-    return {"model_record": sources["fetch"]["record"], "timing": {k: v for k, v in timing.items() if v},
-            "lessons": {lesson: lessons[lesson] for lesson in course_order(lessons)}}
+    return {
+        "model_record": sources["fetch"]["record"],
+        "timing": {k: v for k, v in timing.items() if v},
+        "lessons": {lesson: lessons[lesson] for lesson in course_order(lessons)},
+    }
 
 
 def course_order(lessons) -> list[str]:

@@ -48,8 +48,7 @@ TIMING_CONTEXT = [
 COURSE_MACHINE_CLAIMS = (
     ("time for 256 tokens ÷ time for one", "timing.matmul_ratio_256_over_1"),
     ("cold matvec bandwidth (GB/s)", "timing.matvec_gbps"),
-    ("memory bandwidth (GB/s): the course quotes a datasheet peak, this run measures STREAM copy",
-     "timing.peak_gbps"),
+    ("memory bandwidth (GB/s): the course quotes a datasheet peak, this run measures STREAM copy", "timing.peak_gbps"),
 )
 PROVENANCE_FACTS = [
     ("report date", "date", None),
@@ -75,7 +74,7 @@ PROVENANCE_FACTS = [
 
 
 def _label_unit(label: str) -> tuple[str, str]:
-    """"STREAM copy bandwidth (GB/s)" -> ("STREAM copy bandwidth", "GB/s")."""
+    """ "STREAM copy bandwidth (GB/s)" -> ("STREAM copy bandwidth", "GB/s")."""
     head, _, unit = label.rpartition(" (")
     return (head, unit[:-1]) if head and unit.endswith(")") and "(" not in unit else (label, "")
 
@@ -91,30 +90,46 @@ def summary(doc: Doc, run: dict, manifest: dict) -> None:
     gpu = [L.cite(SELF, "machine/gpus/0/name")] if gpus else ["none"]
     doc.para(
         "This report recomputes the numbers of the LLM Basics course from the weights of one model file, ",
-        L.cite(rec, "name"), " (from ", L.cite(rec, "source"), ", ", L.cite(rec, "size", "bytes"), "), on ",
-        L.cite(SELF, "machine/cpu_model"), " with ", L.cite(SELF, "machine/cores"), " logical CPUs (GPU: ", *gpu,
-        "), on ", L.cite(SELF, "date"), ".",
+        L.cite(rec, "name"),
+        " (from ",
+        L.cite(rec, "source"),
+        ", ",
+        L.cite(rec, "size", "bytes"),
+        "), on ",
+        L.cite(SELF, "machine/cpu_model"),
+        " with ",
+        L.cite(SELF, "machine/cores"),
+        " logical CPUs (GPU: ",
+        *gpu,
+        "), on ",
+        L.cite(SELF, "date"),
+        ".",
     )
-    doc.para("Each lesson opens with the course's numbers beside this model's, then explains what they show;"
-             " its full tables and every number it computed are on its data page, one click away. Every number"
-             " links to the file it was read from (in the shared archive) and shows that file, its key and its"
-             " sha256 when pointed at; the command bytesup verify re-reads them all and re-renders every page,"
-             " word for word.")
+    doc.para(
+        "Each lesson opens with the course's numbers beside this model's, then explains what they show;"
+        " its full tables and every number it computed are on its data page, one click away. Every number"
+        " links to the file it was read from (in the shared archive) and shows that file, its key and its"
+        " sha256 when pointed at; the command bytesup verify re-reads them all and re-renders every page,"
+        " word for word."
+    )
     doc.para(UNITS)
     _architecture(doc, run)
     rows = []
     for lesson, files in run["lessons"].items():
         if "claims_csv" in files and doc.ledger.data(files["claims_csv"]):
-            rows.append([Link(title(lesson), f"#{lesson}")]
-                        + [L.cite(CLAIMS_FILE, f"count/lesson={lesson}&status={s}") for s in CLAIM_STATUSES])
+            rows.append(
+                [Link(title(lesson), f"#{lesson}")]
+                + [L.cite(CLAIMS_FILE, f"count/lesson={lesson}&status={s}") for s in CLAIM_STATUSES]
+            )
     if rows:
         rows.append(["all lessons"] + [L.cite(CLAIMS_FILE, f"count/status={s}") for s in CLAIM_STATUSES])
         doc.table(["lesson", *CLAIM_STATUSES], rows, caption="The course's numbers, lesson by lesson")
         doc.para("Every lesson's claims in one table: ", *file_ref(doc, CLAIMS_FILE), " in this report's folder.")
     refused = run.get("refused", {})
     if refused:
-        doc.para("Not run for this model: ", ", ".join(title(lesson) for lesson in refused),
-                 " (each section says why).")
+        doc.para(
+            "Not run for this model: ", ", ".join(title(lesson) for lesson in refused), " (each section says why)."
+        )
     else:
         doc.para("Every lesson of the course ran for this model.")
     model_file(doc, run)
@@ -130,10 +145,10 @@ def _architecture(doc: Doc, run: dict) -> None:
     try:
         recipe = f"The recipe the lessons that run the network follow: {recipe_summary(arch)}."
     except UnsupportedArchitectureError:
-        recipe = ("bytesup.model.arch has no recipe for it: the lessons that run the network are not run for this"
-                  " model.")
-    doc.para("Architecture (general.architecture in the file): ", L.cite(meta, "metadata/general.architecture"),
-             ". ", recipe)
+        recipe = "bytesup.model.arch has no recipe for it: the lessons that run the network are not run for this model."
+    doc.para(
+        "Architecture (general.architecture in the file): ", L.cite(meta, "metadata/general.architecture"), ". ", recipe
+    )
 
 
 def model_file(doc: Doc, run: dict) -> None:
@@ -141,14 +156,26 @@ def model_file(doc: Doc, run: dict) -> None:
     L = doc.ledger
     extract = run["sources"].get("extract", {})
     meta, index, tensors = extract.get("metadata"), extract.get("index"), extract.get("tensors_csv")
-    facts = [("architecture", meta, "metadata/general.architecture"), ("name in the file", meta, "metadata/general.name"),
-             ("GGUF version", meta, "gguf/version"), ("metadata keys", meta, "gguf/metadata_count"),
-             ("tensors", tensors, "rows")]
-    arch = L.read(meta, "metadata/general.architecture") if meta and L.has(meta, "metadata/general.architecture") else None
+    facts = [
+        ("architecture", meta, "metadata/general.architecture"),
+        ("name in the file", meta, "metadata/general.name"),
+        ("GGUF version", meta, "gguf/version"),
+        ("metadata keys", meta, "gguf/metadata_count"),
+        ("tensors", tensors, "rows"),
+    ]
+    arch = (
+        L.read(meta, "metadata/general.architecture") if meta and L.has(meta, "metadata/general.architecture") else None
+    )
     if isinstance(arch, str) and "/" not in arch:
-        facts += [(label, meta, f"metadata/{arch}.{key}") for label, key in (
-            ("blocks", "block_count"), ("embedding length", "embedding_length"),
-            ("feed-forward length", "feed_forward_length"), ("vocabulary", "vocab_size"))]
+        facts += [
+            (label, meta, f"metadata/{arch}.{key}")
+            for label, key in (
+                ("blocks", "block_count"),
+                ("embedding length", "embedding_length"),
+                ("feed-forward length", "feed_forward_length"),
+                ("vocabulary", "vocab_size"),
+            )
+        ]
     facts.append(("sha256 the extract stage checked", index, "gguf/sha256"))
     rows = [[label, L.cite(path, key)] for label, path, key in facts if path and L.has(path, key)]
     if rows:
@@ -169,8 +196,11 @@ def timing(doc: Doc, timing_files: dict, lessons: dict) -> None:
     L = doc.ledger
     doc.heading(2, "Timing on this machine", anchor="timing", toc="Timing on this machine")
     if timing_files.get("sweep_png"):
-        doc.figure(timing_files["sweep_png"], "Matvec (N = 1) against matmul on real FFN weights: median time and"
-                   " GFLOP/s per N, with this run's STREAM copy bandwidth and best GFLOP/s as lines")
+        doc.figure(
+            timing_files["sweep_png"],
+            "Matvec (N = 1) against matmul on real FFN weights: median time and"
+            " GFLOP/s per N, with this run's STREAM copy bandwidth and best GFLOP/s as lines",
+        )
     _course_machine(doc, lessons)
     rows = []
     cpu, decode, gpu = (timing_files.get(k) for k in ("cpu_summary", "decode_summary", "gpu_summary"))
@@ -179,11 +209,16 @@ def timing(doc: Doc, timing_files: dict, lessons: dict) -> None:
     if decode:
         rows += [[label, L.cite(decode, key, fmt)] for label, key, fmt in _present(doc, decode, DECODE_HEADLINES)]
     if gpu and L.has(gpu, "matvec_fraction_of_copy"):
-        rows += [[f"GPU: {label.replace('STREAM copy', 'device copy')}", L.cite(gpu, key, fmt)]
-                 for label, key, fmt in _present(doc, gpu, TIMING_HEADLINES)]
+        rows += [
+            [f"GPU: {label.replace('STREAM copy', 'device copy')}", L.cite(gpu, key, fmt)]
+            for label, key, fmt in _present(doc, gpu, TIMING_HEADLINES)
+        ]
     doc.table(["quantity", "value"], rows, caption="This machine's numbers")
-    doc.para("Every timing table (the sweep, STREAM, dequantization, prefill, the GPU's) is on ",
-             Link("the timing data page", doc.page_href(TIMING_PAGE)), ".")
+    doc.para(
+        "Every timing table (the sweep, STREAM, dequantization, prefill, the GPU's) is on ",
+        Link("the timing data page", doc.page_href(TIMING_PAGE)),
+        ".",
+    )
 
 
 def _course_machine(doc: Doc, lessons: dict) -> None:
@@ -196,23 +231,38 @@ def _course_machine(doc: Doc, lessons: dict) -> None:
     picked = [(label, index[cid]) for label, cid in COURSE_MACHINE_CLAIMS if cid in index]
     if picked:
         note = L.note(claims, None, "table")
-        doc.table(["quantity", "the course, DGX Spark CPU", "this machine"],
-                  [[label, L.cite(claims, f"{i}/published", note=note), L.cite(claims, f"{i}/measured", note=note)]
-                   for label, i in picked], note=note, caption="The course's machine beside this one")
+        doc.table(
+            ["quantity", "the course, DGX Spark CPU", "this machine"],
+            [
+                [label, L.cite(claims, f"{i}/published", note=note), L.cite(claims, f"{i}/measured", note=note)]
+                for label, i in picked
+            ],
+            note=note,
+            caption="The course's machine beside this one",
+        )
 
 
 def write_timing_page(doc: Doc, timing_files: dict) -> None:
     L = doc.ledger
     doc.heading(1, "Timing on this machine \u00b7 data")
-    doc.para("Every timing table of this run, for ", Link("the report's timing section", doc.page_href(
-        "index.html", "timing")), ".")
+    doc.para(
+        "Every timing table of this run, for ",
+        Link("the report's timing section", doc.page_href("index.html", "timing")),
+        ".",
+    )
     cpu = timing_files.get("cpu_summary")
     if cpu:
         doc.heading(2, "CPU", anchor="cpu", toc="CPU")
         note = L.note(cpu, None, "table")
-        doc.table(["quantity", "value"], [[label, L.cite(cpu, key, fmt, note=note)] for label, key, fmt in
-                                          _present(doc, cpu, TIMING_HEADLINES + TIMING_CONTEXT)], note=note,
-                  caption="The CPU timing job's numbers")
+        doc.table(
+            ["quantity", "value"],
+            [
+                [label, L.cite(cpu, key, fmt, note=note)]
+                for label, key, fmt in _present(doc, cpu, TIMING_HEADLINES + TIMING_CONTEXT)
+            ],
+            note=note,
+            caption="The CPU timing job's numbers",
+        )
         for name in ("sweep_csv", "stream_csv", "dequant_csv"):
             if timing_files.get(name):
                 csv_table(doc, timing_files[name], DATA_ROWS)
@@ -220,9 +270,15 @@ def write_timing_page(doc: Doc, timing_files: dict) -> None:
     if decode and not L.has(decode, "skipped"):
         doc.heading(2, "The whole model, decoding", anchor="decode", toc="The whole model, decoding")
         note = L.note(decode, None, "table")
-        doc.table(["quantity", "value"], [[label, L.cite(decode, key, fmt, note=note)] for label, key, fmt in
-                                          _present(doc, decode, DECODE_HEADLINES + TIMING_CONTEXT)], note=note,
-                  caption="The decode job's numbers")
+        doc.table(
+            ["quantity", "value"],
+            [
+                [label, L.cite(decode, key, fmt, note=note)]
+                for label, key, fmt in _present(doc, decode, DECODE_HEADLINES + TIMING_CONTEXT)
+            ],
+            note=note,
+            caption="The decode job's numbers",
+        )
         if timing_files.get("prefill_csv"):
             csv_table(doc, timing_files["prefill_csv"], DATA_ROWS)
     gpu = timing_files.get("gpu_summary")
@@ -231,8 +287,13 @@ def write_timing_page(doc: Doc, timing_files: dict) -> None:
         if L.has(gpu, "machine/name"):
             doc.para("Device: ", L.cite(gpu, "machine/name"), ".")
         rows = [[label, L.cite(gpu, key, fmt)] for label, key, fmt in _present(doc, gpu, TIMING_HEADLINES)]
-        rows += [[label.replace("NumPy decoder", "decoder's torch twin").replace("STREAM copy", "device copy"),
-                  L.cite(gpu, key, fmt)] for label, key, fmt in _present(doc, gpu, DECODE_HEADLINES[:4])]
+        rows += [
+            [
+                label.replace("NumPy decoder", "decoder's torch twin").replace("STREAM copy", "device copy"),
+                L.cite(gpu, key, fmt),
+            ]
+            for label, key, fmt in _present(doc, gpu, DECODE_HEADLINES[:4])
+        ]
         doc.table(["quantity", "value"], rows, caption="The GPU timing job's numbers")
         for name in ("gpu_sweep_csv", "gpu_stream_csv"):
             if timing_files.get(name):
@@ -246,8 +307,11 @@ def write_timing_page(doc: Doc, timing_files: dict) -> None:
 def glossary(doc: Doc, words: Glossary) -> None:
     """glossary.html: every word a page links here the first time it uses it."""
     doc.heading(1, "Words used")
-    doc.para("The first time a page of ", Link("the report", doc.page_href("index.html")),
-             " uses one of these words, it links here.")
+    doc.para(
+        "The first time a page of ",
+        Link("the report", doc.page_href("index.html")),
+        " uses one of these words, it links here.",
+    )
     doc.definitions([(anchor, term, [definition]) for anchor, term, definition in words.entries()])
 
 
@@ -259,10 +323,13 @@ def _skipped(doc: Doc, run: dict) -> list[list]:
     L = doc.ledger
     items = [[f"{title(lesson)}: not run: {why}."] for lesson, why in run.get("refused", {}).items()]
     timing_files = run["timing"]
-    for label, name, key in (("GPU timing", "gpu_summary", "skipped"), ("CPU timing", "cpu_summary", "skipped"),
-                             ("Whole-model decode", "decode_summary", "skipped"),
-                             ("Whole-model decode on the GPU", "gpu_summary", "decode_skipped"),
-                             ("llama.cpp decode", "decode_summary", "llama_cpp/skipped")):
+    for label, name, key in (
+        ("GPU timing", "gpu_summary", "skipped"),
+        ("CPU timing", "cpu_summary", "skipped"),
+        ("Whole-model decode", "decode_summary", "skipped"),
+        ("Whole-model decode on the GPU", "gpu_summary", "decode_skipped"),
+        ("llama.cpp decode", "decode_summary", "llama_cpp/skipped"),
+    ):
         path = timing_files.get(name)
         if path and isinstance(L.read(path, key) if L.has(path, key) else None, str):
             items.append([f"{label}: not measured: ", L.cite(path, key), "."])
@@ -279,8 +346,10 @@ def maintainers(doc: Doc, run: dict, manifest: dict) -> None:
     """The closing section: targets, what was skipped and why, each job's resources, provenance."""
     L = doc.ledger
     doc.heading(2, "For maintainers", anchor="maintainers", toc="For maintainers")
-    doc.para("The workflow's own engineering, for whoever runs and maintains it: the performance targets, what"
-             " did not run and why, each job's time and memory, and where the run came from.")
+    doc.para(
+        "The workflow's own engineering, for whoever runs and maintains it: the performance targets, what"
+        " did not run and why, each job's time and memory, and where the run came from."
+    )
     targets = _targets(doc, run["timing"])
     if targets:
         rows, css = zip(*targets)
@@ -291,12 +360,26 @@ def maintainers(doc: Doc, run: dict, manifest: dict) -> None:
         doc.raw_list(skipped)
     jobs = manifest.get("job_resources")
     if jobs and L.data(jobs):
-        doc.para("Jobs: ", L.cite(jobs, "rows"), " benchmark records; over their declared memory: ",
-                 L.cite(jobs, "count/within_mem_mb=False"), ", over their declared runtime: ",
-                 L.cite(jobs, "count/within_runtime=False"), ".")
-    doc.para("git describe: ", L.cite(SELF, "git_describe"), "; config sha256: ", L.cite(SELF, "config_sha256"),
-             "; report finished: ", L.cite(SELF, "report/finished"), ". The machine, the packages, each job's"
-             " resources and every file cited are on ", Link("the run's data page", doc.page_href(RUN_PAGE)), ".")
+        doc.para(
+            "Jobs: ",
+            L.cite(jobs, "rows"),
+            " benchmark records; over their declared memory: ",
+            L.cite(jobs, "count/within_mem_mb=False"),
+            ", over their declared runtime: ",
+            L.cite(jobs, "count/within_runtime=False"),
+            ".",
+        )
+    doc.para(
+        "git describe: ",
+        L.cite(SELF, "git_describe"),
+        "; config sha256: ",
+        L.cite(SELF, "config_sha256"),
+        "; report finished: ",
+        L.cite(SELF, "report/finished"),
+        ". The machine, the packages, each job's resources and every file cited are on ",
+        Link("the run's data page", doc.page_href(RUN_PAGE)),
+        ".",
+    )
 
 
 def _targets(doc: Doc, timing_files: dict) -> list[tuple[list, list]]:
@@ -306,16 +389,32 @@ def _targets(doc: Doc, timing_files: dict) -> list[tuple[list, list]]:
     targets = L.read(cpu, "targets") if cpu and L.has(cpu, "targets") else []
     for i, target in enumerate(targets if isinstance(targets, list) else []):
         share = "%" if SHARE.search(str(target.get("name", ""))) else None  # a goal for a share is one too
-        measured = (L.cite(cpu, f"targets/{i}/measured", share) if target.get("measured") is not None
-                    else "not measured")
-        out.append(([L.cite(cpu, f"targets/{i}/name"), L.cite(cpu, f"targets/{i}/target", share), measured,
-                     L.cite(cpu, f"targets/{i}/met")], ["", "", "", "met-yes" if target.get("met") else "met-no"]))
+        measured = L.cite(cpu, f"targets/{i}/measured", share) if target.get("measured") is not None else "not measured"
+        out.append(
+            (
+                [
+                    L.cite(cpu, f"targets/{i}/name"),
+                    L.cite(cpu, f"targets/{i}/target", share),
+                    measured,
+                    L.cite(cpu, f"targets/{i}/met"),
+                ],
+                ["", "", "", "met-yes" if target.get("met") else "met-no"],
+            )
+        )
     decode = timing_files.get("decode_summary")
     if decode and L.has(decode, "target/name") and L.has(decode, "target/measured"):
         met = L.read(decode, "target/met")
-        out.append(([L.cite(decode, "target/name"), L.cite(decode, "target/goal", "%"),
-                     L.cite(decode, "target/measured", "%"), L.cite(decode, "target/met")],
-                    ["", "", "", "met-yes" if met else "met-no"]))
+        out.append(
+            (
+                [
+                    L.cite(decode, "target/name"),
+                    L.cite(decode, "target/goal", "%"),
+                    L.cite(decode, "target/measured", "%"),
+                    L.cite(decode, "target/met"),
+                ],
+                ["", "", "", "met-yes" if met else "met-no"],
+            )
+        )
     return out
 
 
@@ -323,17 +422,28 @@ def write_run_page(doc: Doc, run: dict, manifest: dict) -> None:
     """data/run.html: the run's facts, each job's resources, the targets and every file cited."""
     L = doc.ledger
     doc.heading(1, "The run \u00b7 data")
-    doc.para("Where this report came from, for ", Link("the report's closing section", doc.page_href(
-        "index.html", "maintainers")), ". Every value is read from the report's manifest.json, under the key shown.")
+    doc.para(
+        "Where this report came from, for ",
+        Link("the report's closing section", doc.page_href("index.html", "maintainers")),
+        ". Every value is read from the report's manifest.json, under the key shown.",
+    )
     doc.heading(2, "The run", anchor="run", toc="The run")
     facts = list(PROVENANCE_FACTS)
     for i, _ in enumerate(manifest["machine"].get("blas") or []):
-        facts += [(f"BLAS {i}: {part}", f"machine/blas/{i}/{key}", None) for part, key in
-                  (("library", "internal_api"), ("version", "version"), ("threads in the report job", "num_threads"),
-                   ("threading layer", "threading_layer"))]
+        facts += [
+            (f"BLAS {i}: {part}", f"machine/blas/{i}/{key}", None)
+            for part, key in (
+                ("library", "internal_api"),
+                ("version", "version"),
+                ("threads in the report job", "num_threads"),
+                ("threading layer", "threading_layer"),
+            )
+        ]
     for i, _ in enumerate(manifest["machine"].get("gpus") or []):
-        facts += [(f"GPU {i}: {part}", f"machine/gpus/{i}/{key}", None) for part, key in
-                  (("name", "name"), ("driver", "driver"), ("memory (MiB)", "memory_mib"))]
+        facts += [
+            (f"GPU {i}: {part}", f"machine/gpus/{i}/{key}", None)
+            for part, key in (("name", "name"), ("driver", "driver"), ("memory (MiB)", "memory_mib"))
+        ]
     facts += [(f"package {name}", f"packages/{name}", None) for name in manifest["packages"]]
     note = L.note(SELF, None, "table")
     rows = [[label, L.cite(SELF, key, fmt, note=note), key] for label, key, fmt in facts if L.has(SELF, key)]
@@ -343,9 +453,11 @@ def write_run_page(doc: Doc, run: dict, manifest: dict) -> None:
     jobs = manifest.get("job_resources")
     if jobs:
         doc.heading(2, "Jobs: time and memory", anchor="job-resources", toc="Jobs: time and memory")
-        doc.para("Snakemake's benchmark file of each job: wall time and peak resident memory (the job's processes"
-                 " summed, sampled every half second), beside the runtime and mem_mb its rule declares to a"
-                 " scheduler. A job over its declaration is marked.")
+        doc.para(
+            "Snakemake's benchmark file of each job: wall time and peak resident memory (the job's processes"
+            " summed, sampled every half second), beside the runtime and mem_mb its rule declares to a"
+            " scheduler. A job over its declaration is marked."
+        )
 
         def css(col: str, raw: str) -> str:
             if col in ("within_mem_mb", "within_runtime") and raw in ("True", "False"):
@@ -358,12 +470,20 @@ def write_run_page(doc: Doc, run: dict, manifest: dict) -> None:
         note = L.note(SELF, None, "table")
         rows = []
         for i, f in enumerate(manifest["files"]):
-            rows.append([L.cite(SELF, f"files/{i}/{k}", "bytes" if k == "bytes" else None, note=note)
-                         for k in ("path", "bytes", "sha256", "rule")]
-                        + [L.cite(SELF, f"files/{i}/job_finished", note=note) if f.get("job_finished") else ""])
-        doc.table(["file", "size", "sha256", "rule", "written (Snakemake's record)"], rows, note=note,
-                  caption="Every file the report cites (each in the manifest under files/<row>/<column>; those"
-                          " inside this report's folder are marked there)")
+            rows.append(
+                [
+                    L.cite(SELF, f"files/{i}/{k}", "bytes" if k == "bytes" else None, note=note)
+                    for k in ("path", "bytes", "sha256", "rule")
+                ]
+                + [L.cite(SELF, f"files/{i}/job_finished", note=note) if f.get("job_finished") else ""]
+            )
+        doc.table(
+            ["file", "size", "sha256", "rule", "written (Snakemake's record)"],
+            rows,
+            note=note,
+            caption="Every file the report cites (each in the manifest under files/<row>/<column>; those"
+            " inside this report's folder are marked there)",
+        )
         if manifest.get("inputs_not_cited"):
             doc.para("Inputs of the report rule it does not cite: ", L.cite(SELF, "inputs_not_cited"), ".")
     doc.notes()

@@ -97,8 +97,15 @@ def row_format(row: dict, name: str) -> str | None:
     return None
 
 
-def csv_table(doc: Doc, path: str, max_rows: int | None, caption: str | None = None, cut: int | None = CELL_CHARS,
-              css=None, columns: list[str] | None = None) -> bool:
+def csv_table(
+    doc: Doc,
+    path: str,
+    max_rows: int | None,
+    caption: str | None = None,
+    cut: int | None = CELL_CHARS,
+    css=None,
+    columns: list[str] | None = None,
+) -> bool:
     """A CSV file as a table with one footnote; every non-empty cell is a citation of the file.
 
     Shows its first `max_rows` rows (all with None) and says how many the file holds; an empty

@@ -77,7 +77,7 @@ SPEC = LessonSpec(
         "block_fields.csv",
         "blocks.csv",
     ),
-    key_tables=("byte_accounting.csv",),  # the report's section shows these; its data page all of them
+    key_tables=("byte_accounting.csv",),
     figures={
         "bytes_by_type.png": "Share of the file's parameters and of its tensor bytes per ggml type",
     },
