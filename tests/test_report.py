@@ -587,12 +587,27 @@ def test_a_notebook_page_renders_markdown_code_and_outputs_and_runs_nothing(tmp_
     # a pandas DataFrame's HTML, with the <style scoped> pandas puts first
     table = (
         "<div><style scoped>\n    .dataframe tbody tr th {\n        vertical-align: top;\n    }\n</style>"
-        '<table border="1" class="dataframe"><thead><tr><th>rows</th></tr></thead>'
-        "<tbody><tr><td>576</td></tr></tbody></table></div>"
+        '<table border="1" class="dataframe"><thead><tr><th>rows</th><th>d</th><th>ops</th></tr></thead>'
+        "<tbody><tr><td>576</td><td>576.0</td><td>11274289152</td></tr>"
+        "<tr><td>NaN</td><td>0.0854512</td><td>Paris</td></tr></tbody></table></div>"
     )
     nb = _notebook(
         [
             {"cell_type": "markdown", "source": "# Step 1\n\nThe gate is **g**, a `<|im_start|>` token.\n\n## Step 2"},
+            {
+                "cell_type": "code",
+                "execution_count": 1,
+                "metadata": {"tags": ["parameters"]},
+                "source": "token = 'default'",
+                "outputs": [],
+            },
+            {
+                "cell_type": "code",
+                "execution_count": 2,
+                "metadata": {"tags": ["injected-parameters"]},
+                "source": "# Parameters\ntoken = ' cat'\n",
+                "outputs": [],
+            },
             {
                 "cell_type": "code",
                 "execution_count": 3,
@@ -640,8 +655,15 @@ def test_a_notebook_page_renders_markdown_code_and_outputs_and_runs_nothing(tmp_
     assert "<pre>576 rows\nline two</pre>" in page and "<pre>-0.2639</pre>" in page
     assert f'<img alt="figure" src="data:image/png;base64,{figure}">' in page
     assert "ValueError</span>: bad &lt;b&gt;" in page and "\x1b" not in page
-    # the table stays a table; its CSS is dropped, not shown as text
-    assert '<table class="dataframe"><thead><tr><th>rows</th></tr></thead><tbody><tr><td class="num">576</td>' in page
+    # the title once (the notebook's own), the parameters once: those the workflow passed, said so
+    assert page.count("<h1") == 1 and "<h1>Lesson 3" not in page
+    assert "default" not in text and text.count("token = ' cat'") == 1
+    assert "# The parameters the workflow ran this notebook with (papermill passed them)\ntoken" in text
+    # the table stays a table, its numbers written as the report writes them; its CSS is dropped
+    assert '<table class="dataframe"><thead><tr><th>rows</th><th>d</th><th>ops</th></tr></thead><tbody><tr>' in page
+    assert '<td class="num">576</td><td class="num">576</td><td class="num">11,274,289,152</td>' in page
+    assert '<td></td><td class="num">0.08545</td><td>Paris</td>' in page and "NaN" not in page
+    assert "white-space:pre-wrap" in page  # long code lines wrap, nothing is clipped
     assert "vertical-align" not in page and "style scoped" not in page
     # self-contained, script-free
     assert "Content-Security-Policy" in page and "<script" not in page.lower()

@@ -197,8 +197,9 @@ def _parameters_once(nb) -> None:
     if not injected:
         return
     nb.cells = [cell for cell in nb.cells if "parameters" not in _tags(cell)]
-    for cell in injected:
-        cell.source = f"{INJECTED}\n{cell.source.lstrip()}"
+    for cell in injected:  # papermill heads the cell "# Parameters": say which ones
+        source = cell.source.lstrip()
+        cell.source = f"{INJECTED}\n{source.removeprefix('# Parameters').lstrip(chr(10))}"
 
 
 def _opens_with_title(nb) -> bool:
