@@ -152,3 +152,49 @@ def test_hostile_text_is_inert_in_html_and_markdown(files, text):
     assert "<" not in stripped.replace("&lt;", "")
     assert "](" not in stripped
     assert esc_md(text) in md
+
+
+@pytest.mark.parametrize(
+    "value,fmt,text",
+    [
+        (96577380, "bytes", "96.58 MB"),  # one decimal prefix, the one the size calls for
+        (0.09657738, "bytes:GB", "96.58 MB"),  # stored in GB, written as every size is
+        (7162576896, "bytes", "7.163 GB"),
+        (23040, "bytes", "23.04 kB"),
+        (612, "bytes", "612 bytes"),
+        (188.74368, "bytes:MB", "188.7 MB"),
+        ([0.5, 0.25], "%", "[50.0 %, 25.0 %]"),  # a list: each element by the rule
+        ("no CUDA device", "%", "no CUDA device"),  # a text is shown as it is, whatever the format
+        (576.0, "d", "576"),
+    ],
+)
+def test_one_rule_per_unit(value, fmt, text):
+    assert format_value(value, fmt) == text
+
+
+def test_text_a_model_wrote_keeps_its_line_breaks_and_nothing_else_does():
+    assert format_value(" Paris.\n\nThe answer", "text") == " Paris.\n\nThe answer"
+    assert format_value(" Paris.\n\nThe answer") == " Paris.\\n\\nThe answer"
+    assert format_value("a\rb\nc", "text") == "a\\rb\nc"  # a carriage return is still shown escaped
+
+
+def test_the_glossary_links_a_term_at_its_first_use_on_a_page():
+    from bytesup.report.glossary import block_size, load
+
+    words = load()
+    linked: set[str] = set()
+    parts = words.split("The KV cache grows; a KV cache, decoded by decode.", linked)
+    assert parts == [
+        "The ",
+        ("KV cache", "g-kv-cache"),
+        " grows; a KV cache, decoded by ",
+        ("decode", "g-decode"),
+        ".",
+    ]  # the first use only, whole words only
+    assert words.split("and the KV cache again", linked) == ["and the KV cache again"]  # once per page
+    assert words.split("two K-quants", set()) == ["two ", ("K-quants", "g-k-quant")]  # another form, one entry
+    anchors = [a for a, _, _ in words.entries()]
+    assert len(anchors) == len(set(anchors)) and {"g-stream", "g-roofline", "g-rome", "g-logit-lens"} <= set(anchors)
+    # a quant type's size is gguf-py's, not typed: Q8_0 keeps 32 weights in 34 bytes
+    assert block_size("Q8_0") == "Q8_0 keeps 32 weights in 34 bytes: 8.5 bits per weight."
+    assert dict((t, d) for _, t, d in words.entries())["Q4_1"].endswith(block_size("Q4_1"))

@@ -50,7 +50,7 @@ p.source{color:#555;font-size:14px;margin-top:-.4rem}
 table{border-collapse:collapse;font-size:14px;max-width:100%}
 td,th{border:1px solid #ccc;padding:.2rem .5rem;text-align:left;vertical-align:top}
 td.long{overflow-wrap:anywhere}
-th{background:#f3f3f3} td.num{text-align:right;font-variant-numeric:tabular-nums}
+th{background:#f3f3f3} td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 caption{text-align:left;font-size:14px;color:#555;caption-side:top;padding-bottom:.2rem}
 @media (max-width:40rem){table.stack,table.stack tbody,table.stack tr,table.stack td{display:block;width:100%}
  table.stack thead{display:none} table.stack caption{display:block}

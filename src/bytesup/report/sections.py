@@ -73,12 +73,6 @@ PROVENANCE_FACTS = [
 ]
 
 
-def _label_unit(label: str) -> tuple[str, str]:
-    """ "STREAM copy bandwidth (GB/s)" -> ("STREAM copy bandwidth", "GB/s")."""
-    head, _, unit = label.rpartition(" (")
-    return (head, unit[:-1]) if head and unit.endswith(")") and "(" not in unit else (label, "")
-
-
 # -- the summary -------------------------------------------------------------------------------
 
 
