@@ -244,37 +244,24 @@ def write_timing_page(doc: Doc, timing_files: dict) -> None:
         Link("the report's timing section", doc.page_href("index.html", "timing")),
         ".",
     )
-    cpu = timing_files.get("cpu_summary")
-    if cpu:
-        doc.heading(2, "CPU", anchor="cpu", toc="CPU")
-        note = L.note(cpu, None, "table")
-        doc.table(
-            ["quantity", "value"],
-            [
-                [label, L.cite(cpu, key, fmt, note=note)]
-                for label, key, fmt in _present(doc, cpu, TIMING_HEADLINES + TIMING_CONTEXT)
-            ],
-            note=note,
-            caption="The CPU timing job's numbers",
-        )
-        for name in ("sweep_csv", "stream_csv", "dequant_csv"):
-            if timing_files.get(name):
-                csv_table(doc, timing_files[name], DATA_ROWS)
-    decode = timing_files.get("decode_summary")
-    if decode and not L.has(decode, "skipped"):
-        doc.heading(2, "The whole model, decoding", anchor="decode", toc="The whole model, decoding")
-        note = L.note(decode, None, "table")
-        doc.table(
-            ["quantity", "value"],
-            [
-                [label, L.cite(decode, key, fmt, note=note)]
-                for label, key, fmt in _present(doc, decode, DECODE_HEADLINES + TIMING_CONTEXT)
-            ],
-            note=note,
-            caption="The decode job's numbers",
-        )
-        if timing_files.get("prefill_csv"):
-            csv_table(doc, timing_files["prefill_csv"], DATA_ROWS)
+    jobs = (
+        ("cpu_summary", "CPU", "cpu", TIMING_HEADLINES, ("sweep_csv", "stream_csv", "dequant_csv")),
+        ("decode_summary", "The whole model, decoding", "decode", DECODE_HEADLINES, ("prefill_csv",)),
+    )
+    for name, heading, anchor, headlines, tables in jobs:
+        path = timing_files.get(name)
+        if not path or L.has(path, "skipped"):
+            continue
+        doc.heading(2, heading, anchor=anchor, toc=heading)
+        note = L.note(path, None, "table")
+        numbers = [
+            [label, L.cite(path, key, fmt, note=note)]
+            for label, key, fmt in _present(doc, path, headlines + TIMING_CONTEXT)
+        ]
+        doc.table(["quantity", "value"], numbers, note=note, caption=f"The {anchor} timing job's numbers")
+        for table in tables:
+            if timing_files.get(table):
+                csv_table(doc, timing_files[table], DATA_ROWS)
     gpu = timing_files.get("gpu_summary")
     if gpu and not L.has(gpu, "skipped"):
         doc.heading(2, "GPU", anchor="gpu", toc="GPU")
