@@ -68,6 +68,13 @@ def css_status(status: str) -> str:
 # -- the narrative: one template per lesson, its numbers cited inline -------------------------
 
 _SLOT = re.compile(r"\{([a-z0-9_]+:)?([^{}]+)\}")
+
+
+def _slot(m: re.Match) -> tuple[str, str]:
+    """(output name, key) of a {key} or {output:key} slot; a bare key is the lesson's metrics.json."""
+    return (m.group(1) or "metrics_json:")[:-1], m.group(2)
+
+
 _UNIT_AFTER = re.compile(r"^ ?(bytes|kB|MB|GB|TB)\b")
 
 
@@ -80,7 +87,7 @@ def narrative_template(lesson: str) -> str | None:
 def template_slots(template: str) -> list[tuple[str, str]]:
     """(output name, key) of every number a template cites, comments aside."""
     lines = [line for line in template.splitlines() if not line.strip().startswith("#")]
-    return [((m.group(1) or "metrics_json:")[:-1], m.group(2)) for line in lines for m in _SLOT.finditer(line)]
+    return [_slot(m) for line in lines for m in _SLOT.finditer(line)]
 
 
 def narrative(template: str, files: dict, ledger: Ledger) -> list[tuple[str, list]]:
@@ -114,7 +121,7 @@ def narrative(template: str, files: dict, ledger: Ledger) -> list[tuple[str, lis
 
 def _sentence(line: str, files: dict, ledger: Ledger, fmt: str | None = None) -> list | None:
     """One sentence's pieces, or None when a number it cites is missing or null."""
-    slots = [((m.group(1) or "metrics_json:")[:-1], m.group(2)) for m in _SLOT.finditer(line)]
+    slots = [_slot(m) for m in _SLOT.finditer(line)]
     if any(name not in files or not ledger.has(files[name], key) for name, key in slots):
         return None  # every number first: a sentence left out leaves no footnote behind
     out = []
@@ -127,7 +134,7 @@ def _sentence(line: str, files: dict, ledger: Ledger, fmt: str | None = None) ->
 def _cited(text: str, files: dict, ledger: Ledger, fmt: str | None) -> list:
     pieces, at = [], 0
     for m in _SLOT.finditer(text):
-        name, key = (m.group(1) or "metrics_json:")[:-1], m.group(2)
+        name, key = _slot(m)
         citation = ledger.cite(files[name], key, fmt)
         rest = text[m.end() :]
         pieces += [text[at : m.start()], citation]
