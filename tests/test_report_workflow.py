@@ -121,11 +121,7 @@ def test_every_table_has_human_headers_and_a_caption_in_words(project):
             if path.endswith(".csv"):
                 with open(project / path if not path.startswith(("claims.csv", "job_")) else report / path) as fh:
                     columns = next(csv.reader(fh))
-                unlabelled |= {
-                    f"{Path(path).name}: {c}"
-                    for c in columns
-                    if c != model and words.column(path, c) is None and c not in words.hidden(path)
-                }
+                unlabelled |= {f"{Path(path).name}: {c}" for c in columns if c != model and words.unlabelled(path, c)}
         assert not [h for h in table["header"] if "_" in h], table["header"]
     assert not unlabelled, f"label these columns in src/bytesup/report/labels.yaml: {sorted(unlabelled)}"
     assert captions and not [c for c in captions if re.search(r"[a-z0-9]_[a-z0-9]|\.(csv|json|png)\b", c)], captions

@@ -69,6 +69,12 @@ class Labels:
         column = self.column(path, name)
         return column.label if column else name.replace("_", " ")
 
+    def unlabelled(self, path: str, name: str) -> bool:
+        """A file's column name a reader would see as it is: no label, not hidden, not already words
+        (a model's name, "Llama 3 8B", "GPT-2 small", is)."""
+        words = "_" not in name and (" " in name or "-" in name or name != name.lower())
+        return self.column(path, name) is None and name not in self.hidden(path) and not words
+
 
 @functools.lru_cache(maxsize=1)
 def labels() -> Labels:
