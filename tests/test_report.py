@@ -563,9 +563,9 @@ def test_the_summary_lists_what_did_not_run_and_why(tmp_path):
     report_dir = build_and_publish(root, run)
     md = md_plain((report_dir / "report.md").read_text())
     assert "bytesup.model.arch has no recipe for it" in md
-    assert esc_md("Not run for this model: Lesson 4 · The forward pass (each section says why).") in md
+    assert esc_md("Lessons that did not run for this model: Lesson 4 · The forward pass (each section says why).") in md
     assert f"Not run for this model: {esc_md(why)}." in md  # its section
-    assert f"- Lesson 4 · The forward pass: not run: {esc_md(why)}." in md  # for maintainers
+    assert f"- Lesson 4 · The forward pass: {esc_md(why)}." in md  # for maintainers
     assert verify_path(report_dir).ok
 
 

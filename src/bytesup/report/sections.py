@@ -122,7 +122,9 @@ def summary(doc: Doc, run: dict, manifest: dict) -> None:
     refused = run.get("refused", {})
     if refused:
         doc.para(
-            "Not run for this model: ", ", ".join(title(lesson) for lesson in refused), " (each section says why)."
+            "Lessons that did not run for this model: ",
+            ", ".join(title(lesson) for lesson in refused),
+            " (each section says why).",
         )
     else:
         doc.para("Every lesson of the course ran for this model.")
@@ -302,7 +304,7 @@ def glossary(doc: Doc, words: Glossary) -> None:
 def _skipped(doc: Doc, run: dict) -> list[list]:
     """What did not run or was not measured, and why, each as the pieces of one line."""
     L = doc.ledger
-    items = [[f"{title(lesson)}: not run: {why}."] for lesson, why in run.get("refused", {}).items()]
+    items = [[f"{title(lesson)}: {why}."] for lesson, why in run.get("refused", {}).items()]
     timing_files = run["timing"]
     for label, name, key in (
         ("GPU timing", "gpu_summary", "skipped"),
