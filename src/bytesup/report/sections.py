@@ -24,20 +24,21 @@ TIMING_PAGE = f"{DATA}/timing.html"
 RUN_PAGE = f"{DATA}/run.html"
 UNITS = f"Units: {BYTES_CONVENTION}; shares are percentages; a rank counts from 1, the top."  # said once
 
-# (label, key, format) of the timing jobs' headline numbers, with their units.
+# (label, key, format) of the timing jobs' headline numbers, with their units; a number without a
+# format is written by the one rule (bytesup.report.formats).
 TIMING_HEADLINES = [
-    ("STREAM copy bandwidth (GB/s)", "stream_copy_gbps", ".1f"),
-    ("STREAM triad bandwidth (GB/s)", "stream_triad_gbps", ".1f"),
-    ("cold fp32 matvec, effective bandwidth (GB/s)", "matvec_cold_gbps", ".1f"),
+    ("STREAM copy bandwidth (GB/s)", "stream_copy_gbps", None),
+    ("STREAM triad bandwidth (GB/s)", "stream_triad_gbps", None),
+    ("cold fp32 matvec, effective bandwidth (GB/s)", "matvec_cold_gbps", None),
     ("matvec bandwidth as a share of STREAM copy", "matvec_fraction_of_copy", "%"),
-    ("time for 256 tokens at once ÷ time for one", "matmul_ratio_256_over_1", ".1f"),
+    ("time for 256 tokens at once ÷ time for one", "matmul_ratio_256_over_1", None),
 ]
 DECODE_HEADLINES = [
-    ("decode, the project's NumPy decoder (tokens/s)", "decode_tokens_per_s", ".1f"),
+    ("decode, the project's NumPy decoder (tokens/s)", "decode_tokens_per_s", None),
     ("weights it reads per token, as float32", "decode_bytes_per_token", "bytes"),
-    ("its tokens/s ceiling at this job's STREAM copy", "decode_ceiling_tokens_per_s", ".1f"),
+    ("its tokens/s ceiling at this job's STREAM copy", "decode_ceiling_tokens_per_s", None),
     ("share of that ceiling reached", "decode_fraction_of_ceiling", "%"),
-    ("llama.cpp decode on the same file (tokens/s)", "llama_cpp/decode_tokens_per_s", ".1f"),
+    ("llama.cpp decode on the same file (tokens/s)", "llama_cpp/decode_tokens_per_s", None),
     ("llama.cpp: share of the quantized file's ceiling", "llama_cpp/decode_fraction_of_ceiling", "%"),
 ]
 TIMING_CONTEXT = [
