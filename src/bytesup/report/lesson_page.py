@@ -194,10 +194,14 @@ def course_beside_model(doc: Doc, lesson: str, spec: LessonSpec | None, files: d
     index = {row.get("claim_id"): i for i, row in enumerate(rows)}
     metrics = files.get("metrics_json")
     headlines = {h.key for h in spec.headlines} if spec else set()
-    from_metrics = {
+    from_metrics = {  # this run's number as the narrative shows it: a headline in the claim's unit (or its share)
         c
         for c in picked
-        if c in claims and metrics and claims[c].metric in headlines and L.has(metrics, claims[c].metric)
+        if c in claims
+        and metrics
+        and claims[c].metric in headlines
+        and (claims[c].scale == 1 or (claims[c].unit == "%" and claims[c].scale == 100))
+        and L.has(metrics, claims[c].metric)
     }
     claims_note = L.note(path, None, "table")
     metrics_note = L.note(metrics, None, "table") if from_metrics else None
@@ -206,7 +210,7 @@ def course_beside_model(doc: Doc, lesson: str, spec: LessonSpec | None, files: d
         claim, i = claims.get(cid), index[cid]
         unit = rows[i].get("unit", "")
         course_fmt = bytes_format(unit) if unit in BYTE_UNITS else None
-        if cid in from_metrics:  # this run's number as the narrative shows it
+        if cid in from_metrics:
             percent = unit == "%" and claim.scale == 100
             value = L.cite(metrics, claim.metric, "%" if percent else None, note=metrics_note)
             shown_unit = "" if unit in BYTE_UNITS or percent else unit
@@ -275,8 +279,7 @@ def section(doc: Doc, lesson: str, files: dict, refused: str | None, notebook: s
     spec = registry().get(lesson)
     doc.heading(2, title(lesson), anchor=lesson, toc=title(lesson))
     if spec is not None:
-        source = spec.source[0].lower() + spec.source[1:] if spec.source.startswith("The ") else spec.source
-        doc.para(f"From {source}.", css="source")
+        doc.para(f"Source: {spec.source}.", css="source")
     if refused:
         doc.para(f"Not run for this model: {refused}.")
         return
