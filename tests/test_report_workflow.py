@@ -92,6 +92,9 @@ def test_each_lesson_reads_like_the_course_and_links_its_data_page_and_notebook(
         text = (report / notebook).read_text()
         assert "Content-Security-Policy" in text and "<script" not in text.lower()
         assert f'<a href="../index.html#{lesson}">' in text  # back to its section
+    # a claim the course prints in millions is compared in millions, both sides (235 beside 234.9)
+    background = html.split('<h2 id="00_vectors_neurons_nonlinearity">', 1)[1].split("</table>", 1)[0]
+    assert '<td class="v num" data-label="this model">234.9</td>' in background and "234,881,024" not in background
     # headlines by their labels and units, no scientific notation for a count or bytes
     assert "01_gguf_on_disk: " not in html and not re.search(r">\d\.\d+e\+\d+<", html)
     # every data page with claims says what its verdicts mean; the page itself links the glossary
