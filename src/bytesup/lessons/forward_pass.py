@@ -66,6 +66,7 @@ SPEC = LessonSpec(
     ),
     reads=("model_gguf", "metadata_json"),
     tables=("prompt_tokens.csv", "next_token_top5.csv", "logit_lens.csv", "cost_per_token.csv"),
+    key_tables=("next_token_top5.csv",),
     figures={
         "residual_norms.png": (
             "The residual stream's length (L2 norm, last prompt position) after the embedding and after every block"

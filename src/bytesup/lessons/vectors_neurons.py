@@ -40,6 +40,8 @@ SPEC = LessonSpec(
         'Background from two other courses: chapter 2 of part 1 of a linear-algebra course, "Vectors and the functions that move them", and lesson 4 of a neural-networks course, "Neurons, matrices and nonlinearity"'
     ),
     tables=("mlp_by_hand.csv", "llama3_numbers.csv"),
+    key_tables=("mlp_by_hand.csv",),
+    key_figures=("activations.png", "fold.png"),
     figures={
         "activations.png": "ReLU, GELU, SiLU and tanh, with SiLU's minimum marked",
         "composition.png": "A grid stretched by S, then turned by R (row vectors, x W); the single matrix S R lands on the same points",

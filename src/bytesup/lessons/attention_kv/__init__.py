@@ -78,6 +78,7 @@ SPEC = LessonSpec(
     ),
     reads=("model_gguf", "metadata_json"),
     tables=("kv_cache_size.csv", "kv_cache_timing.csv", "rope_angles.csv", "attention_top.csv"),
+    key_figures=("attention_patterns.png", "kv_cache_size.png"),
     figures={
         "attention_patterns.png": (
             "Attention weights over the prompt for three heads of the first, a middle and the last block:"

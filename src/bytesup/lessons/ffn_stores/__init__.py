@@ -64,6 +64,8 @@ SPEC = LessonSpec(
     reads=("metadata_json", "tensors_index", "tensors_csv"),
     tensors=("token_embd.weight", "blk.0.ffn_*", "?blk.0.post_ffw_norm.weight", "?output.weight"),
     tables=("top_slots.csv", "value_vectors.csv", "parameters.csv", "rome_drift.csv"),
+    key_tables=("top_slots.csv",),
+    key_figures=("slot_coefficients.png", "rome_drift.png"),
     figures={
         "slot_coefficients.png": "Block 0 coefficients aᵢ for the token, the top ones marked, and the error of rebuilding the FFN output from the largest terms",
         "rome_drift.png": "Rank-one edit of block 0's W_down: each key's drift against its overlap with k*",

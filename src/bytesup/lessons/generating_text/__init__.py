@@ -82,6 +82,7 @@ SPEC = LessonSpec(
         "next_token_distribution.csv",
         "kv_cache_vs_recompute.csv",
     ),
+    key_tables=("sampled_continuations.csv",),
     figures={
         "next_token_distribution.png": (
             "The next token after the prompt: probabilities of the most likely tokens at each configured"

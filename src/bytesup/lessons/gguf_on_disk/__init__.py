@@ -77,11 +77,12 @@ SPEC = LessonSpec(
         "block_fields.csv",
         "blocks.csv",
     ),
+    key_tables=("byte_accounting.csv",),
     figures={
         "bytes_by_type.png": "Share of the file's parameters and of its tensor bytes per ggml type",
     },
     headlines=(
-        Headline("file_size", "file size", unit="bytes"),
+        Headline("file_size", "file size in bytes"),  # every byte is accounted for: the exact count
         Headline("tensor_count", "tensors"),
         Headline("metadata_count", "metadata keys"),
         Headline("bytes_metadata", "metadata bytes"),
