@@ -9,8 +9,8 @@ import numpy as np
 
 from bytesup.lessons import figure
 from bytesup.lessons.attention_kv.by_hand import causal_mask, kv_head, shown_heads, token_label
-from bytesup.lessons.attention_kv.cache import kv_cache_bytes
 from bytesup.model.arch import ArchSpec
+from bytesup.model.configs import kv_cache_bytes
 
 # --- figures ------------------------------------------------------------------------------------
 
@@ -63,49 +63,45 @@ def _bytes_label(v: float) -> str:
 
 
 def plot_kv_size(rows: Sequence[Mapping], title: str = ""):
-    """Cache size (F16) against context length, log-log, with each model's weights as a dashed line."""
+    """Cache size (F16) against context length, log-log, counted layer by layer (kv_size_table's
+    kv_layers: a sliding-window layer stops growing at its window, so that model's curve bends
+    there), with each model's weights as a dashed line and the context where the cache reaches them."""
     from matplotlib.ticker import FuncFormatter
 
     fig, ax = figure()
     for i, r in enumerate(rows):
         colour = f"C{i}"
-        t = np.unique(np.geomspace(16, r["context_length"], 200).astype(int))
-        ax.plot(
-            t,
-            kv_cache_bytes(r["kv_bytes_per_token_f16"], t, r["sliding_window"]),
+        t = np.unique(np.concatenate([np.geomspace(1, r["context_length"], 300).astype(int), [r["context_length"]]]))
+        what = f"{r['kv_bytes_per_token_f16']:,} B/token"
+        if r["sliding_window"]:
+            what = f"{r['global_layers']} of {r['blocks']} layers past {r['sliding_window']:,} tokens"
+        ax.plot(t, kv_cache_bytes(r["kv_layers"], t), color=colour, lw=2.5, label=f"{r['model']}: {what}")
+        ax.axhline(r["weights_bytes"], color=colour, ls="--", lw=1.2)
+        ax.annotate(
+            f"weights {_bytes_label(r['weights_bytes'])}",
+            (1, r["weights_bytes"]),
+            textcoords="offset points",
+            xytext=(2, 3),
             color=colour,
-            lw=2,
-            label=f"{r['model']}: {r['kv_bytes_per_token_f16']:,} B/token ({r['kv_heads']} KV heads)",
         )
-        ax.axhline(
-            r["weights_bytes"],
-            color=colour,
-            ls="--",
-            lw=1,
-            label=f"{r['model']} weights, {r['weights_stored_as']}: {_bytes_label(r['weights_bytes'])}",
-        )
-        if r["cache_equals_weights_tokens"] <= r["context_length"]:  # the cache outgrows the weights here
-            ax.plot(r["cache_equals_weights_tokens"], r["weights_bytes"], "o", color=colour, ms=5)
-            ax.annotate(
-                f"{r['cache_equals_weights_tokens']:,.0f}",
-                (r["cache_equals_weights_tokens"], r["weights_bytes"]),
-                textcoords="offset points",
-                xytext=(-4, 6),
-                ha="right",
-                fontsize=7,
-                color=colour,
-            )
+        if r["sliding_window"]:  # where the sliding layers stop growing
+            w = r["sliding_window"]
+            ax.plot([w], [kv_cache_bytes(r["kv_layers"], w)], "s", color=colour, ms=7)
+        tokens = r["cache_equals_weights_tokens"]
+        if tokens is not None:  # the cache outgrows the weights here
+            ax.plot([tokens], [r["weights_bytes"]], "o", color=colour, ms=7)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ticks = [2**k for k in range(4, 1 + int(math.log2(max(r["context_length"] for r in rows))), 2)]
+    ticks = [2**k for k in range(0, 1 + int(math.log2(max(r["context_length"] for r in rows))), 3)]
     ax.set_xticks(ticks, [f"{t // 1024}k" if t >= 1024 else str(t) for t in ticks])
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _bytes_label(v)))
     ax.set_xlabel("context length (tokens)")
-    ax.set_ylabel("KV cache (solid) and weights (dashed)")
+    ax.set_ylabel("KV cache, F16")
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize=6.5, loc="upper left")
+    # the legend under the axes, off the curves; dots: the cache as large as the weights, squares: a window
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=1, frameon=False)
     if title:
-        ax.set_title(title, fontsize=9)
+        ax.set_title(title)
     fig.tight_layout()
     return fig
 

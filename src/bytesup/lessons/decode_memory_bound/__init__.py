@@ -57,7 +57,7 @@ from bytesup.lessons.decode_memory_bound.accounting import (
     account_layout,
     group_table,
     kv_cache_bytes_per_context_token,
-    model_kv_bytes_per_context_token,
+    model_kv_layers,
     type_bytes,
 )
 from bytesup.lessons.decode_memory_bound.roofline import (
@@ -74,7 +74,8 @@ from bytesup.lessons.ffn_walk import dims
 from bytesup.lessons.spec import CAPSTONE, Headline, LessonSpec
 from bytesup.model import configs
 from bytesup.model import param_counts as pc
-from bytesup.model.configs import DEEPSEEK_CODER_6_7B
+from bytesup.model.configs import DEEPSEEK_CODER_6_7B, kv_cache_bytes
+from bytesup.timing.ceiling import CONTEXT_4K, FLOAT32, STORED, tokens_per_s
 from bytesup.timing.results import course_machine, number
 
 SPEC = LessonSpec(
@@ -356,9 +357,22 @@ def run(
     m["model_tied"] = any(r["read"].startswith("whole table") for r in mine.reads)
     m["model_tensor_count"] = len(tensor_rows)
     m["model_types"] = sorted({str(r["type"]) for r in tensor_rows})
+    # the KV cache at the context lesson 7 compares at (4k tokens), layer by layer: on a model with
+    # sliding-window layers only the global ones hold the whole context
+    kv_at = {}
     for layout in PUBLISHED_LAYOUTS:
-        m[f"{layout.key}_kv_cache_bytes_per_context_token"] = kv_cache_bytes_per_context_token(layout.arch)
-    m["model_kv_cache_bytes_per_context_token"] = model_kv_bytes_per_context_token(d)
+        per_token = kv_cache_bytes_per_context_token(layout.arch)
+        m[f"{layout.key}_kv_cache_bytes_per_context_token"] = per_token
+        kv_at[layout.key] = per_token * CONTEXT_4K
+    layers = model_kv_layers(metadata)
+    windows = {w for _, w in layers if w is not None}
+    m["model_kv_cache_bytes_per_context_token"] = sum(per for per, _ in layers)  # while every layer still grows
+    m["model_sliding_window"] = min(windows) if windows else None
+    m["model_kv_global_layers"] = sum(w is None for _, w in layers)
+    kv_at[MODEL_KEY] = kv_cache_bytes(layers, CONTEXT_4K)
+    m["kv_context_tokens"] = CONTEXT_4K
+    for key, kv in kv_at.items():
+        m[f"{key}_kv_cache_4k_bytes"] = kv
     # cross-checks: Llama-3-8B against param_counts (which counts no lookup row), the specimen's
     # tensors as the file would list them against this run's table when the run is the specimen
     m["llama3_8b_param_counts_streamed"] = pc.count(configs.LLAMA3_8B)["streamed_params"]
@@ -385,7 +399,12 @@ def run(
         gpu_row = next((c for c in ceil if c["model"] == acc.label and c["bandwidth"].startswith("GPU copy")), None)
         m[f"{acc.key}_ceiling_gpu_copy_tps"] = gpu_row["tokens_per_s_ceiling"] if gpu_row else None
         for key, cid in (("course_peak", "timing.peak_gbps"), ("course_matvec", "timing.matvec_gbps")):
-            m[f"{acc.key}_ceiling_{key}_tps"] = published(cid) * GB / acc.summary["bytes_per_token"]
+            m[f"{acc.key}_ceiling_{key}_tps"] = tokens_per_s(published(cid), acc.summary["bytes_per_token"])
+        # the same ceiling with lesson 7's 4k tokens of context in the cache (its fit table's number)
+        m[f"{acc.key}_ceiling_stream_copy_4k_tps"] = tokens_per_s(
+            m["timing_stream_copy_gbps"], acc.summary["bytes_per_token"], kv_at[acc.key]
+        )
+        m[f"{acc.key}_kv_4k_share_of_read"] = kv_at[acc.key] / (acc.summary["bytes_per_token"] + kv_at[acc.key])
     llc = m["timing_llc_bytes"]
     m["model_bytes_over_llc"] = mine.summary["bytes_per_token"] / llc if llc else None
 
@@ -412,6 +431,12 @@ def run(
     m.update(dm)
     # the decoder's float32 bytes against this lesson's own count of the weights a token reads
     m["model_float32_bytes_per_token"] = type_bytes("F32", mine.summary["weights_read"])
+    m["model_float32_over_stored"] = m["model_float32_bytes_per_token"] / mine.summary["bytes_per_token"]
+    # a float32 decoder's ceiling at the timing job's copy bandwidth, the same function as the others
+    m["model_ceiling_stream_copy_float32_tps"] = tokens_per_s(
+        m["timing_stream_copy_gbps"], m["model_float32_bytes_per_token"]
+    )
+    m["ceiling_weights_stored"], m["ceiling_weights_float32"] = STORED, FLOAT32
     course = course_points()
     m["course_spark_matvec_gflops"], m["course_spark_n256_gflops"] = (p["gflops"] for p in course)
     m["notes"] = [*timing_notes, *bw_notes, *cpu_notes, *gpu_notes, *decode_notes]

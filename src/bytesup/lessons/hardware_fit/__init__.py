@@ -56,6 +56,7 @@ from bytesup.lessons.hardware_fit.fit_table import CONTEXTS, find_row, fit_rows
 from bytesup.lessons.hardware_fit.storage import KV_CACHE_TYPE, GiB
 from bytesup.lessons.spec import SERIES, Headline, LessonSpec
 from bytesup.model import configs
+from bytesup.timing.ceiling import STORED
 
 SPEC = LessonSpec(
     id="07_the_hardware_fit",
@@ -163,11 +164,27 @@ def run(
             "model_weights_bytes": m0["weights_bytes"],
             "model_read_per_token_bytes": m0["read_per_token_bytes"],
             "model_kv_bytes_per_token": m0["kv_bytes_per_token"],
+            "model_sliding_window": m0["sliding_window"],
+            "model_kv_global_layers": m0["kv_global_layers"],
+            "model_kv_sliding_layers": len(m0["kv_layers"]) - m0["kv_global_layers"],
             "model_max_context": m0["max_context"],
             "kv_cache_type": KV_CACHE_TYPE,
             "contexts": dict(CONTEXTS),
+            # how every ceiling of the fit table is counted (bytesup.timing.ceiling)
+            "ceiling_weights": STORED,
+            "ceiling_context": "4k",
+            "ceiling_context_tokens": CONTEXTS["4k"],
         }
     )
+    # the cache layer by layer: a sliding-window model keeps only its window on the sliding layers,
+    # so at long contexts its cache is far below the every-layer-grows count (bytes per token x context)
+    for label in CONTEXTS:
+        r = find_row(rows, "model", label, devices[0].key)
+        metrics[f"model_kv_cache_{label}_bytes"] = r["kv_cache_bytes"]
+        every_layer = m0["kv_bytes_per_token"] * r["context_tokens"]
+        metrics[f"model_kv_cache_{label}_if_every_layer_grew_bytes"] = (
+            every_layer if m0["sliding_window"] is not None else None
+        )
     for m in models[1:]:
         metrics[f"{m['key']}_weights_bytes"] = m["weights_bytes"]
         metrics[f"{m['key']}_read_per_token_bytes"] = m["read_per_token_bytes"]
