@@ -10,7 +10,10 @@ from workflow_helpers import run_notebook
 
 from bytesup.lessons import LessonInputError, TensorFiles, claims, metadata_values, plain, read_metadata, write_metrics
 from bytesup.lessons import ffn_by_hand as lesson
+from bytesup.lessons.ffn_by_hand import cost
+from bytesup.lessons.ffn_walk import recipe
 from bytesup.lessons.spec import parameter
+from bytesup.timing.results import read_timing
 
 N_EMBD, N_FF, VOCAB = 32, 80, ["<|endoftext|>", "a", "Ġthe", "Ġcat", "Ġdog", "cat"]
 REQUIRED = [
@@ -143,7 +146,7 @@ def test_toys_and_course_arithmetic():
 
 
 def test_flops_table_for_the_course_config_and_this_model():
-    course = lesson.flops_metrics(lesson.flops_per_token(lesson.COURSE_DIMS), lesson.COURSE_DIMS)
+    course = cost.flops_metrics(cost.flops_per_token(cost.COURSE_DIMS), cost.COURSE_DIMS)
     # 4 attention projections 4096x4096 + 3 FFN matrices 4096x11008, at 2 FLOPs per weight
     assert course["flops_matvec_per_token_block"] == 2 * (4 * 4096 * 4096 + 3 * 4096 * 11008) == 404_750_336
     assert course["flops_elementwise_per_token_block"] == 4 * 4096 * 2 + 4096 * 2 + 5 * 11008
@@ -151,7 +154,7 @@ def test_flops_table_for_the_course_config_and_this_model():
     # this model: q/o 32x32, k/v 16x32 (2 of 4 heads), FFN 3 x 80x32
     assert m["flops_matvec_per_token_block"] == 2 * (2 * 32 * 32 + 2 * 16 * 32 + 3 * 80 * 32)
     assert m["course_flops_matvec_per_token_block"] == 404_750_336
-    rows = lesson.flops_table(lesson.dims(synthetic()[0]))
+    rows = cost.flops_table(lesson.dims(synthetic()[0]))
     assert sum(r["share"] for r in rows) == pytest.approx(1.0)
     assert {r["step"]: r["rows"] for r in rows}["attn_k"] == 16
 
@@ -160,9 +163,9 @@ def test_timing_is_read_not_invented(tmp_path):
     summary = {"matvec_cold_gbps": 11.0, "cpu": "Some x86 CPU"}
     sweep = tmp_path / "sweep.csv"
     sweep.write_text("n,median_s,gflops\n256,0.4,1\n1,0.02,2\n")  # no gbps, no time_over_n1
-    s, rows, notes = lesson.read_timing(None, sweep)
+    s, rows, notes = read_timing(None, sweep)
     assert notes == ["timing summary not found: None"] and len(rows) == 2
-    table, m = lesson.matvec_vs_matmul(summary, rows, notes)
+    table, m = cost.matvec_vs_matmul(summary, rows, notes)
     assert [r["n"] for r in table] == [1, 256]
     assert table[1]["time_over_n1"] == pytest.approx(20.0) and table[0]["gbps"] is None
     assert m["timing_matmul_ratio_256_over_1"] == pytest.approx(20.0) and m["timing_ratio_source"] == "sweep.csv"
@@ -172,22 +175,22 @@ def test_timing_is_read_not_invented(tmp_path):
     assert "sweep.csv column 'time_over_n1' (worked out from median_s)" in m["timing_missing"]
     assert m["timing_course_machine"] is False
     spark = {"machine": {"cpu_model": "NVIDIA GB10"}, "weights": {"what": "GB10 elsewhere is ignored"}}
-    assert lesson.matvec_vs_matmul(spark, [])[1]["timing_course_machine"] is True
-    assert lesson.matvec_vs_matmul({"weights": {"what": "a GB10 note"}}, [])[1]["timing_course_machine"] is False
+    assert cost.matvec_vs_matmul(spark, [])[1]["timing_course_machine"] is True
+    assert cost.matvec_vs_matmul({"weights": {"what": "a GB10 note"}}, [])[1]["timing_course_machine"] is False
     # the timing stage's own columns are passed through, and its time_over_n1 is used as written
     sweep.write_text(
         "op,n,rows,cols,weight_bytes,median_s,gbps,gflops,time_over_n1,noisy\n"
         "matvec,1,8,4,128,0.01,1,2,1.0,True\nmatmul,256,8,4,128,0.5,1,2,49.0,False\n"
     )
-    table, m = lesson.matvec_vs_matmul({}, lesson.read_timing(None, sweep)[1])
+    table, m = cost.matvec_vs_matmul({}, read_timing(None, sweep)[1])
     assert [(r["op"], r["time_over_n1"], r["noisy"], r["weight_bytes"]) for r in table] == [
         ("matvec", 1.0, True, 128),
         ("matmul", 49.0, False, 128),
     ]
     assert m["timing_matmul_ratio_256_over_1"] == 49.0 and m["timing_weight_mb"] == 128e-6
-    _, m = lesson.matvec_vs_matmul({"matmul_ratio_256_over_1": 21.0}, rows)
+    _, m = cost.matvec_vs_matmul({"matmul_ratio_256_over_1": 21.0}, rows)
     assert m["timing_matmul_ratio_256_over_1"] == 21.0 and m["timing_ratio_source"] == "summary.json"
-    _, m = lesson.matvec_vs_matmul({}, [])
+    _, m = cost.matvec_vs_matmul({}, [])
     assert m["timing_matmul_ratio_256_over_1"] is None and m["timing_ratio_source"] == "missing"
 
 
@@ -272,9 +275,9 @@ def test_notebook_runs_standalone_from_its_folder(tmp_path):
     assert list(rows[0]) == list(claims.COLUMNS)
     assert {r["status"] for r in rows} == {"reproduced", "specimen differs"}
     with (out / "x_matvec_vs_matmul.csv").open() as f:
-        assert f.read() == ",".join(lesson.TABLE_COLUMNS) + "\n"
+        assert f.read() == ",".join(cost.TABLE_COLUMNS) + "\n"
     with (out / "x_flops_per_token.csv").open() as f:
-        assert [r["step"] for r in csv.DictReader(f)] == [r["step"] for r in lesson.flops_table(lesson.dims(meta))]
+        assert [r["step"] for r in csv.DictReader(f)] == [r["step"] for r in cost.flops_table(lesson.dims(meta))]
     assert (out / "x_gate_histogram.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # the steps are done in the cells, on the real arrays
     code = "\n".join(
@@ -348,7 +351,7 @@ def test_gemma3_walk_follows_its_recipe_on_a_tiny_file(tmp_path):
     check_against_reference(m, lesson3_reference(gguf, " cat"))
     assert m["embedding_scale"] == pytest.approx(32**0.5) and m["recipe"].startswith("gemma3: embedding x sqrt")
     # the FLOPs table has Gemma's extra steps, its activation, and the course's llama numbers only where the steps match
-    rows = lesson.flops_table(lesson.dims(meta), lesson.recipe(meta), qk_norm=True)
+    rows = cost.flops_table(lesson.dims(meta), recipe(meta), qk_norm=True)
     steps = [r["step"] for r in rows]
     assert "GELU-tanh" in steps and "SiLU" not in steps and "post_ffw_norm (RMSNorm)" in steps
     assert next(r for r in rows if r["step"] == "GELU-tanh")["flops"] == 8 * 64

@@ -1,0 +1,68 @@
+"""Lesson 3's figures: the gate values under the model's valve, FLOPs per step, and the FFN across tokens and blocks."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bytesup.lessons import figure
+from bytesup.lessons.ffn_by_hand.cost import ACT_LABELS
+from bytesup.model.forward import activation
+
+# --- figures ------------------------------------------------------------------------------------
+
+
+def plot_gate_histogram(g: np.ndarray, title: str = "", act: str = "silu"):
+    """Histogram of the gate values g, with the activation (SiLU, GELU-tanh) drawn over it and the valve bands shaded."""
+    g = np.asarray(g, dtype=np.float64)
+    fig, ax = figure()
+    lo, hi = min(float(g.min()), -6.0), max(float(g.max()), 3.0)
+    z = np.linspace(lo, hi, 2001)
+    sz = activation(act)(z)
+    name = ACT_LABELS[act]
+    band = ax.get_xaxis_transform()  # x in data units, y from 0 to 1 of the axes: full-height bands
+    ax.fill_between(
+        z,
+        0,
+        1,
+        where=np.abs(sz) < 0.1,
+        transform=band,
+        color="C1",
+        alpha=0.15,
+        lw=0,
+        label=f"|{name}(g)| < 0.1: passes under a tenth",
+    )
+    ax.fill_between(
+        z, 0, 1, where=np.abs(sz) < 0.01, transform=band, color="C3", alpha=0.3, lw=0, label=f"|{name}(g)| < 0.01: shut"
+    )
+    ax.hist(g, bins=np.linspace(lo, hi, 121), color="0.45", label=f"gate values g ({g.size:,})")
+    ax.axvline(0.0, color="k", lw=0.8)
+    ax.set_xlim(lo, hi)
+    ax.set_xlabel("g = W_gate · xn")
+    ax.set_ylabel("count")
+    ax2 = ax.twinx()
+    ax2.plot(z, sz, color="C0", label=f"{name}(g), right axis")
+    ax2.set_ylim(-0.5, float(activation(act)(hi)) * 1.05)
+    ax2.set_ylabel(f"{name}(g)")
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, loc="upper left", fontsize=8)
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def plot_flops(rows: list[dict], title: str = ""):
+    """FLOPs per step of one block for one token, log scale: matvecs dwarf everything else."""
+    fig, ax = figure()
+    labels = [f"{r['step']} ({r['half']})" if r["step"] == "residual add" else r["step"] for r in rows]
+    colours = ["C0" if r["kind"] == "matvec" else "C1" for r in rows]
+    ax.barh(range(len(rows)), [r["flops"] for r in rows], color=colours)
+    ax.set_yticks(range(len(rows)), labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("FLOPs per token (blue: matvec, orange: element by element)")
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    return fig
