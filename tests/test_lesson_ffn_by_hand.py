@@ -10,7 +10,7 @@ from workflow_helpers import run_notebook
 
 from bytesup.lessons import LessonInputError, TensorFiles, claims, metadata_values, plain, read_metadata, write_metrics
 from bytesup.lessons import ffn_by_hand as lesson
-from bytesup.lessons.ffn_by_hand import cost
+from bytesup.lessons.ffn_by_hand import across, cost, figures
 from bytesup.lessons.ffn_walk import recipe
 from bytesup.lessons.spec import parameter
 from bytesup.timing.results import read_timing
@@ -252,12 +252,18 @@ NOTEBOOK = Path(__file__).resolve().parents[1] / "workflow" / "notebooks" / "03_
 
 
 def test_notebook_runs_standalone_from_its_folder(tmp_path):
-    """papermill from workflow/notebooks/ of a project with a finished extract: inputs at their default
-    paths, every output where its parameter says (no file name of the notebook's own)."""
+    """papermill from workflow/notebooks/ of a project with a fetched model and a finished extract: inputs
+    at their default paths, every output where its parameter says (no file name of the notebook's own)."""
     pytest.importorskip("papermill")
-    meta, tensors = synthetic()
+    from bytesup.gguf.extract import extract
+    from bytesup.model.synthetic import write_tiny_llama
+
     (tmp_path / "Snakefile").write_text("# project root marker\n")
-    write_inputs(tmp_path / "results" / "smollm2-135m" / "gguf", meta, tensors)
+    (tmp_path / "resources" / "models").mkdir(parents=True)
+    gguf = write_tiny_llama(tmp_path / "resources" / "models" / "smollm2-135m.gguf")
+    folder = tmp_path / "results" / "smollm2-135m" / "gguf"
+    extract(gguf, folder, list(lesson.SPEC.tensors))
+    meta, tensors = read_metadata(folder / "metadata.json"), TensorFiles(folder / "extract.json")
     nb_dir = tmp_path / "workflow" / "notebooks"
     nb_dir.mkdir(parents=True)
     out = tmp_path / "elsewhere"
@@ -265,9 +271,13 @@ def test_notebook_runs_standalone_from_its_folder(tmp_path):
     run_notebook(NOTEBOOK, tmp_path / "executed.ipynb", cwd=nb_dir, **outputs)
     assert sorted(p.name for p in out.iterdir()) == sorted(f"x_{name}" for name in lesson.SPEC.files)
     got = json.loads((out / "x_metrics.json").read_text())
-    want = plain(lesson.compute(meta, tensors))
+    want = plain(lesson.compute(meta, tensors, model_gguf=gguf, forward={"resident_budget_mb": 2000}))
     for key in REQUIRED + ["x_first3", "flops_total_per_token_block", "x_mean_square", "xn_rms", "y_length"]:
         assert got[key] == want[key], key
+    for key in ("vocab_angle_deg_median", "pass_later_ffn_angle_deg_median", "pass_residual_end_median"):
+        assert got[key] == want[key] and got[key] is not None, key
+    with (out / "x_across_blocks.csv").open(encoding="utf-8") as f:
+        assert [int(r["block"]) for r in csv.DictReader(f)] == [0, 1]  # the tiny model's two blocks
     assert got["is_specimen"] is False and got["model"] == "smollm2-135m"
     assert any("summary not found" in n for n in got["timing_missing"])
     with (out / "x_claims.csv").open(encoding="utf-8") as f:
@@ -404,3 +414,94 @@ def test_paths_resolve_against_the_project_root(tmp_path, monkeypatch):
     assert paths.resolve("/abs/x.json") == Path("/abs/x.json")
     with pytest.raises(paths.ProjectRootNotFound, match="Snakefile"):
         paths.project_root("/")
+
+
+# --- beyond one token and one block (across.py) -----------------------------------------------------
+
+
+def tiny_gguf_inputs(tmp_path, writer="llama"):
+    from bytesup.gguf.extract import extract
+    from bytesup.model.synthetic import write_tiny_gemma3, write_tiny_llama
+
+    gguf = (write_tiny_llama if writer == "llama" else write_tiny_gemma3)(tmp_path / f"{writer}.gguf")
+    extract(gguf, tmp_path / "gguf", list(lesson.SPEC.tensors))
+    return gguf, read_metadata(tmp_path / "gguf" / "metadata.json"), TensorFiles(tmp_path / "gguf" / "extract.json")
+
+
+@pytest.mark.parametrize("writer", ["llama", "gemma3"])
+def test_many_tokens_through_block_0_are_the_walk_on_each_row(tmp_path, writer):
+    """The vocabulary sample's batched FFN is the walk (ffn_walk.ffn_step) row by row, and RMSNorm makes the
+    FFN blind to x's length."""
+    from bytesup.lessons.ffn_walk import dims, ffn_step, ffn_weights
+
+    _, meta, tensors = tiny_gguf_inputs(tmp_path, writer)
+    rc = recipe(meta)
+    w = ffn_weights(tensors, dims(meta), 0, rc)
+    E = np.asarray(tensors["token_embd.weight"])
+    X = E[:5] * np.float32(rc.embed_scale)
+    out, _ = across.ffn_rows(X, w, dims(meta)["rms_epsilon"], rc)
+    for i in range(5):
+        trace, _ = ffn_step(X[i], w, dims(meta)["rms_epsilon"], rc)
+        np.testing.assert_allclose(out[i], trace.out, rtol=1e-5, atol=1e-6)
+    m = lesson.compute(meta, tensors)
+    assert m["vocab_tokens"] == min(across.VOCAB_SAMPLE, E.shape[0])
+    ids = np.unique(np.linspace(0, E.shape[0] - 1, across.VOCAB_SAMPLE).round().astype(int))
+    Xs = E[ids] * np.float32(rc.embed_scale)
+    outs, _ = across.ffn_rows(Xs, w, dims(meta)["rms_epsilon"], rc)
+    cos = np.sum(Xs * (Xs + outs), 1) / np.linalg.norm(Xs, axis=1) / np.linalg.norm(Xs + outs, axis=1)
+    assert m["vocab_angle_deg_median"] == pytest.approx(np.median(np.degrees(np.arccos(np.clip(cos, -1, 1)))), abs=1e-3)
+    assert m["ffn_scale_change_max_rel"] < 1e-3  # FFN(c x) = FFN(x) once x is far above eps
+    assert all(m[k] is None for k in across.PASS_KEYS)  # no forward pass without the model file
+
+
+@pytest.mark.parametrize("writer", ["llama", "gemma3"])
+def test_the_forward_pass_half_by_half_is_the_models(tmp_path, writer):
+    """forward_halves keeps, per block, x, h = x + attention and y = h + FFN(h); its y is the traced pass's
+    stream, block after block, and the per-block measures are medians over positions 1.. of those arrays."""
+    from bytesup.model.forward import Model
+
+    gguf, meta, tensors = tiny_gguf_inputs(tmp_path, writer)
+    m, tables = lesson.run(meta, tensors, " cat", model_gguf=gguf, forward={"resident_budget_mb": 100})
+    halves, rows = tables["halves"], tables["across"]
+    assert m["pass_check_max_rel_diff"] < 1e-6 and m["pass_tokens"] == len(halves.ids) > 2
+    with Model.from_gguf(gguf) as model:
+        n_layers = model.spec.n_layers
+        np.testing.assert_array_equal(halves.x[1:], halves.y[:-1])  # each block reads what the last wrote
+        emb = np.asarray(model.weights.embed_rows(np.asarray(halves.ids)), np.float32) * np.float32(
+            model.spec.embed_scale
+        )
+        np.testing.assert_allclose(halves.x[0], emb, rtol=1e-6)
+        assert m["model_tied"] is model.spec.tied
+    assert [r["block"] for r in rows] == list(range(n_layers)) and m["pass_blocks"] == n_layers
+    ffn = halves.y - halves.h
+    r = np.linalg.norm(ffn, axis=-1) / np.linalg.norm(halves.h, axis=-1)
+    assert rows[1]["ffn_over_h_median"] == pytest.approx(np.median(r[1, 1:]))
+    assert m["pass_later_ffn_over_h_median"] == pytest.approx(np.median(r[1:, 1:]))
+    assert m["pass_residual_start_median"] == pytest.approx(np.median(np.linalg.norm(halves.x[0, 1:], axis=-1)))
+    assert m["pass_residual_end_median"] == pytest.approx(np.median(np.linalg.norm(halves.y[-1, 1:], axis=-1)))
+    fig = figures.plot_across_blocks(rows, {"ratio": 2.0, "angle": 60.0}, {"ratio": 0.3, "angle": 18.0})
+    line = fig.axes[0].lines[0]  # the data drawn: per block, the FFN's length over the stream's
+    np.testing.assert_array_equal(line.get_ydata(), [row["ffn_over_h_median"] for row in rows])
+    np.testing.assert_array_equal(fig.axes[1].lines[0].get_ydata(), [row["ffn_angle_deg_median"] for row in rows])
+
+
+def test_the_verdicts_say_which_statement_holds():
+    """Each verdict key carries the measured value where its statement holds, None where it does not."""
+    over = across.verdicts(
+        {"vocab_angle_deg_median": 80.0, "pass_block0_ffn_angle_deg_median": 30.0, "pass_later_ffn_angle_deg_median": 12.0,
+         "act_abs_below_0_1_fraction": 0.3, "pass_ffn_top1_share_median": 0.1}
+    )  # fmt: skip
+    assert over["block0_overwrites_angle_deg"] == 80.0 and over["block0_nudges_angle_deg"] is None
+    assert over["pass_block0_nudges_angle_deg"] == 30.0 and over["pass_block0_overwrites_angle_deg"] is None
+    assert over["later_blocks_nudge_angle_deg"] == 12.0 and over["later_blocks_overwrite_angle_deg"] is None
+    assert over["valves_mostly_open_share"] == pytest.approx(0.7) and over["valves_mostly_shut_share"] is None
+    assert over["ffn_output_spread_top1_share"] == 0.1 and over["ffn_output_concentrated_top1_share"] is None
+    under = across.verdicts({"vocab_angle_deg_median": 18.0, "act_abs_below_0_1_fraction": 0.91})
+    assert under["block0_nudges_angle_deg"] == 18.0 and under["valves_mostly_shut_share"] == 0.91
+    assert under["later_blocks_nudge_angle_deg"] is None and under["later_blocks_overwrite_angle_deg"] is None
+
+
+def test_top_share_tells_an_outlier_from_a_spread_vector():
+    assert across.top_share(np.array([3.0, 4.0])) == pytest.approx(16 / 25)
+    assert across.top_share(np.ones(100)) == pytest.approx(0.01)
+    assert across.top_share(np.array([1.0, -2.0, 2.0]), 2) == pytest.approx(8 / 9)

@@ -63,6 +63,17 @@ class MissingTensorError(LessonInputError, KeyError):
     """A tensor the lesson needs was not extracted (a KeyError too, so `in` and .get() work)."""
 
 
+def resident_budget_bytes(forward: Mapping | None) -> int:
+    """The config's forward.resident_budget_mb in bytes: the model keeps float32 weights resident
+    when they fit, else streams them (0 streams always)."""
+    try:
+        return int(float((forward or {})["resident_budget_mb"]) * 2**20)
+    except (KeyError, TypeError, ValueError):
+        raise LessonInputError(
+            f"config key forward.resident_budget_mb: expected a number of MB, got {forward!r}"
+        ) from None
+
+
 def read_json(path: str | Path) -> dict:
     path = Path(path)
     if not path.is_file():

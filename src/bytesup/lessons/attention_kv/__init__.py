@@ -38,7 +38,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from bytesup.lessons import LessonInputError
+from bytesup.lessons import LessonInputError, resident_budget_bytes
 from bytesup.lessons import claims as claims_mod
 from bytesup.lessons.attention_kv.by_hand import (
     BLOCK,
@@ -140,15 +140,6 @@ def encode_prompt(metadata: Mapping, prompt: str) -> tuple[list[int], list[str]]
     if not ids:
         raise LessonInputError(f"prompt {prompt!r} encodes to no tokens; set config key 'prompt' to some text")
     return ids, [tok.token_text(i) for i in ids]
-
-
-def resident_budget_bytes(forward: Mapping | None) -> int:
-    try:
-        return int(float((forward or {})["resident_budget_mb"]) * 2**20)
-    except (KeyError, TypeError, ValueError):
-        raise LessonInputError(
-            f"config key forward.resident_budget_mb: expected a number of MB, got {forward!r}"
-        ) from None
 
 
 def run(

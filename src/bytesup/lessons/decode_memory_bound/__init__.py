@@ -170,10 +170,7 @@ def fmt(value, spec: str = ".1f", missing: str = "n/a") -> str:
 
 def published(claim_id: str) -> float:
     """A number as the course prints it, read from this lesson's claims file (never retyped)."""
-    for c in claims_mod.load_claims(SPEC.id):
-        if c.claim_id == claim_id:
-            return float(claims_mod.parse_published(c.published))
-    raise KeyError(claim_id)
+    return float(claims_mod.published_value(SPEC.id, claim_id))
 
 
 def bandwidths(cpu: Mapping, gpu: Mapping) -> tuple[list[dict], list[str]]:

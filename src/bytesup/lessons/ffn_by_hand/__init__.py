@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 from bytesup.lessons import claims as claims_mod
+from bytesup.lessons.ffn_by_hand.across import tokens_and_blocks, top_share, verdicts
 from bytesup.lessons.ffn_by_hand.cost import COURSE_DIMS, flops_metrics, flops_table, matvec_vs_matmul
 from bytesup.lessons.ffn_walk import BLOCK, Walk, dims, walk
 from bytesup.lessons.spec import SERIES, Headline, LessonSpec
@@ -40,11 +41,12 @@ SPEC = LessonSpec(
     kind=SERIES,
     position=3,
     source=('Lesson 3 of the LLM Basics series, "A layer is matrix multiplication"'),
-    reads=("metadata_json", "tensors_index", "timing_summary", "timing_sweep"),
+    reads=("model_gguf", "metadata_json", "tensors_index", "timing_summary", "timing_sweep"),
     tensors=("token_embd.weight", "blk.0.ffn_*", "?blk.0.post_ffw_norm.weight"),
-    tables=("flops_per_token.csv", "matvec_vs_matmul.csv"),
+    tables=("flops_per_token.csv", "matvec_vs_matmul.csv", "across_blocks.csv"),
     figures={
         "gate_histogram.png": "Block 0's gate values g for the followed token, and the valve the model's activation (SiLU or GELU-tanh) sets for each",
+        "ffn_across_blocks.png": "What the FFN half adds in every block of a real forward pass over a passage (medians over its tokens): its length over the stream's, and how far it turns the stream; the course's block-0 value for one token marked",
         "flops_per_token.png": "FLOPs per token for one whole block, by step: the matvecs dominate",
     },
     headlines=(
@@ -59,9 +61,38 @@ SPEC = LessonSpec(
         Headline("out_length", "length of the FFN output |out|", fmt=".3g"),
         Headline("cosine_x_y", "cosine(x, y) across the block", fmt=".3f"),
         Headline("angle_deg", "angle between x and y", unit="degrees", fmt=".1f"),
+        Headline("out_top1_share", "share of |out|² in its largest dimension", fmt="%"),
+        Headline(
+            "vocab_angle_deg_median", "block 0, tokens across the vocabulary: median turn", unit="degrees", fmt=".1f"
+        ),
+        Headline("vocab_out_over_x_median", "block 0, tokens across the vocabulary: median |out| / |x|", fmt=".3g"),
+        Headline(
+            "pass_block0_ffn_angle_deg_median", "real pass, block 0's FFN: median turn", unit="degrees", fmt=".1f"
+        ),
+        Headline(
+            "pass_later_ffn_angle_deg_median", "real pass, later blocks' FFN: median turn", unit="degrees", fmt=".1f"
+        ),
+        Headline("pass_later_ffn_over_h_median", "real pass, later blocks: median |FFN(h)| / |h|", fmt=".3g"),
+        Headline("pass_residual_start_median", "real pass: stream length after the embedding (median)", fmt=".4g"),
+        Headline("pass_residual_end_median", "real pass: stream length after the last block (median)", fmt=".4g"),
+        # the same quantities where the narrative says which of the course's statements hold (None where not)
+        *(
+            Headline(key, f"{what} (where it holds)", unit="degrees", fmt=".1f")
+            for key, what in (
+                ("block0_overwrites_angle_deg", "block 0 overwrites: median turn"),
+                ("block0_nudges_angle_deg", "block 0 nudges: median turn"),
+                ("pass_block0_overwrites_angle_deg", "real pass, block 0 overwrites: median turn"),
+                ("pass_block0_nudges_angle_deg", "real pass, block 0 nudges: median turn"),
+                ("later_blocks_nudge_angle_deg", "later blocks nudge: median turn"),
+                ("later_blocks_overwrite_angle_deg", "later blocks overwrite: median turn"),
+                ("pass_later_ffn_angle_deg_max_block", "later blocks: the largest median turn"),
+                ("course_angle_deg", "the course's turn for its token"),
+            )
+        ),
     ),
-    config_keys=("token",),
+    config_keys=("token", "forward"),
     architectures=tuple(ARCHITECTURES),  # the walk follows every row of the table (ffn_walk.recipe)
+    runs_model=True,  # the forward pass over a passage (across.py): weights resident when they fit forward's budget
 )
 COURSE_PRINTED = {
     "x_first3": [-0.1781, -0.0918, 0.1531],
@@ -122,6 +153,34 @@ def course_arithmetic() -> dict:
     }
 
 
+# The course's own values for the walk, read from the claims file, so that the narrative can set
+# them beside this run's (claim id -> metrics key; shares as fractions, as this run writes them).
+COURSE_VALUES = {
+    "walk.x_length": ("course_x_length", 1.0),
+    "walk.out_length": ("course_out_length", 1.0),
+    "walk.cosine_x_y": ("course_cosine_x_y", 1.0),
+    "walk.angle": ("course_angle_deg", 1.0),
+    "walk.gate_negative": ("course_gate_negative_share", 0.01),
+    "walk.silu_below_0_1": ("course_act_below_0_1_share", 0.01),
+}
+
+
+def course_values() -> dict:
+    return {key: claims_mod.published_value(SPEC.id, cid) * scale for cid, (key, scale) in COURSE_VALUES.items()}
+
+
+def recipe_facts(wk: Walk, tensors: Mapping) -> dict:
+    """What the model's recipe does around the walk, as numbers the narrative cites where they apply:
+    None on a model that does not do it (a llama: no embedding scale, no post-FFN norm)."""
+    rc = wk.recipe
+    m = {"embedding_scale_applied": rc.embed_scale if rc.embed_scale != 1.0 else None}
+    gains = tensors.get(f"blk.{BLOCK}.post_ffw_norm.weight") if rc.post_ffn_norm else None
+    m["post_ffn_norm_gain_min"] = float(np.min(gains)) if gains is not None else None
+    m["post_ffn_norm_gain_max"] = float(np.max(gains)) if gains is not None else None
+    m["down_length_before_post_norm"] = length(wk.down) if rc.post_ffn_norm else None
+    return m
+
+
 # --- 3. one token through block 0's FFN ---------------------------------------------------------
 
 
@@ -180,6 +239,9 @@ def walk_metrics(wk: Walk) -> dict:
         "y_length": length(t.y),
         "cosine_x_y": cosine(x, t.y),
         "angle_deg": angle_deg(x, t.y),
+        # where |out|^2 sits: in one or two outlier dimensions, or spread over many
+        "out_top1_share": top_share(t.out),
+        "out_top3_share": top_share(t.out, 3),
     }
     if rc.activation == "silu":  # today's names, kept for SiLU models
         m.update(
@@ -201,10 +263,14 @@ def run(
     timing_summary: Mapping | None = None,
     timing_sweep: list[Mapping] | None = None,
     timing_notes: Iterable[str] = (),
+    model_gguf=None,
+    forward: Mapping | None = None,
 ) -> tuple[dict, dict]:
     """(metrics, tables): every number the lesson reports (numpy scalars; see lessons.plain), and the
     tables behind them, each computed once: "walk" (the Walk, arrays kept), "flops" (flops_table's
-    rows) and "timing" (matvec_vs_matmul's rows)."""
+    rows), "timing" (matvec_vs_matmul's rows), "across" (across.block_rows: the forward pass over the
+    passage, block by block) and "halves" (its streams, across.Halves); without `model_gguf` those two
+    are empty and the pass's metrics null."""
     d = dims(metadata)
     metrics: dict = dict(d)
     metrics["vocab_size"] = len(metadata.get("tokenizer.ggml.tokens") or [])
@@ -223,7 +289,13 @@ def run(
     metrics.update(flops_metrics(table, COURSE_DIMS, prefix="course_flops", flops_key="course_flops"))
     timing_rows, timing = matvec_vs_matmul(timing_summary or {}, list(timing_sweep or []), timing_notes)
     metrics.update(timing)
-    return metrics, {"walk": wk, "flops": table, "timing": timing_rows}
+    metrics.update(recipe_facts(wk, tensors))
+    metrics.update(course_values())
+    # beyond " cat" and block 0: many tokens through block 0, and every block of a real forward pass
+    wide, rows, halves = tokens_and_blocks(model_gguf, metadata, tensors, wk.x, forward)
+    metrics.update(wide)
+    metrics.update(verdicts(metrics))
+    return metrics, {"walk": wk, "flops": table, "timing": timing_rows, "across": rows, "halves": halves}
 
 
 def compute(metadata: Mapping, tensors: Mapping[str, np.ndarray], token: str = " cat", **timing) -> dict:

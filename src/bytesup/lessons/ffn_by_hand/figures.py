@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 import numpy as np
 
 from bytesup.lessons import figure
+from bytesup.lessons.ffn_by_hand.across import TURN_DEG
 from bytesup.lessons.ffn_by_hand.cost import ACT_LABELS
 from bytesup.model.forward import activation
 
@@ -65,4 +68,36 @@ def plot_flops(rows: list[dict], title: str = ""):
     if title:
         ax.set_title(title)
     fig.tight_layout()
+    return fig
+
+
+def plot_across_blocks(rows: Sequence[Mapping], walk: Mapping | None = None, course: Mapping | None = None, title=""):
+    """What the FFN half adds in every block of the real forward pass (across.block_rows): its length
+    over the stream's (top, log scale) and the turn it gives the stream (bottom), medians over the
+    passage's positions. `walk`: the lesson's own token through block 0 ({"ratio", "angle"}: the
+    embedding straight into the FFN); `course`: the course's value for its token, marked the same way."""
+    fig, (top, bottom) = figure(2, 1, figsize=(6.4, 6.4), sharex=True)
+    blocks = [r["block"] for r in rows]
+    top.plot(blocks, [r["ffn_over_h_median"] for r in rows], "o-", color="C0", label="this model, real forward pass")
+    bottom.plot(blocks, [r["ffn_angle_deg_median"] for r in rows], "o-", color="C0")
+    for marks, colour, symbol, what in (
+        (walk, "C1", "s", "this model, the lesson's token"),
+        (course, "C3", "*", "the course's model, its token"),
+    ):
+        if marks:
+            top.plot([0], [marks["ratio"]], symbol, color=colour, ms=12, ls="none", label=f"{what} (block 0)")
+            bottom.plot([0], [marks["angle"]], symbol, color=colour, ms=12, ls="none")
+    bottom.axhline(TURN_DEG, color="0.5", ls="--", lw=1)  # past it the FFN adds more direction than it keeps
+    bottom.text(blocks[-1], TURN_DEG + 1.5, f"{TURN_DEG:g}°", ha="right", va="bottom", color="0.4")
+    top.set_yscale("log")
+    top.set_ylabel("|FFN| / |stream|")
+    bottom.set_ylabel("turn (degrees)")
+    bottom.set_ylim(0, 90)
+    bottom.set_xlabel("block")
+    for ax in (top, bottom):
+        ax.grid(True, alpha=0.3)
+    if title:
+        top.set_title(title)
+    fig.legend(*top.get_legend_handles_labels(), loc="lower center", ncol=1, frameon=False)  # under both panels
+    fig.tight_layout(rect=(0, 0.14, 1, 1))
     return fig

@@ -131,10 +131,7 @@ SPEC = LessonSpec(
 
 def published(claim_id: str) -> float:
     """A published number from this lesson's claims file (one place for it)."""
-    for c in claims_mod.load_claims(SPEC.id):
-        if c.claim_id == claim_id:
-            return claims_mod.parse_published(c.published)
-    raise KeyError(f"claims/{SPEC.id}.yaml has no claim {claim_id!r}")
+    return claims_mod.published_value(SPEC.id, claim_id)
 
 
 # --- the whole lesson ---------------------------------------------------------------------------------
