@@ -413,7 +413,7 @@ def test_claims_statuses(tiny):
     status = {r.claim.claim_id: r.status for r in lesson.evaluate_claims(m, model="tiny", metadata=tiny.metadata)}
     assert status == {
         "file.block_count": "specimen differs",
-        "file.tensors_per_block": "specimen differs",
+        "file.tensors_per_block": "reproduced",  # another model, but 9 like the specimen: inside the tolerance
         "file.size_gb": "specimen differs",
         "course.tensors_per_block": "reproduced",
         "course.size_gb": "reproduced",
@@ -457,7 +457,9 @@ def test_notebook_runs_on_a_tiny_model(tmp_path):
     rows = read_csv(out / "x_claims.csv")
     assert list(rows[0]) == list(claims.COLUMNS)
     assert {r["status"] for r in rows if r["claim_id"].startswith("course.")} == {"reproduced"}
-    assert {r["status"] for r in rows if r["claim_id"].startswith("file.")} == {"specimen differs"}
+    file_rows = {r["claim_id"]: r["status"] for r in rows if r["claim_id"].startswith("file.")}
+    assert file_rows == {"file.block_count": "specimen differs", "file.tensors_per_block": "reproduced",
+                         "file.size_gb": "specimen differs"}  # fmt: skip
     types = read_csv(out / "x_block_types.csv")
     assert [r["type"] for r in types] == metrics["block_types"] and len(types) == 8
     assert all(r["bit_exact_gguf_py"] == "True" for r in types)

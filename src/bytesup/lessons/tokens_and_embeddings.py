@@ -474,6 +474,7 @@ def random_vector_metrics() -> dict:
         "random_dot_expected_sd": math.sqrt(RANDOM_WIDTH),
         "random_self_dot_expected": float(RANDOM_WIDTH),
         "random_dot_in_sds": dot / math.sqrt(RANDOM_WIDTH),
+        "random_width": RANDOM_WIDTH,
     }
 
 
@@ -508,6 +509,9 @@ def compute(metadata: Mapping, tensors: Mapping, gguf: GGUFFile, token: str = " 
     m["embedding_shape"] = list(E.shape)
     m["embedding_type"] = gguf.tensor(EMBEDDINGS).type_name
     m["tied_embeddings"] = "output.weight" not in gguf.tensor_names
+    m["course_embedding_width"] = claims_mod.published_value(SPEC.id, "embedding.width")  # the specimen's
+    m["embedding_table_mb"] = gguf.tensor(EMBEDDINGS).n_bytes / 1e6
+    m["tied_table_mb"] = m["embedding_table_mb"] if m["tied_embeddings"] else None  # also the output head
 
     row = row_by_hand(gguf, m["token_id"])
     m.update(row_checks(row, E[m["token_id"]]))

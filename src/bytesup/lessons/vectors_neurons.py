@@ -55,7 +55,7 @@ SPEC = LessonSpec(
         Headline("fold_linear_affine_residual_rms", "fold: residual of the best affine fit, without ReLU", fmt=".1e"),
         Headline("fold_gate_patterns", "linear pieces seen", fmt="d"),
         Headline("llama3_8b_mlp_ops_per_layer", "Llama 3 8B MLP ops per token per layer", fmt=",d"),
-        Headline("llama3_8b_mlp_ops_per_token", "Llama 3 8B MLP ops per token, 32 layers", fmt=",d"),
+        Headline("llama3_8b_mlp_ops_per_token", "Llama 3 8B MLP ops per token, all its layers", fmt=",d"),
         Headline("llama31_405b_mlp_ops_per_token", "Llama 3.1 405B MLP ops per token (exercise)", fmt=",d"),
         Headline("llama31_405b_mlp_tokens_per_s", "405B tokens/s at 5e14 ops/s (exercise)", fmt=".0f"),
     ),

@@ -278,14 +278,20 @@ def run(
             "kv_global_layers": this["global_layers"],
             "kv_sliding_layers": spec.n_layers - this["global_layers"] if this["sliding_window"] else None,
             "kv_mb_at_context_if_every_layer_grew": grew / 1e6 if grew else None,
-            "kv_cache_at_context_over_weights": this["cache_at_context_over_weights"],
+            "kv_cache_at_context_share_of_weights": this["cache_at_context_over_weights"],
             "model_file_bytes": file_bytes,
             "kv_cache_equals_weights_tokens": this["cache_equals_weights_tokens"],
-            # None when the cache never reaches the file within the model's context (sliding layers stop growing)
-            "kv_cache_never_reaches_weights_mb": (
-                this["kv_bytes_at_context_f16"] / 1e6 if this["cache_equals_weights_tokens"] is None else None
+            # only when the cache never reaches the file within the model's context (sliding layers stop growing)
+            "kv_cache_never_reaches_weights_share": (
+                this["cache_at_context_over_weights"] if this["cache_equals_weights_tokens"] is None else None
             ),
             "specimen_kv_bytes_per_token": specimen["kv_bytes_per_token_f16"],
+            "specimen_block_count": specimen["blocks"],
+            "specimen_head_count_kv": specimen["kv_heads"],
+            "specimen_head_dim": specimen["head_dim"],
+            "specimen_over_model_kv_bytes_per_token": specimen["kv_bytes_per_token_f16"]
+            / this["kv_bytes_per_token_f16"],
+            "llama3_8b_kv_heads": llama["kv_heads"],
             "specimen_kv_bytes_at_context_length": specimen["kv_bytes_at_context_f16"],
             "specimen_context_length": specimen["context_length"],
             "specimen_weights_bytes": specimen["weights_bytes"],

@@ -382,6 +382,9 @@ def run(
     a = DEEPSEEK_CODER_6_7B
     m["course_ffn_gate_fp32_mb"] = type_bytes("F32", a.d_ff * a.d_model) / 1e6
     m["course_matvec_fraction_of_peak"] = published("timing.matvec_gbps") / published("timing.peak_gbps")
+    m["course_matvec_gbps"], m["course_peak_gbps"] = published("timing.matvec_gbps"), published("timing.peak_gbps")
+    m["course_matmul_ratio_256_over_1"] = published("timing.matmul_ratio_256_over_1")
+    m["timing_ratio_tokens"] = int(published("matmul.work_256_over_1"))  # the N of "256 times the work"
     gate = next((r for r in tensor_rows if r["name"] == "blk.0.ffn_gate.weight"), None)
     m["model_ffn_gate_fp32_mb"] = type_bytes("F32", math.prod(parse_shape(gate["shape"]))) / 1e6 if gate else None
 

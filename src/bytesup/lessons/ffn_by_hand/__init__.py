@@ -162,6 +162,9 @@ COURSE_VALUES = {
     "walk.angle": ("course_angle_deg", 1.0),
     "walk.gate_negative": ("course_gate_negative_share", 0.01),
     "walk.silu_below_0_1": ("course_act_below_0_1_share", 0.01),
+    "timing.matmul_ratio_256_over_1": ("course_matmul_ratio_256_over_1", 1.0),
+    "timing.matvec_gbps": ("course_matvec_gbps", 1.0),
+    "timing.peak_gbps": ("course_peak_gbps", 1.0),
 }
 
 

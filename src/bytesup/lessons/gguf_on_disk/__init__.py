@@ -54,6 +54,7 @@ from bytesup.lessons.gguf_on_disk.file_tables import (
 from bytesup.lessons.gguf_on_disk.one_block import block_report, block_rows, chosen_blocks, field_rows
 from bytesup.lessons.spec import SERIES, Headline, LessonSpec
 from bytesup.model import param_counts as pc
+from bytesup.model.arch import ARCHITECTURES
 from bytesup.model.configs import DEEPSEEK_CODER_6_7B, llama_tensor_shapes
 from bytesup.model.tokens import TokenError, lookup
 
@@ -129,6 +130,27 @@ def course_arithmetic() -> dict:
         "course_specimen_block_tensors": per_block * DEEPSEEK_CODER_6_7B.n_layers,
         "course_specimen_tensor_data_bytes": data,
         "course_specimen_tensor_data_gb": data / 1e9,
+        "course_specimen_block_count": DEEPSEEK_CODER_6_7B.n_layers,
+        "course_specimen_bits_per_weight": 8 * data / sum(math.prod(s) for _, s in layout),
+    }
+
+
+def against_the_specimen(m: dict, f: GGUFFile) -> dict:
+    """What differs from the course's specimen, as numbers the narrative cites where they apply:
+    a block's tensors beyond the nine a llama block holds (None when there are none), and the
+    model's size against the specimen's."""
+    llama = {name.format(i=0) for name in ARCHITECTURES["llama"].tensors.values()}
+    extra = sorted(n.removeprefix("blk.0.").removesuffix(".weight") for n in f.tensor_names if n.startswith("blk.0."))
+    extra = [n for n in extra if f"blk.0.{n}.weight" not in llama]
+    same = m.get("tensors_per_block") == m["course_specimen_tensors_per_block"]
+    return {
+        "block_extra_tensors": extra or None,
+        "block_extra_tensor_count": len(extra) or None,
+        "tensors_per_block_as_the_specimen": m.get("tensors_per_block") if same and not extra else None,
+        "specimen_over_model_parameters": m["course_specimen_parameters"] / m["parameters"]
+        if m["parameters"]
+        else None,
+        "specimen_over_model_file_bytes": m["course_specimen_tensor_data_bytes"] / m["bytes_tensor_data"],
     }
 
 
@@ -261,6 +283,7 @@ def run(f: GGUFFile, token: str = " cat") -> tuple[dict, dict]:
     m["blocks_all_bit_exact_gguf_py"] = m["block_types_bit_exact_gguf_py"] == len(blocks)
 
     m.update(course_arithmetic())
+    m.update(against_the_specimen(m, f))
     tables = {"metadata": meta_rows, "tensors": info_rows, "accounting": accounting_rows(acc), "by_type": types,
               "layout": layout_rows, "blocks": blocks, "block_types": type_rows, "block_fields": field_table,
               "block_rows": weight_rows}  # fmt: skip

@@ -116,6 +116,24 @@ SPEC = LessonSpec(
             fmt=".1f",
         ),
         Headline("fits_this_machine_4k_count", "published (model, storage) pairs that fit this machine at 4k context"),
+        Headline(
+            "model_kv_cache_4k_bytes",
+            "this model's KV cache at 4k context (F16, layer by layer)",
+            unit="bytes",
+            fmt=",d",
+        ),
+        Headline(
+            "model_kv_cache_32k_bytes",
+            "this model's KV cache at 32k context (capped at its maximum)",
+            unit="bytes",
+            fmt=",d",
+        ),
+        Headline(
+            "model_kv_cache_32k_if_every_layer_grew_bytes",
+            "the same if every layer kept every position (sliding-window models only)",
+            unit="bytes",
+            fmt=",d",
+        ),
         Headline("this_machine_memory_bytes", "this machine's memory (measured)", unit="bytes", fmt=",d"),
         Headline(
             "this_machine_bandwidth_gbps", "this machine's STREAM copy bandwidth (measured)", unit="GB/s", fmt=".1f"
@@ -175,6 +193,8 @@ def run(
     )
     # the cache layer by layer: a sliding-window model keeps only its window on the sliding layers,
     # so at long contexts its cache is far below the every-layer-grows count (bytes per token x context)
+    cap = m0["max_context"]
+    metrics["model_context_capped_at"] = cap if cap and cap < max(CONTEXTS.values()) else None
     for label in CONTEXTS:
         r = find_row(rows, "model", label, devices[0].key)
         metrics[f"model_kv_cache_{label}_bytes"] = r["kv_cache_bytes"]
