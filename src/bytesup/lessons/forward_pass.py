@@ -35,6 +35,7 @@ from bytesup.lessons import claims as claims_mod
 from bytesup.lessons.spec import SERIES, Headline, LessonSpec
 from bytesup.model.arch import (
     ARCHITECTURES,
+    BIAS_TENSORS,
     OPTIONAL_ROLES,
     ArchMetadataError,
     ArchSpec,
@@ -296,7 +297,9 @@ def cost_table(spec: ArchSpec, per_tensor: Mapping, context_len: int) -> list[di
     extras = [r for r in spec.roles if r in OPTIONAL_ROLES]  # gemma3's q/k and post norms, qwen2's biases
     if extras:
         files = ", ".join(spec.tensor_name(r, 0).removeprefix("blk.0.") for r in extras)
-        rows.append((f"{spec.arch}'s extra norms and biases", files, 0, block_bytes(*extras)))
+        biases = [r for r in extras if r in BIAS_TENSORS]  # qwen2's; the rest are norms (gemma3's)
+        kinds = ["norms"] * (len(biases) < len(extras)) + ["biases"] * bool(biases)
+        rows.append((f"{spec.arch}'s extra {' and '.join(kinds)}", files, 0, block_bytes(*extras)))
     rows += [
         ("final norm", "output_norm", 0, per_tensor[spec.tensor_name("output_norm")]),
         ("unembedding", f"{head}{' (tied)' if spec.tied else ''}", spec.vocab * d, per_tensor[head]),

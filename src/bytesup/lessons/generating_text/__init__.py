@@ -99,7 +99,11 @@ SPEC = LessonSpec(
             "recompute_ms_per_token", "time per token recomputing the whole prefix (median)", unit="ms", fmt=".1f"
         ),
         Headline("kv_cache_speedup", "recompute time / KV-cache time per token", fmt=".1f"),
-        Headline("llama_cpp_parts_at", "llama.cpp's greedy text parts from ours at new token (0 = first; null: never)"),
+        Headline(
+            "llama_cpp_parts_at_step",
+            "step at which llama.cpp's greedy text first differs from ours (1 = the first new token)",
+        ),
+        Headline("llama_cpp_same_tokens_all", "new tokens llama.cpp wrote exactly as ours, when it never differs"),
         Headline(
             "llama_cpp_first_step_max_abs_logit_diff",
             "largest |logit difference|, llama.cpp vs ours, after the prompt",
@@ -213,6 +217,8 @@ def run(model: Model, plan: Plan) -> tuple[dict, dict]:
         "first_token": tok.token_text(g.ids[0]),
         "first_token_prob": g.probs[0],
         "prefill_ms": 1e3 * steps.seconds[0],
+        # what to expect of the text: the model's size, every tensor's weights counted
+        "model_parameters": sum(info.n_elements for info in model.gguf.tensors),
     }
 
     # 4: sampling at each temperature
