@@ -28,8 +28,22 @@ from bytesup.errors import BytesupError
 from bytesup.lessons.spec import LessonSpec
 from bytesup.run.files import plain  # lessons and their tests write metrics with it
 
-FIGSIZE = (7.0, 4.0)  # inches; every lesson figure has the same size ...
+FIGSIZE = (6.4, 4.8)  # inches; every lesson figure has the same size ...
 DPI = 120  # ... and resolution, so PNG bytes depend only on the data
+# Drawn to be read on a phone: a 6.4-inch figure shown 360 pixels wide keeps 14-point text about
+# 11 pixels tall. Every text of a lesson figure is at least MIN_FONT_PT (tests hold them to it).
+MIN_FONT_PT = 11.0
+STYLE = {
+    "font.size": 14,
+    "axes.titlesize": 14,
+    "axes.labelsize": 14,
+    "xtick.labelsize": 12.5,
+    "ytick.labelsize": 12.5,
+    "legend.fontsize": 12,
+    "figure.titlesize": 14,
+    "lines.linewidth": 2.0,
+    "lines.markersize": 7,
+}
 
 
 @functools.cache
@@ -158,12 +172,13 @@ def write_table(rows: Sequence[Mapping], path: str | Path, columns: Sequence[str
 
 
 def figure(nrows: int = 1, ncols: int = 1, **kwargs):
-    """A new matplotlib figure of the lessons' one size (no screen needed): (fig, axes)."""
+    """A new matplotlib figure of the lessons' one size and type style (no screen needed): (fig, axes)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    plt.rcParams.update(STYLE)
     return plt.subplots(nrows, ncols, figsize=kwargs.pop("figsize", FIGSIZE), **kwargs)
 
 

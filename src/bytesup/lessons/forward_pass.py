@@ -448,17 +448,15 @@ def plot_residual_norms(lens: Sequence[Mapping], title: str = ""):
     x = [r["layer"] for r in lens]
     y = [r["residual_norm"] for r in lens]
     ax.plot(x, y, marker="o", ms=3.5, lw=1.4, color="C0")
-    ax.set_xticks(
-        x[:: max(1, len(x) // 16)], [("emb" if i == 0 else str(i - 1)) for i in x[:: max(1, len(x) // 16)]], fontsize=8
-    )
+    ax.set_xticks(x[:: max(1, len(x) // 16)], [("emb" if i == 0 else str(i - 1)) for i in x[:: max(1, len(x) // 16)]])
     ax.set_xlabel("residual stream after: the embedding (emb), then block 0, 1, 2, ...")
     ax.set_ylabel("length |x| (L2 norm, last position)")
     ax.set_ylim(0, max(y) * 1.08)
-    ax.annotate(f"{y[0]:.2f}", (x[0], y[0]), textcoords="offset points", xytext=(-4, 8), fontsize=8)
-    ax.annotate(f"{y[-1]:.0f}", (x[-1], y[-1]), textcoords="offset points", xytext=(-10, 6), fontsize=8)
+    ax.annotate(f"{y[0]:.2f}", (x[0], y[0]), textcoords="offset points", xytext=(-4, 8))
+    ax.annotate(f"{y[-1]:.0f}", (x[-1], y[-1]), textcoords="offset points", xytext=(-10, 6))
     ax.grid(lw=0.3, alpha=0.6)
     if title:
-        ax.set_title(title, fontsize=10)
+        ax.set_title(title)
     fig.tight_layout()
     return fig
 
@@ -472,18 +470,18 @@ def plot_logit_lens(lens: Sequence[Mapping], next_token: str, title: str = ""):
     p = np.maximum(p, np.finfo(np.float64).tiny)  # a probability that underflowed to 0 sits at the bottom
     ax.plot(x, p, marker="o", ms=3.5, lw=1.4, color="C1")
     ax.set_yscale("log")
-    ax.set_ylabel(f"p({shown(next_token)})", fontsize=9)
+    ax.set_ylabel(f"p({shown(next_token)})")
     ax.grid(lw=0.3, alpha=0.6)
     ranks = np.array([r["next_token_rank"] for r in lens], dtype=np.float64) + 1
     ax2.plot(x, ranks, marker="s", ms=3, lw=1.2, color="C0")
     ax2.set_yscale("log")
     ax2.invert_yaxis()
-    ax2.set_ylabel("its rank (1 = top)", fontsize=9)
+    ax2.set_ylabel("its rank (1 = top)")
     ax2.grid(lw=0.3, alpha=0.6)
     ticks = x[:: max(1, len(x) // 16)]
-    ax2.set_xticks(ticks, [("emb" if i == 0 else str(i - 1)) for i in ticks], fontsize=8)
+    ax2.set_xticks(ticks, [("emb" if i == 0 else str(i - 1)) for i in ticks])
     ax2.set_xlabel("logit lens after: the embedding (emb), then block 0, 1, 2, ...")
     if title:
-        ax.set_title(title, fontsize=10)
+        ax.set_title(title)
     fig.tight_layout()
     return fig

@@ -561,7 +561,7 @@ def plot_closeness(arrays: Mapping[str, np.ndarray], width: int, title: str = ""
     ax.set_xlim(-0.5, 1.0)
     ax.set_xlabel("cosine similarity of two embedding rows")
     ax.set_ylabel("density")
-    ax.legend(loc="upper left", fontsize=8)
+    ax.legend(loc="upper left")
     if title:
         ax.set_title(title)
     fig.tight_layout()

@@ -512,7 +512,6 @@ def plot_activations(lo: float = -4.0, hi: float = 4.0):
         f"SiLU min {float(silu(zs)):.3f} at z = {zs:.2f}",
         (zs, float(silu(zs))),
         xytext=(-3.9, -1.45),
-        fontsize=8,
         arrowprops={"arrowstyle": "-", "color": "0.5"},
     )
     ax.axhline(0, color="k", lw=0.6)
@@ -522,7 +521,7 @@ def plot_activations(lo: float = -4.0, hi: float = 4.0):
     ax.set_xlabel("z (the neuron's score before the activation)")
     ax.set_ylabel("activation(z)")
     ax.set_title("Four activations: ReLU, GELU, SiLU, tanh")
-    ax.legend(loc="upper left", fontsize=8)
+    ax.legend(loc="upper left")
     fig.tight_layout()
     return fig
 
@@ -534,7 +533,7 @@ def plot_fold(f: Mapping, title: str = ""):
     fig, axes = figure(1, 3)
     for ax, pts, name in zip(axes, (X, y_lin, y), ("input x", "output, no ReLU", "output, ReLU")):
         ax.scatter(pts[:, 0], pts[:, 1], c=colour, cmap="hsv", s=3, lw=0)
-        ax.set_title(name, fontsize=9)
+        ax.set_title(name)
         ax.set_aspect("equal")
         ax.tick_params(labelsize=7)
     lim = float(np.abs(X).max())
@@ -548,7 +547,7 @@ def plot_fold(f: Mapping, title: str = ""):
     axes[0].set_xlim(-lim, lim)
     axes[0].set_ylim(-lim, lim)
     if title:
-        fig.suptitle(title, fontsize=10)
+        fig.suptitle(title)
     fig.tight_layout()
     return fig
 
@@ -567,14 +566,14 @@ def plot_composition():
 
     fig, axes = figure(1, 3)
     draw(axes[0], P)
-    axes[0].set_title("grid x", fontsize=9)
+    axes[0].set_title("grid x")
     draw(axes[1], P @ S)
-    axes[1].set_title("x S (stretch)", fontsize=9)
+    axes[1].set_title("x S (stretch)")
     draw(axes[2], P @ S @ R)
     once = P @ (S @ R)
     axes[2].plot(once[:, 0], once[:, 1], "o", mfc="none", mec="k", ms=3, mew=0.5, label="x (S R), one matrix")
-    axes[2].set_title("(x S) R (then rotate)", fontsize=9)
-    axes[2].legend(fontsize=7, loc="lower left")
+    axes[2].set_title("(x S) R (then rotate)")
+    axes[2].legend(loc="lower left")
     for ax in axes:
         ax.plot([0], [0], "k+", ms=8)  # the origin never moves
         ax.set_xlim(-2.2, 2.2)
@@ -584,7 +583,6 @@ def plot_composition():
     SR = S @ R
     fig.suptitle(
         f"S R = [[{SR[0, 0]:.2f}, {SR[0, 1]:.2f}], [{SR[1, 0]:.2f}, {SR[1, 1]:.2f}]] (row vectors, x W: S first)",
-        fontsize=10,
     )
     fig.tight_layout()
     return fig

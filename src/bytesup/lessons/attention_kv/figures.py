@@ -32,9 +32,9 @@ def plot_attention(attention: Sequence[np.ndarray], tokens: Sequence[str], spec:
             a = np.asarray(attention[b][h], dtype=np.float64)
             shown = np.ma.masked_where(causal_mask(n), a)  # the masked future stays blank
             image = ax.imshow(shown, vmin=0.0, vmax=1.0, cmap="viridis")
-            ax.set_title(f"block {b}, head {h} (KV {kv_head(h, spec)})", fontsize=8)
-            ax.set_xticks(range(n), labels if r == len(blocks) - 1 else [""] * n, rotation=60, fontsize=7, ha="right")
-            ax.set_yticks(range(n), labels if c == 0 else [""] * n, fontsize=7)
+            ax.set_title(f"block {b}, head {h} (KV {kv_head(h, spec)})")
+            ax.set_xticks(range(n), labels if r == len(blocks) - 1 else [""] * n, rotation=60, ha="right")
+            ax.set_yticks(range(n), labels if c == 0 else [""] * n)
             if n <= 8:
                 for i in range(n):
                     for j in range(i + 1):
@@ -44,14 +44,13 @@ def plot_attention(attention: Sequence[np.ndarray], tokens: Sequence[str], spec:
                             f"{a[i, j]:.2f}",
                             ha="center",
                             va="center",
-                            fontsize=6,
                             color="white" if a[i, j] < 0.6 else "black",
                         )
     fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
     if title:
-        fig.suptitle(title, fontsize=9)
-    fig.supxlabel("key: the token looked at", fontsize=8)
-    fig.supylabel("query: the token asking", fontsize=8)
+        fig.suptitle(title)
+    fig.supxlabel("key: the token looked at")
+    fig.supylabel("query: the token asking")
     return fig
 
 
@@ -121,13 +120,13 @@ def plot_timing(rows: Sequence[Mapping], title: str = ""):
             ax.errorbar(n, med, yerr=[lo, hi], marker="o", color=colour, capsize=3, label=f"{label} (median, min-max)")
         ax.set_xticks(n)
         ax.set_ylim(bottom=0)
-        ax.legend(fontsize=8, loc="upper left")
+        ax.legend(loc="upper left")
     else:
         ax.text(0.5, 0.5, "not timed: the model streams its weights", ha="center", va="center", transform=ax.transAxes)
     ax.set_xlabel("context length (tokens)")
     ax.set_ylabel("seconds per generated token")
     ax.grid(True, alpha=0.3)
     if title:
-        ax.set_title(title, fontsize=9)
+        ax.set_title(title)
     fig.tight_layout()
     return fig

@@ -23,16 +23,16 @@ def plot_bytes_per_token(accounts: Sequence[Accounting], title: str = ""):
             share = b / total
             ax.barh(i, share, left=left, color=colour, label=group if i == 0 else None)
             if share > 0.06:
-                ax.text(left + share / 2, i, f"{100 * share:.0f}%", ha="center", va="center", fontsize=8)
+                ax.text(left + share / 2, i, f"{100 * share:.0f}%", ha="center", va="center")
             left += share
-        ax.text(1.01, i, f"{total / GB:.3g} GB" if total >= GB else f"{total / 1e6:.3g} MB", va="center", fontsize=8)
-    ax.set_yticks(range(len(accounts)), [a.label for a in accounts], fontsize=8)
+        ax.text(1.01, i, f"{total / GB:.3g} GB" if total >= GB else f"{total / 1e6:.3g} MB", va="center")
+    ax.set_yticks(range(len(accounts)), [a.label for a in accounts])
     ax.invert_yaxis()
     ax.set_xlim(0, 1.14)
     ax.set_xlabel("share of the bytes read per generated token (batch 1, weights only)")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3, fontsize=7, frameon=False)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3, frameon=False)
     if title:
-        ax.set_title(title, fontsize=10)
+        ax.set_title(title)
     fig.tight_layout()
     return fig
 
@@ -112,7 +112,6 @@ def plot_roofline(
                         (p["intensity"], p["gflops"]),
                         textcoords="offset points",
                         xytext=(4, -10),
-                        fontsize=7,
                     )
     if course_gbps:
         ax.plot(
@@ -138,7 +137,6 @@ def plot_roofline(
                 (c["intensity"], c["gflops"]),
                 textcoords="offset points",
                 xytext=(-30, 4),
-                fontsize=7,
                 color="0.35",
             )
     for engine, (colour, name) in WHOLE_MODEL_STYLE.items():
@@ -161,7 +159,6 @@ def plot_roofline(
                 (last["intensity"], last["gflops"]),
                 textcoords="offset points",
                 xytext=(4, 2),
-                fontsize=7,
                 color=colour,
             )
         if dec:
@@ -188,7 +185,6 @@ def plot_roofline(
             f"decode {name} ",
             transform=ax.get_xaxis_transform(),
             rotation=90,
-            fontsize=7,
             color="0.4",
             va="bottom",
             ha="right",
@@ -198,9 +194,9 @@ def plot_roofline(
     ax.set_xlim(lo, hi)
     ax.set_xlabel("arithmetic intensity, FLOPs per byte moved")
     ax.set_ylabel("achieved GFLOP/s")
-    ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.17), ncol=2, frameon=False)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.17), ncol=2, frameon=False)
     if title:
-        ax.set_title(title, fontsize=10)
+        ax.set_title(title)
     fig.tight_layout()
     return fig
 
@@ -276,8 +272,8 @@ def plot_prefill(
     ax.set_xticks(ns, [str(n) for n in ns])
     ax.set_xlabel("N, tokens in one forward pass")
     ax.set_ylabel("tokens per second")
-    ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.17), ncol=1, frameon=False)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.17), ncol=1, frameon=False)
     if title:
-        ax.set_title(title, fontsize=10)
+        ax.set_title(title)
     fig.tight_layout()
     return fig

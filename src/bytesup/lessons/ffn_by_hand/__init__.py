@@ -162,6 +162,9 @@ COURSE_VALUES = {
     "walk.angle": ("course_angle_deg", 1.0),
     "walk.gate_negative": ("course_gate_negative_share", 0.01),
     "walk.silu_below_0_1": ("course_act_below_0_1_share", 0.01),
+    "dims.embedding_length": ("course_embedding_length", 1.0),
+    "dims.feed_forward_length": ("course_feed_forward_length", 1.0),
+    "dims.block_count": ("course_block_count", 1.0),
     "timing.matmul_ratio_256_over_1": ("course_matmul_ratio_256_over_1", 1.0),
     "timing.matvec_gbps": ("course_matvec_gbps", 1.0),
     "timing.peak_gbps": ("course_peak_gbps", 1.0),
@@ -177,6 +180,11 @@ def recipe_facts(wk: Walk, tensors: Mapping) -> dict:
     None on a model that does not do it (a llama: no embedding scale, no post-FFN norm)."""
     rc = wk.recipe
     m = {"embedding_scale_applied": rc.embed_scale if rc.embed_scale != 1.0 else None}
+    # GELU-tanh falls to 0 below zero much faster than SiLU: many more of its valves are fully shut
+    m["gelu_shut_share"] = m["silu_shut_share_same_gates"] = None
+    if rc.activation == "gelu_tanh":
+        m["gelu_shut_share"] = float(np.mean(np.abs(activation(rc.activation)(wk.trace.g)) < 0.01))
+        m["silu_shut_share_same_gates"] = float(np.mean(np.abs(silu(wk.trace.g)) < 0.01))
     gains = tensors.get(f"blk.{BLOCK}.post_ffw_norm.weight") if rc.post_ffn_norm else None
     m["post_ffn_norm_gain_min"] = float(np.min(gains)) if gains is not None else None
     m["post_ffn_norm_gain_max"] = float(np.max(gains)) if gains is not None else None

@@ -48,7 +48,7 @@ def plot_gate_histogram(g: np.ndarray, title: str = "", act: str = "silu"):
     ax2.set_ylabel(f"{name}(g)")
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
-    ax.legend(h1 + h2, l1 + l2, loc="upper left", fontsize=8)
+    ax.legend(h1 + h2, l1 + l2, loc="upper left")
     if title:
         ax.set_title(title)
     fig.tight_layout()
@@ -61,7 +61,7 @@ def plot_flops(rows: list[dict], title: str = ""):
     labels = [f"{r['step']} ({r['half']})" if r["step"] == "residual add" else r["step"] for r in rows]
     colours = ["C0" if r["kind"] == "matvec" else "C1" for r in rows]
     ax.barh(range(len(rows)), [r["flops"] for r in rows], color=colours)
-    ax.set_yticks(range(len(rows)), labels, fontsize=8)
+    ax.set_yticks(range(len(rows)), labels)
     ax.invert_yaxis()
     ax.set_xscale("log")
     ax.set_xlabel("FLOPs per token (blue: matvec, orange: element by element)")

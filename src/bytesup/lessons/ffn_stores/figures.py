@@ -25,7 +25,7 @@ def plot_slots(s: Slots, curve: Mapping[int, float], top_k: int = 10, title: str
     ax1.axhline(0, color="k", lw=0.6)
     ax1.set_xlabel("slot i")
     ax1.set_ylabel(f"a_i = {s.walk.recipe.activation}(g_i) u_i")
-    ax1.legend(fontsize=7)
+    ax1.legend()
     ax2.plot(list(curve), list(curve.values()), color="C0")
     ax2.set_xscale("log")
     ax2.set_ylim(0, 1.05)
@@ -33,7 +33,7 @@ def plot_slots(s: Slots, curve: Mapping[int, float], top_k: int = 10, title: str
     ax2.set_xlabel("slots kept (largest |a_i| first)")
     ax2.set_ylabel("|out - partial sum| / |out|")
     if title:
-        fig.suptitle(title, fontsize=10)
+        fig.suptitle(title)
     fig.tight_layout()
     return fig
 
@@ -48,11 +48,11 @@ def plot_rome(ro: Rome, title: str = ""):
     ax1.plot(s, np.abs(s) * ro.residual_length, color="C3", lw=0.8, label="|k*.k|/|k*|^2 x |v* - W k*|")
     n_named = len(ro.key_ids) - int(ro.metrics["rome_keys_sampled"])
     for j in range(n_named):
-        ax1.annotate(ro.key_names[j], (x[j], ro.drift_length[j]), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        ax1.annotate(ro.key_names[j], (x[j], ro.drift_length[j]), xytext=(3, 3), textcoords="offset points")
     ax1.plot([1.0], [ro.residual_length], "*", color="C1", ms=9, label="k* itself (moved onto v*)")
     ax1.set_xlabel("overlap k*.k / |k*|^2")
     ax1.set_ylabel("output drift")
-    ax1.legend(fontsize=6, loc="upper left")
+    ax1.legend(loc="upper left")
     rel = ro.drift_length[n_named:] / ro.output_length[n_named:]
     rel_cov = ro.relative_drift_cov[n_named:]
     lo = max(min(float(rel.min()), float(rel_cov.min())), 1e-6)
@@ -63,9 +63,9 @@ def plot_rome(ro: Rome, title: str = ""):
     ax2.set_xscale("log")
     ax2.set_xlabel("|W_hat k - W k| / |W k|, sampled keys")
     ax2.set_ylabel("keys")
-    ax2.legend(fontsize=7)
+    ax2.legend()
     if title:
-        fig.suptitle(title, fontsize=10)
+        fig.suptitle(title)
     fig.tight_layout()
     return fig
 
@@ -85,12 +85,12 @@ def plot_parameters(archs: Sequence[configs.Architecture], counted: Sequence[Map
         ax.barh(range(len(archs)), share, left=left, color=colour, label=label)
         for y, (l0, w) in enumerate(zip(left, share)):
             if w > 0.05:
-                ax.text(l0 + w / 2, y, f"{100 * w:.1f} %", ha="center", va="center", fontsize=8, color="w")
+                ax.text(l0 + w / 2, y, f"{100 * w:.1f} %", ha="center", va="center", color="w")
         left += share
-    ax.set_yticks(range(len(archs)), [f"{a.name}\n{c['total']:,} params" for a, c in zip(archs, counted)], fontsize=8)
+    ax.set_yticks(range(len(archs)), [f"{a.name}\n{c['total']:,} params" for a, c in zip(archs, counted)])
     ax.invert_yaxis()
     ax.set_xlim(0, 1)
     ax.set_xlabel("share of all parameters")
-    ax.legend(fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=4, frameon=False)
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=4, frameon=False)
     fig.tight_layout()
     return fig

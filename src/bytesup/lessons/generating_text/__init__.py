@@ -328,13 +328,13 @@ def plot_distribution(rows: Sequence[Mapping], temperatures: Sequence[float], ti
             color=f"C{j}",
             label=f"T = {t:g}: these {len(rows)} tokens hold {p.sum():.0%}",
         )
-    ax.set_xticks(x, [r["token"] for r in rows], rotation=50, ha="right", fontsize=8)
+    ax.set_xticks(x, [r["token"] for r in rows], rotation=50, ha="right")
     ax.set_yscale("log")
     ax.set_ylim(max(lowest / 3, 1e-12), 1.5)
     ax.set_ylabel("probability of being the next token")
-    ax.legend(fontsize=8, loc="upper right")
+    ax.legend(loc="upper right")
     ax.grid(axis="y", which="major", lw=0.3, alpha=0.6)
     if title:
-        ax.set_title(title, fontsize=10)
+        ax.set_title(title)
     fig.tight_layout()
     return fig

@@ -320,12 +320,12 @@ def plot_by_type(rows: list[dict], title: str = ""):
         n = f"{r['tensors']} tensor" + ("s" if r["tensors"] != 1 else "")
         ax.text(max(100 * r["parameter_share"], 100 * r["byte_share"]) + 1, i,
                 f"{r['bits_per_weight']:g} bits/weight, {n}\n{100 * r['parameter_share']:.1f} % of parameters,"
-                f" {100 * r['byte_share']:.1f} % of bytes", va="center", fontsize=8)  # fmt: skip
+                f" {100 * r['byte_share']:.1f} % of bytes", va="center")  # fmt: skip
     ax.set_yticks(y, [r["type"] for r in rows])
     ax.invert_yaxis()
     ax.set_xlim(0, 145)
     ax.set_xlabel("% of the file's parameters / tensor bytes")
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="lower right")
     if title:
         ax.set_title(title)
     fig.tight_layout()

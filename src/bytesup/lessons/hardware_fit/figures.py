@@ -53,8 +53,8 @@ def plot_what_fits_where(rows: Sequence[Mapping], context: str = "4k", title: st
             else:
                 text = f"needs {_gib(r['total_bytes'])}"
             ax.text(j, i, text, ha="center", va="center", fontsize=7.5 if cells[i][j] != 2 else 6.5)
-    ax.set_xticks(range(len(devices)), [_device_label(n, grid, d) for d, n in devices], fontsize=7.5)
-    ax.set_yticks(range(len(models)), [label for _, label in models], fontsize=8)
+    ax.set_xticks(range(len(devices)), [_device_label(n, grid, d) for d, n in devices])
+    ax.set_yticks(range(len(models)), [label for _, label in models])
     ax.xaxis.tick_top()
     ax.set_xticks([j - 0.5 for j in range(1, len(devices))], minor=True)
     ax.set_yticks([i - 0.5 for i in range(1, len(models))], minor=True)
@@ -64,10 +64,9 @@ def plot_what_fits_where(rows: Sequence[Mapping], context: str = "4k", title: st
         f"weights + F16 KV cache at {context} context. Green: fits, with the tokens/s ceiling "
         f"(bandwidth / bytes per token);\namber: fits with under {TIGHT:.0%} of the memory left; "
         "red: does not fit, with the memory it needs",
-        fontsize=8,
     )
     if title:
-        ax.set_title(title, fontsize=10, pad=34)
+        ax.set_title(title, pad=34)
     fig.tight_layout()
     return fig
 
