@@ -387,17 +387,40 @@ def test_gemma3_270m_block0_attention_by_hand(gemma_gguf):
     assert m["kv_cache_same_next_token"] and m["kv_bytes_per_token"] == 2 * 18 * 1 * 256 * 2
 
 
-def test_figures_are_drawn(tiny, tmp_path):
-    from bytesup.lessons import save_figure
-
+def test_figures_draw_the_runs_numbers(tiny):
+    """The figures' drawn data, not only their PNG bytes: each heatmap is its head's attention weights
+    (the future masked), the KV curves are the cache's per-layer sum at each context with each model's
+    weights as a dashed line, and the timing lines are the measured medians."""
     tables = tiny[3]
-    for name, fig in [
-        ("a.png", figures.plot_attention(tables["attention"], tables["tokens"], tables["spec"], "t")),
-        ("k.png", figures.plot_kv_size(tables["kv_size"], "t")),
-        ("t.png", figures.plot_timing(tables["timing"], "t")),
-        ("n.png", figures.plot_timing([], "t")),
-    ]:
-        assert save_figure(fig, tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    spec, attention = tables["spec"], tables["attention"]
+    fig = figures.plot_attention(attention, tables["tokens"], spec, "t")
+    blocks = sorted({b for b, _ in by_hand.shown_heads(spec)})
+    heads = sorted({h for _, h in by_hand.shown_heads(spec)})
+    n = len(tables["tokens"])
+    for ax, (b, h) in zip(fig.axes, zip(blocks, heads)):
+        drawn = ax.images[0].get_array()
+        np.testing.assert_allclose(drawn.data[~drawn.mask], np.asarray(attention[b][h])[~by_hand.causal_mask(n)])
+        assert drawn.mask.sum() == n * (n - 1) // 2  # the future above the diagonal, left blank
+    plt.close(fig)
+    size = tables["kv_size"]
+    fig = figures.plot_kv_size(size, "t")
+    ax = fig.axes[0]
+    curves = [line for line in ax.lines if line.get_linestyle() == "-"]
+    weights = [line for line in ax.lines if line.get_linestyle() == "--"]
+    assert len(curves) == len(weights) == len(size)
+    for line, row in zip(curves, size):
+        np.testing.assert_array_equal(line.get_ydata(), configs.kv_cache_bytes(row["kv_layers"], line.get_xdata()))
+        assert line.get_xdata()[-1] == row["context_length"]
+    assert [line.get_ydata()[0] for line in weights] == [row["weights_bytes"] for row in size]
+    plt.close(fig)
+    timing = tables["timing"]
+    fig = figures.plot_timing(timing, "t")
+    medians = [list(c.lines[0].get_ydata()) for c in fig.axes[0].containers]
+    assert medians == [[r["recompute_median_s"] for r in timing], [r["cached_median_s"] for r in timing]]
+    plt.close(fig)
+    fig = figures.plot_timing([], "t")
+    assert "not timed" in fig.axes[0].texts[0].get_text()
+    plt.close(fig)
 
 
 # --- the notebook -------------------------------------------------------------------------------------

@@ -179,7 +179,19 @@ def figure(nrows: int = 1, ncols: int = 1, **kwargs):
     import matplotlib.pyplot as plt
 
     plt.rcParams.update(STYLE)
+    kwargs.setdefault("layout", "constrained")  # room for every label; legend_below puts legends outside
     return plt.subplots(nrows, ncols, figsize=kwargs.pop("figsize", FIGSIZE), **kwargs)
+
+
+def legend_below(fig, *axes, ncol: int = 1):
+    """One legend for `axes` (all of the figure's when none), under them: off the data."""
+    handles, labels = [], []
+    for ax in axes or fig.axes:
+        h, lab = ax.get_legend_handles_labels()
+        handles += h
+        labels += lab
+    if handles:
+        fig.legend(handles, labels, loc="outside lower center", ncol=ncol, frameon=False)
 
 
 def save_figure(fig, path: str | Path) -> Path:

@@ -448,8 +448,9 @@ def plot_residual_norms(lens: Sequence[Mapping], title: str = ""):
     x = [r["layer"] for r in lens]
     y = [r["residual_norm"] for r in lens]
     ax.plot(x, y, marker="o", ms=3.5, lw=1.4, color="C0")
-    ax.set_xticks(x[:: max(1, len(x) // 16)], [("emb" if i == 0 else str(i - 1)) for i in x[:: max(1, len(x) // 16)]])
-    ax.set_xlabel("residual stream after: the embedding (emb), then block 0, 1, 2, ...")
+    shown_x = x[:: max(1, len(x) // 8)]
+    ax.set_xticks(shown_x, [("emb" if i == 0 else str(i - 1)) for i in shown_x])
+    ax.set_xlabel("after the embedding (emb), then block 0, 1, ...")
     ax.set_ylabel("length |x| (L2 norm, last position)")
     ax.set_ylim(0, max(y) * 1.08)
     ax.annotate(f"{y[0]:.2f}", (x[0], y[0]), textcoords="offset points", xytext=(-4, 8))
@@ -457,14 +458,13 @@ def plot_residual_norms(lens: Sequence[Mapping], title: str = ""):
     ax.grid(lw=0.3, alpha=0.6)
     if title:
         ax.set_title(title)
-    fig.tight_layout()
     return fig
 
 
 def plot_logit_lens(lens: Sequence[Mapping], next_token: str, title: str = ""):
     """Two panels over the residual stream: the probability (log scale) and the rank (1 = top) of the
     model's final next token when the final norm and the unembedding read the stream early."""
-    fig, (ax, ax2) = figure(2, 1, sharex=True)
+    fig, (ax, ax2) = figure(2, 1, sharex=True, figsize=(6.4, 7.0))
     x = [r["layer"] for r in lens]
     p = np.array([r["next_token_prob"] for r in lens], dtype=np.float64)
     p = np.maximum(p, np.finfo(np.float64).tiny)  # a probability that underflowed to 0 sits at the bottom
@@ -478,10 +478,9 @@ def plot_logit_lens(lens: Sequence[Mapping], next_token: str, title: str = ""):
     ax2.invert_yaxis()
     ax2.set_ylabel("its rank (1 = top)")
     ax2.grid(lw=0.3, alpha=0.6)
-    ticks = x[:: max(1, len(x) // 16)]
+    ticks = x[:: max(1, len(x) // 8)]
     ax2.set_xticks(ticks, [("emb" if i == 0 else str(i - 1)) for i in ticks])
-    ax2.set_xlabel("logit lens after: the embedding (emb), then block 0, 1, 2, ...")
+    ax2.set_xlabel("read after the embedding (emb), then block 0, 1, ...")
     if title:
         ax.set_title(title)
-    fig.tight_layout()
     return fig

@@ -31,7 +31,7 @@ import numpy as np
 from bytesup.gguf.blocks import BLOCK_DECODERS
 from bytesup.gguf.dequant import HAND_DEQUANTIZERS, bit_equal, expected_bytes, reference_dequantize
 from bytesup.gguf.file import GGUFFile
-from bytesup.lessons import LessonInputError, figure, metadata_values
+from bytesup.lessons import LessonInputError, figure, legend_below, metadata_values
 from bytesup.lessons import claims as claims_mod
 from bytesup.lessons.spec import SERIES, Headline, LessonSpec
 from bytesup.model.layers import rms
@@ -561,8 +561,7 @@ def plot_closeness(arrays: Mapping[str, np.ndarray], width: int, title: str = ""
     ax.set_xlim(-0.5, 1.0)
     ax.set_xlabel("cosine similarity of two embedding rows")
     ax.set_ylabel("density")
-    ax.legend(loc="upper left")
+    legend_below(fig, ax)
     if title:
         ax.set_title(title)
-    fig.tight_layout()
     return fig

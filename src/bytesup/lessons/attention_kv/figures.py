@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from bytesup.lessons import figure
+from bytesup.lessons import figure, legend_below
 from bytesup.lessons.attention_kv.by_hand import causal_mask, kv_head, shown_heads, token_label
 from bytesup.model.arch import ArchSpec
 from bytesup.model.configs import kv_cache_bytes
@@ -15,42 +15,37 @@ from bytesup.model.configs import kv_cache_bytes
 # --- figures ------------------------------------------------------------------------------------
 
 
+CELL_VALUES_UP_TO = 4  # tokens: a heatmap of more shows its colours only (the weights are in the tables)
+
+
 def plot_attention(attention: Sequence[np.ndarray], tokens: Sequence[str], spec: ArchSpec, title: str = ""):
-    """Heatmaps of the shown heads' attention weights over the prompt (rows: queries, columns: keys)."""
-    pairs = shown_heads(spec)
-    blocks = sorted({b for b, _ in pairs})
-    heads = sorted({h for _, h in pairs})
+    """Heatmaps of attention weights over the prompt (rows: queries, columns: keys), one under the other:
+    of the shown heads (by_hand.shown_heads), the first block's first head, a middle block's middle
+    head and the last block's last head."""
+    blocks = sorted({b for b, _ in shown_heads(spec)})
+    heads = sorted({h for _, h in shown_heads(spec)})
+    pairs = list(zip(blocks, heads))
     n = len(tokens)
     labels = [token_label(t) for t in tokens]
-    fig, axes = figure(
-        len(blocks), len(heads), figsize=(7.0, 1.2 + 2.0 * len(blocks)), squeeze=False, layout="constrained"
-    )
+    fig, axes = figure(len(pairs), 1, figsize=(6.4, 1.2 + 4.0 * len(pairs)), squeeze=False)
     image = None
-    for r, b in enumerate(blocks):
-        for c, h in enumerate(heads):
-            ax = axes[r][c]
-            a = np.asarray(attention[b][h], dtype=np.float64)
-            shown = np.ma.masked_where(causal_mask(n), a)  # the masked future stays blank
-            image = ax.imshow(shown, vmin=0.0, vmax=1.0, cmap="viridis")
-            ax.set_title(f"block {b}, head {h} (KV {kv_head(h, spec)})")
-            ax.set_xticks(range(n), labels if r == len(blocks) - 1 else [""] * n, rotation=60, ha="right")
-            ax.set_yticks(range(n), labels if c == 0 else [""] * n)
-            if n <= 8:
-                for i in range(n):
-                    for j in range(i + 1):
-                        ax.text(
-                            j,
-                            i,
-                            f"{a[i, j]:.2f}",
-                            ha="center",
-                            va="center",
-                            color="white" if a[i, j] < 0.6 else "black",
-                        )
-    fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
+    for ax, (b, h) in zip(axes[:, 0], pairs):
+        a = np.asarray(attention[b][h], dtype=np.float64)
+        shown = np.ma.masked_where(causal_mask(n), a)  # the masked future stays blank
+        image = ax.imshow(shown, vmin=0.0, vmax=1.0, cmap="viridis")
+        ax.set_title(f"block {b}, head {h} (reads K/V head {kv_head(h, spec)})")
+        ax.set_xticks(range(n), labels, rotation=60, ha="right")
+        ax.set_yticks(range(n), labels)
+        ax.set_ylabel("query")
+        if n <= CELL_VALUES_UP_TO:  # each weight written in its cell while they fit
+            for i in range(n):
+                for j in range(i + 1):
+                    colour = "white" if a[i, j] < 0.6 else "black"
+                    ax.text(j, i, f"{a[i, j]:.2f}", ha="center", va="center", fontsize="small", color=colour)
+    axes[-1, 0].set_xlabel("key: the token looked at")
+    fig.colorbar(image, ax=axes[:, 0], shrink=0.35, label="attention weight", location="right")
     if title:
         fig.suptitle(title)
-    fig.supxlabel("key: the token looked at")
-    fig.supylabel("query: the token asking")
     return fig
 
 
@@ -75,13 +70,8 @@ def plot_kv_size(rows: Sequence[Mapping], title: str = ""):
         if r["sliding_window"]:
             what = f"{r['global_layers']} of {r['blocks']} layers past {r['sliding_window']:,} tokens"
         ax.plot(t, kv_cache_bytes(r["kv_layers"], t), color=colour, lw=2.5, label=f"{r['model']}: {what}")
-        ax.axhline(r["weights_bytes"], color=colour, ls="--", lw=1.2)
-        ax.annotate(
-            f"weights {_bytes_label(r['weights_bytes'])}",
-            (1, r["weights_bytes"]),
-            textcoords="offset points",
-            xytext=(2, 3),
-            color=colour,
+        ax.axhline(
+            r["weights_bytes"], color=colour, ls="--", lw=1.2, label=f"its weights: {_bytes_label(r['weights_bytes'])}"
         )
         if r["sliding_window"]:  # where the sliding layers stop growing
             w = r["sliding_window"]
@@ -98,10 +88,9 @@ def plot_kv_size(rows: Sequence[Mapping], title: str = ""):
     ax.set_ylabel("KV cache, F16")
     ax.grid(True, which="major", alpha=0.3)
     # the legend under the axes, off the curves; dots: the cache as large as the weights, squares: a window
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=1, frameon=False)
+    legend_below(fig, ax)
     if title:
         ax.set_title(title)
-    fig.tight_layout()
     return fig
 
 
@@ -120,7 +109,7 @@ def plot_timing(rows: Sequence[Mapping], title: str = ""):
             ax.errorbar(n, med, yerr=[lo, hi], marker="o", color=colour, capsize=3, label=f"{label} (median, min-max)")
         ax.set_xticks(n)
         ax.set_ylim(bottom=0)
-        ax.legend(loc="upper left")
+        legend_below(fig, ax)
     else:
         ax.text(0.5, 0.5, "not timed: the model streams its weights", ha="center", va="center", transform=ax.transAxes)
     ax.set_xlabel("context length (tokens)")
@@ -128,5 +117,4 @@ def plot_timing(rows: Sequence[Mapping], title: str = ""):
     ax.grid(True, alpha=0.3)
     if title:
         ax.set_title(title)
-    fig.tight_layout()
     return fig

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from bytesup.lessons import figure
+from bytesup.lessons import figure, legend_below
 from bytesup.lessons.ffn_by_hand.across import TURN_DEG
 from bytesup.lessons.ffn_by_hand.cost import ACT_LABELS
 from bytesup.model.forward import activation
@@ -46,28 +46,47 @@ def plot_gate_histogram(g: np.ndarray, title: str = "", act: str = "silu"):
     ax2.plot(z, sz, color="C0", label=f"{name}(g), right axis")
     ax2.set_ylim(-0.5, float(activation(act)(hi)) * 1.05)
     ax2.set_ylabel(f"{name}(g)")
-    h1, l1 = ax.get_legend_handles_labels()
-    h2, l2 = ax2.get_legend_handles_labels()
-    ax.legend(h1 + h2, l1 + l2, loc="upper left")
+    ax.tick_params(axis="x", pad=8)  # the x labels clear the count axis' 0 at the corner
+    legend_below(fig, ax, ax2)
     if title:
         ax.set_title(title)
-    fig.tight_layout()
     return fig
 
 
+def _si(n: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.3g}"
+
+
 def plot_flops(rows: list[dict], title: str = ""):
-    """FLOPs per step of one block for one token, log scale: matvecs dwarf everything else."""
-    fig, ax = figure()
+    """FLOPs per step of one block for one token, log scale: matvecs dwarf everything else. Each bar
+    has its count written at its end (a log axis makes a 1000x gap look small); the course's model's
+    count for the same step, where it has one, is a black tick on the bar's row."""
+    from matplotlib.patches import Patch
+
+    fig, ax = figure(figsize=(6.4, 2.4 + 0.5 * len(rows)))
     labels = [f"{r['step']} ({r['half']})" if r["step"] == "residual add" else r["step"] for r in rows]
     colours = ["C0" if r["kind"] == "matvec" else "C1" for r in rows]
-    ax.barh(range(len(rows)), [r["flops"] for r in rows], color=colours)
-    ax.set_yticks(range(len(rows)), labels)
+    y = range(len(rows))
+    ax.barh(y, [r["flops"] for r in rows], color=colours)
+    for i, r in enumerate(rows):
+        ax.text(r["flops"] * 1.15, i, _si(r["flops"]), va="center")
+    course = [(i, r["course_flops"]) for i, r in enumerate(rows) if r.get("course_flops")]
+    if course:
+        ax.plot([c for _, c in course], [i for i, _ in course], "|", color="k", ms=16, mew=2.5, ls="none")
+    ax.set_yticks(y, labels)
     ax.invert_yaxis()
     ax.set_xscale("log")
-    ax.set_xlabel("FLOPs per token (blue: matvec, orange: element by element)")
+    ax.set_xlim(right=max(max(r["flops"] for r in rows), max((c for _, c in course), default=0)) * 40)
+    ax.set_xlabel("FLOPs per token (log scale)")
+    handles = [Patch(color="C0", label="matvec"), Patch(color="C1", label="element by element")]
+    if course:
+        handles.append(ax.plot([], [], "|", color="k", ms=16, mew=2.5, ls="none", label="the course's model")[0])
+    fig.legend(handles=handles, loc="outside lower center", ncol=2, frameon=False)
     if title:
         ax.set_title(title)
-    fig.tight_layout()
     return fig
 
 
@@ -98,6 +117,5 @@ def plot_across_blocks(rows: Sequence[Mapping], walk: Mapping | None = None, cou
         ax.grid(True, alpha=0.3)
     if title:
         top.set_title(title)
-    fig.legend(*top.get_legend_handles_labels(), loc="lower center", ncol=1, frameon=False)  # under both panels
-    fig.tight_layout(rect=(0, 0.14, 1, 1))
+    legend_below(fig, top)  # under both panels
     return fig

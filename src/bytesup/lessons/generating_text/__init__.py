@@ -38,7 +38,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from bytesup.lessons import claims as claims_mod
-from bytesup.lessons import figure
+from bytesup.lessons import figure, legend_below
 from bytesup.lessons.generating_text.loop import (
     CachedSteps,
     continuation_text,
@@ -312,29 +312,30 @@ def evaluate_claims(metrics: Mapping, *, model: str, sha256: str = "", metadata:
 
 
 def plot_distribution(rows: Sequence[Mapping], temperatures: Sequence[float], title: str = ""):
-    """Grouped bars on a log scale: the top tokens (most likely first) and their probability at each
-    temperature; the legend says how much of the whole distribution those tokens hold."""
-    fig, ax = figure()
-    x = np.arange(len(rows))
-    width = 0.8 / len(temperatures)
+    """Grouped horizontal bars on a log scale: the top tokens (most likely first, top to bottom) and
+    their probability at each temperature; the legend says how much of the whole distribution those
+    tokens hold."""
+    fig, ax = figure(figsize=(6.4, 2.6 + 0.4 * len(rows)))
+    y = np.arange(len(rows))
+    height = 0.8 / len(temperatures)
     lowest = 1.0
     for j, t in enumerate(temperatures):
         p = np.array([r[f"p_T{t:g}"] for r in rows], dtype=np.float64)
         lowest = min(lowest, float(p[p > 0].min()) if (p > 0).any() else 1.0)
-        ax.bar(
-            x + (j - (len(temperatures) - 1) / 2) * width,
+        ax.barh(
+            y + (j - (len(temperatures) - 1) / 2) * height,
             p,
-            width,
+            height,
             color=f"C{j}",
             label=f"T = {t:g}: these {len(rows)} tokens hold {p.sum():.0%}",
         )
-    ax.set_xticks(x, [r["token"] for r in rows], rotation=50, ha="right")
-    ax.set_yscale("log")
-    ax.set_ylim(max(lowest / 3, 1e-12), 1.5)
-    ax.set_ylabel("probability of being the next token")
-    ax.legend(loc="upper right")
-    ax.grid(axis="y", which="major", lw=0.3, alpha=0.6)
+    ax.set_yticks(y, [r["token"] for r in rows])
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlim(max(lowest / 3, 1e-12), 1.5)
+    ax.set_xlabel("probability of being the next token")
+    legend_below(fig, ax)
+    ax.grid(axis="x", which="major", lw=0.3, alpha=0.6)
     if title:
         ax.set_title(title)
-    fig.tight_layout()
     return fig

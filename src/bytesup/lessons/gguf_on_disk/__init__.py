@@ -35,7 +35,7 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from bytesup.gguf.file import GGUFFile
 from bytesup.lessons import claims as claims_mod
-from bytesup.lessons import figure
+from bytesup.lessons import figure, legend_below
 from bytesup.lessons.gguf_on_disk.file_tables import (
     ACCOUNT_PARTS,
     accounting_rows,
@@ -311,22 +311,24 @@ def evaluate_claims(metrics: Mapping, *, model: str, sha256: str = "", metadata:
 
 def plot_by_type(rows: list[dict], title: str = ""):
     """Share of parameters and share of bytes per ggml type, side by side, with bits per weight."""
-    fig, ax = figure()
+    fig, ax = figure(figsize=(6.4, 2.2 + 0.8 * len(rows)))
     y = np.arange(len(rows))
     h = 0.38
     ax.barh(y - h / 2, [100 * r["parameter_share"] for r in rows], height=h, color="C0", label="share of parameters")
     ax.barh(y + h / 2, [100 * r["byte_share"] for r in rows], height=h, color="C1", label="share of tensor bytes")
-    for i, r in enumerate(rows):
-        n = f"{r['tensors']} tensor" + ("s" if r["tensors"] != 1 else "")
-        ax.text(max(100 * r["parameter_share"], 100 * r["byte_share"]) + 1, i,
-                f"{r['bits_per_weight']:g} bits/weight, {n}\n{100 * r['parameter_share']:.1f} % of parameters,"
-                f" {100 * r['byte_share']:.1f} % of bytes", va="center")  # fmt: skip
+    top = max(max(100 * r["parameter_share"], 100 * r["byte_share"]) for r in rows)
+    for i, r in enumerate(rows):  # the bits each weight takes, beside its pair of bars
+        ax.text(
+            max(100 * r["parameter_share"], 100 * r["byte_share"]) + top / 40,
+            i,
+            f"{r['bits_per_weight']:g} bits/weight",
+            va="center",
+        )
     ax.set_yticks(y, [r["type"] for r in rows])
     ax.invert_yaxis()
-    ax.set_xlim(0, 145)
-    ax.set_xlabel("% of the file's parameters / tensor bytes")
-    ax.legend(loc="lower right")
+    ax.set_xlim(0, top * 1.7)
+    ax.set_xlabel("% of the parameters, % of the tensor bytes")
+    legend_below(fig, ax, ncol=1)
     if title:
         ax.set_title(title)
-    fig.tight_layout()
     return fig
