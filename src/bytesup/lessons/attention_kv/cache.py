@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from bytesup.gguf.sizes import type_bytes
 from bytesup.model.arch import ArchSpec
 from bytesup.model.configs import (
     DEEPSEEK_CODER_6_7B,
@@ -19,12 +20,10 @@ from bytesup.model.configs import (
     kv_layers,
     llama_tensor_shapes,
     spec_kv_layers,
-    type_bytes,
 )
 from bytesup.model.forward import (
     KVCache,
     Model,
-    Trace,
     attention_block,
     embed,
     ffn_block,
@@ -32,9 +31,11 @@ from bytesup.model.forward import (
     rope_angles,
     unembed,
 )
+from bytesup.model.trace import Trace
 
 # The comparison models use no sliding window: their caches grow with every token up to their
-# context (configs.Architecture.context_length, the published max_position_embeddings). How the course's comparison models are stored: the specimen as its Q8_0 GGUF (matrices Q8_0,
+# context (configs.Architecture.context_length, the published max_position_embeddings). How the
+# course's comparison models are stored: the specimen as its Q8_0 GGUF (matrices Q8_0,
 # norm vectors F32, as llama.cpp's quantizer leaves them), Llama-3-8B as published (BF16 throughout).
 STORED_AS = {DEEPSEEK_CODER_6_7B.name: ("Q8_0", "F32"), LLAMA3_8B.name: ("BF16", "BF16")}
 CONTEXTS = (8, 32, 64, 128)  # context lengths the timing runs at
