@@ -183,6 +183,15 @@ def figure(nrows: int = 1, ncols: int = 1, **kwargs):
     return plt.subplots(nrows, ncols, figsize=kwargs.pop("figsize", FIGSIZE), **kwargs)
 
 
+def si_label(value: float, unit: str = "") -> str:
+    """A figure's short label for a count or a size: three significant digits and a decimal prefix
+    (2.05 k, 7.16 GB, 612 B)."""
+    for prefix, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}".rstrip()
+
+
 def legend_below(fig, *axes, ncol: int = 1):
     """One legend for `axes` (all of the figure's when none), under them: off the data."""
     handles, labels = [], []

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from bytesup.lessons import figure, legend_below
+from bytesup.lessons import figure, legend_below, si_label
 from bytesup.lessons.attention_kv.by_hand import causal_mask, kv_head, shown_heads, token_label
 from bytesup.model.arch import ArchSpec
 from bytesup.model.configs import kv_cache_bytes
@@ -49,13 +49,6 @@ def plot_attention(attention: Sequence[np.ndarray], tokens: Sequence[str], spec:
     return fig
 
 
-def _bytes_label(v: float) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if v >= scale:
-            return f"{v / scale:.3g} {unit}"
-    return f"{v:.3g} B"
-
-
 def plot_kv_size(rows: Sequence[Mapping], title: str = ""):
     """Cache size (F16) against context length, log-log, counted layer by layer (kv_size_table's
     kv_layers: a sliding-window layer stops growing at its window, so that model's curve bends
@@ -71,7 +64,7 @@ def plot_kv_size(rows: Sequence[Mapping], title: str = ""):
             what = f"{r['global_layers']} of {r['blocks']} layers past {r['sliding_window']:,} tokens"
         ax.plot(t, kv_cache_bytes(r["kv_layers"], t), color=colour, lw=2.5, label=f"{r['model']}: {what}")
         ax.axhline(
-            r["weights_bytes"], color=colour, ls="--", lw=1.2, label=f"its weights: {_bytes_label(r['weights_bytes'])}"
+            r["weights_bytes"], color=colour, ls="--", lw=1.2, label=f"its weights: {si_label(r['weights_bytes'], 'B')}"
         )
         if r["sliding_window"]:  # where the sliding layers stop growing
             w = r["sliding_window"]
@@ -83,7 +76,7 @@ def plot_kv_size(rows: Sequence[Mapping], title: str = ""):
     ax.set_yscale("log")
     ticks = [2**k for k in range(0, 1 + int(math.log2(max(r["context_length"] for r in rows))), 3)]
     ax.set_xticks(ticks, [f"{t // 1024}k" if t >= 1024 else str(t) for t in ticks])
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _bytes_label(v)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: si_label(v, "B")))
     ax.set_xlabel("context length (tokens)")
     ax.set_ylabel("KV cache, F16")
     ax.grid(True, which="major", alpha=0.3)

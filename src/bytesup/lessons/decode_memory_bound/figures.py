@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from bytesup.gguf.sizes import type_bytes
-from bytesup.lessons import figure, legend_below
-from bytesup.lessons.decode_memory_bound.accounting import GB, Accounting
+from bytesup.lessons import figure, legend_below, si_label
+from bytesup.lessons.decode_memory_bound.accounting import Accounting
 from bytesup.lessons.decode_memory_bound.whole_model import ENGINE, LLAMA_CPP
 
 # --- figures -------------------------------------------------------------------------------------
@@ -26,12 +26,8 @@ def plot_bytes_per_token(accounts: Sequence[Accounting], title: str = ""):
                 ax.text(left + share / 2, i, f"{100 * share:.0f}%", ha="center", va="center")
             left += share
 
-    def total_text(acc):
-        b = acc.summary["bytes_per_token"]
-        return f"{b / GB:.3g} GB" if b >= GB else f"{b / 1e6:.3g} MB"
-
     for i, acc in enumerate(accounts):  # each model's name and total above its bar: the bars get the width
-        ax.text(0, i - 0.3, f"{acc.label}: {total_text(acc)}", va="bottom")
+        ax.text(0, i - 0.3, f"{acc.label}: {si_label(acc.summary['bytes_per_token'], 'B')}", va="bottom")
     ax.set_yticks([])
     ax.set_ylim(len(accounts) - 0.5, -0.9)
     ax.set_xlim(0, 1)

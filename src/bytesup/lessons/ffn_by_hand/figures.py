@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from bytesup.lessons import figure, legend_below
+from bytesup.lessons import figure, legend_below, si_label
 from bytesup.lessons.ffn_by_hand.across import TURN_DEG
 from bytesup.lessons.ffn_by_hand.cost import ACT_LABELS
 from bytesup.model.forward import activation
@@ -53,13 +53,6 @@ def plot_gate_histogram(g: np.ndarray, title: str = "", act: str = "silu"):
     return fig
 
 
-def _si(n: float) -> str:
-    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{n:.3g}"
-
-
 def plot_flops(rows: list[dict], title: str = ""):
     """FLOPs per step of one block for one token, log scale: matvecs dwarf everything else. Each bar
     has its count written at its end (a log axis makes a 1000x gap look small); the course's model's
@@ -72,7 +65,7 @@ def plot_flops(rows: list[dict], title: str = ""):
     y = range(len(rows))
     ax.barh(y, [r["flops"] for r in rows], color=colours)
     for i, r in enumerate(rows):
-        ax.text(r["flops"] * 1.15, i, _si(r["flops"]), va="center")
+        ax.text(r["flops"] * 1.15, i, si_label(r["flops"]), va="center")
     course = [(i, r["course_flops"]) for i, r in enumerate(rows) if r.get("course_flops")]
     if course:
         ax.plot([c for _, c in course], [i for i, _ in course], "|", color="k", ms=16, mew=2.5, ls="none")
