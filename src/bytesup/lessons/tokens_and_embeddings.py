@@ -58,8 +58,8 @@ SPEC = LessonSpec(
     headlines=(
         Headline("token_id", "token id"),
         Headline("token_vocab_form", "stored in the vocabulary as"),
-        Headline("row_length", "row length", fmt=".4f"),
-        Headline("row_rms", "row RMS", fmt=".4f"),
+        Headline("row_length", "row length", fmt=".4g"),  # as lesson 3 writes the same length
+        Headline("row_rms", "row RMS", fmt=".4g"),
         Headline("row_bit_exact_gguf_py", "row decoded by hand, bit-exact with gguf-py"),
         Headline("token_nearest", "nearest neighbour"),
         Headline("token_nearest_cosine", "its cosine", fmt=".3f"),
