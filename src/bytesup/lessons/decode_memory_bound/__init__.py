@@ -137,12 +137,30 @@ SPEC = LessonSpec(
         Headline("model_ffn_share_of_bytes", "FFN share of the bytes per token", fmt=".1%"),
         Headline("model_ceiling_stream_copy_tps", "tokens/s ceiling at STREAM copy bandwidth (as stored)", fmt=".0f"),
         Headline("model_ceiling_matvec_cold_tps", "tokens/s ceiling at cold matvec bandwidth (as stored)", fmt=".0f"),
+        Headline(
+            "model_ceiling_stream_copy_4k_tps",
+            "the same ceiling with lesson 7's 4k tokens in the KV cache (as stored)",
+            unit="tokens/s",
+            fmt=".0f",
+        ),
+        Headline(
+            "model_ceiling_stream_copy_float32_tps",
+            "the same ceiling for float32 weights (what our decoder reads)",
+            unit="tokens/s",
+            fmt=".1f",
+        ),
         Headline("deepseek_q8_0_bytes_per_token_gb", "deepseek-coder-6.7b Q8_0: bytes per token", unit="GB", fmt=".2f"),
         Headline(
             "deepseek_q8_0_ceiling_stream_copy_tps",
             "deepseek-coder-6.7b Q8_0: ceiling on this machine",
             unit="tokens/s",
-            fmt=".1f",
+            fmt=".2f",
+        ),
+        Headline(
+            "deepseek_q8_0_ceiling_stream_copy_4k_tps",
+            "deepseek-coder-6.7b Q8_0: ceiling on this machine at 4k context",
+            unit="tokens/s",
+            fmt=".2f",
         ),
         Headline(
             "deepseek_q8_0_ceiling_course_peak_tps",
