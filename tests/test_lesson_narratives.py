@@ -15,8 +15,6 @@ import pytest
 from bytesup.lessons import registry
 
 SLOT = re.compile(r"\{([a-z0-9_]+:)?([^{}]+)\}")  # {key}, {output:key}: the report's narrative slots
-# Written into the capstone's metrics by the decode timing job's read ceiling (issue 22), not yet here.
-PENDING = {"decode_read_ceiling_gbps", "decode_read_ceiling_kernel", "decode_fraction_of_read_ceiling"}
 
 
 def cited(lesson: str) -> set[str]:
@@ -35,7 +33,7 @@ def cited(lesson: str) -> set[str]:
 @pytest.mark.parametrize("lesson", list(registry()))
 def test_every_key_a_narrative_cites_is_written(lesson, finished_tiny):
     metrics = json.loads((finished_tiny / "results" / "tiny" / "lessons" / lesson / "metrics.json").read_text())
-    assert sorted(cited(lesson) - set(metrics) - PENDING) == []
+    assert sorted(cited(lesson) - set(metrics)) == []
 
 
 def test_the_check_reads_the_templates():

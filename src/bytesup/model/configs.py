@@ -183,9 +183,11 @@ def kv_layers(
     return tuple((per_layer, w) for w in windows)
 
 
-def spec_kv_layers(spec: ArchSpec, cache_type: str = "F16") -> KVLayers:
-    """A model file's cache layers (bytesup.model.arch.ArchSpec: its sliding layers and window)."""
-    windows = [spec.layer_window(i) for i in range(spec.n_layers)]
+def spec_kv_layers(spec: ArchSpec | Architecture, cache_type: str = "F16") -> KVLayers:
+    """A model's cache layers: an ArchSpec's sliding layers keep their window (bytesup.model.arch),
+    a published Architecture's layers all keep every position."""
+    window = getattr(spec, "layer_window", lambda layer: None)
+    windows = [window(i) for i in range(spec.n_layers)]
     return kv_layers(spec.n_layers, spec.n_kv_heads, spec.head_dim, spec.head_dim, cache_type, windows)
 
 
@@ -207,6 +209,25 @@ def file_kv_layers(metadata: Mapping, cache_type: str = "F16") -> KVLayers:
     blocks = key("block_count")
     return kv_layers(blocks, key("attention.head_count_kv", n_head), k_len, key("attention.value_length", k_len),
                      cache_type, layer_windows(metadata, blocks))  # fmt: skip
+
+
+def context_for_kv_share(layers: KVLayers, weight_bytes: int, share: float, limit: int) -> int | None:
+    """The fewest positions in the cache at which its bytes are `share` of what a decode step reads
+    (the weights' `weight_bytes` beside them), or None when that takes more than `limit` (the context
+    length): a model whose sliding layers stop growing may never get there. share 0.5: the cache as
+    large as the weights."""
+
+    def reached(t: int) -> bool:
+        kv = kv_cache_bytes(layers, t)
+        return kv >= share * (weight_bytes + kv)
+
+    if not reached(limit):
+        return None
+    lo, hi = 0, limit  # the cache only grows with the positions: bisect for the first that reaches it
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if reached(mid) else (mid + 1, hi)
+    return lo
 
 
 def kv_cache_bytes(layers: KVLayers, context):

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bytesup.run.files import sha256_file
-from bytesup.gguf.file import printable
 from bytesup.errors import BytesupError
+from bytesup.gguf.file import printable
+from bytesup.run.files import sha256_file
 
 SELF = "manifest.json"  # the report's own manifest, beside index.html
 
@@ -154,7 +154,7 @@ class Source:
     bytes: int = 0
     in_report: bool = False
 
-    def hash(self, location: str | Path) -> "Source":
+    def hash(self, location: str | Path) -> Source:
         self.sha256 = sha256_file(location)
         self.bytes = Path(location).stat().st_size
         return self

@@ -23,8 +23,8 @@ import re
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
-from bytesup.report.citations import SELF, Citation, Ledger, Note, Source, note_line
 from bytesup.gguf.file import printable
+from bytesup.report.citations import SELF, Citation, Ledger, Note, Source, note_line
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 

@@ -15,6 +15,7 @@ from bytesup.model.configs import (
     LLAMA3_8B,
     Architecture,
     KVLayers,
+    context_for_kv_share,
     kv_bytes_per_token,
     kv_cache_bytes,
     kv_layers,
@@ -73,13 +74,7 @@ def cache_equals_weights_tokens(layers: KVLayers, weights_bytes: int, context_le
     """The shortest context (tokens) at which the cache holds as many bytes as the weights, or None
     when it never does within the model's context: a model whose sliding layers stop growing at
     their window may stay below its weights however long the text."""
-    if kv_cache_bytes(layers, context_length) < weights_bytes:
-        return None
-    lo, hi = 1, context_length  # the cache only grows with the context: bisect for the first T
-    while lo < hi:
-        mid = (lo + hi) // 2
-        lo, hi = (mid + 1, hi) if kv_cache_bytes(layers, mid) < weights_bytes else (lo, mid)
-    return lo
+    return context_for_kv_share(layers, weights_bytes, 0.5, context_length)
 
 
 # kv_size_table's columns as kv_cache_size.csv writes them (kv_layers, the per-layer list, stays out)
