@@ -73,8 +73,8 @@ SPEC = LessonSpec(
             "pass_later_ffn_angle_deg_median", "real pass, later blocks' FFN: median turn", unit="degrees", fmt=".1f"
         ),
         Headline("pass_later_ffn_over_h_median", "real pass, later blocks: median |FFN(h)| / |h|", fmt=".3g"),
-        Headline("pass_residual_start_median", "real pass: stream length after the embedding (median)", fmt=".4g"),
-        Headline("pass_residual_end_median", "real pass: stream length after the last block (median)", fmt=".4g"),
+        Headline("pass_residual_start_median", "real pass: stream length after the embedding (median)"),
+        Headline("pass_residual_end_median", "real pass: stream length after the last block (median)"),
         # the same quantities where the narrative says which of the course's statements hold (None where not)
         *(
             Headline(key, f"{what} (where it holds)", unit="degrees", fmt=".1f")

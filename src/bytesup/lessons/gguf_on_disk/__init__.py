@@ -140,7 +140,7 @@ def against_the_specimen(m: dict, f: GGUFFile) -> dict:
     extra = [n for n in extra if f"blk.0.{n}.weight" not in llama]
     same = m.get("tensors_per_block") == m["course_specimen_tensors_per_block"]
     return {
-        "block_extra_tensors": extra or None,
+        "block_extra_tensors": ", ".join(extra) or None,
         "block_extra_tensor_count": len(extra) or None,
         "tensors_per_block_as_the_specimen": m.get("tensors_per_block") if same and not extra else None,
         "specimen_over_model_parameters": m["course_specimen_parameters"] / m["parameters"]
