@@ -75,10 +75,15 @@ DECODE_HEADLINES = [
 ]
 # What each claims verdict means, shown beside every table of claims (bytesup.lessons.claims defines them).
 VERDICTS = (
-    ("reproduced", "this run's number rounds to the number the course printed (or lies within the claim's"
-                   " stated tolerance)"),
-    ("specimen differs", "the course's number is about its own model or machine; this run used another one,"
-                         " so agreement is not expected (the measured column is still this run's)"),
+    (
+        "reproduced",
+        "this run's number rounds to the number the course printed (or lies within the claim's stated tolerance)",
+    ),
+    (
+        "specimen differs",
+        "the course's number is about its own model or machine; this run used another one,"
+        " so agreement is not expected (the measured column is still this run's)",
+    ),
     ("not reproduced", "the number should have matched and did not, or nothing was measured"),
 )
 TIMING_CONTEXT = [
@@ -105,8 +110,9 @@ def _json(path: str | Path) -> dict:
 # -- sections ---------------------------------------------------------------------------------
 
 
-def csv_table(doc: Doc, path: str, caption: str, max_rows: int | None = TABLE_ROWS,
-              cut: int | None = CELL_CHARS, css=None) -> None:
+def csv_table(
+    doc: Doc, path: str, caption: str, max_rows: int | None = TABLE_ROWS, cut: int | None = CELL_CHARS, css=None
+) -> None:
     """A CSV file as a table with one footnote; every non-empty cell is a citation of the file."""
     L = doc.ledger
     header, rows = _csv_rows(L.location(path))
@@ -188,7 +194,7 @@ def narrative(template: str, files: dict, ledger: Ledger) -> list[list]:
             continue
         pieces, at = [], 0
         for name, key, m in slots:
-            pieces += [line[at:m.start()], ledger.cite(files[name], key)]
+            pieces += [line[at : m.start()], ledger.cite(files[name], key)]
             at = m.end()
         pieces.append(line[at:])
         current += ([" "] if current else []) + [p for p in pieces if p != ""]
@@ -208,13 +214,28 @@ def _summary(doc: Doc, run: dict, manifest: dict) -> None:
     gpu = [L.cite(SELF, "machine/gpus/0/name")] if gpus else ["none on this machine"]
     doc.para(
         "This report recomputes the numbers of the LLM Basics course from the weights of one model file, ",
-        L.cite(rec, "name"), " (from ", L.cite(rec, "source"), ", ", L.cite(rec, "size"),
-        " bytes, sha256 ", L.cite(rec, "sha256"), "), on ", L.cite(SELF, "machine/cpu_model"), " with ",
-        L.cite(SELF, "machine/cores"), " logical CPUs (GPU: ", *gpu, "), on ", L.cite(SELF, "date"), ".",
+        L.cite(rec, "name"),
+        " (from ",
+        L.cite(rec, "source"),
+        ", ",
+        L.cite(rec, "size"),
+        " bytes, sha256 ",
+        L.cite(rec, "sha256"),
+        "), on ",
+        L.cite(SELF, "machine/cpu_model"),
+        " with ",
+        L.cite(SELF, "machine/cores"),
+        " logical CPUs (GPU: ",
+        *gpu,
+        "), on ",
+        L.cite(SELF, "date"),
+        ".",
     )
-    doc.para("Every number is read from a file the workflow wrote: it links to that file (in the shared"
-             " archive), shows its key and sha256 when pointed at or focused, and has a footnote. The command"
-             " bytesup verify re-reads them all and re-renders this page, word for word.")
+    doc.para(
+        "Every number is read from a file the workflow wrote: it links to that file (in the shared"
+        " archive), shows its key and sha256 when pointed at or focused, and has a footnote. The command"
+        " bytesup verify re-reads them all and re-renders this page, word for word."
+    )
     _architecture(doc, run)
     rows = []
     for lesson, files in run["lessons"].items():
@@ -235,8 +256,14 @@ def _summary(doc: Doc, run: dict, manifest: dict) -> None:
         if "skipped" in data:
             rows.append(["Timing, GPU", "not measured", L.cite(gpu_summary, "skipped"), ""])
         elif data.get("matvec_fraction_of_copy") is not None:
-            rows.append(["Timing, GPU", "matvec bandwidth as a fraction of device copy",
-                         L.cite(gpu_summary, "matvec_fraction_of_copy", "%"), ""])
+            rows.append(
+                [
+                    "Timing, GPU",
+                    "matvec bandwidth as a fraction of device copy",
+                    L.cite(gpu_summary, "matvec_fraction_of_copy", "%"),
+                    "",
+                ]
+            )
     for status in CLAIM_STATUSES:
         rows.append(["Course claims", status, L.cite(CLAIMS_FILE, f"count/status={status}"), "claims"])
     rows.append(["Course claims", "all", L.cite(CLAIMS_FILE, "rows"), "claims"])
@@ -256,7 +283,7 @@ _UNIT = re.compile(r"^(.*) \(([^()]*)\)$")
 
 
 def _label_unit(label: str) -> tuple[str, str]:
-    """"STREAM copy bandwidth (GB/s)" -> ("STREAM copy bandwidth", "GB/s")."""
+    """ "STREAM copy bandwidth (GB/s)" -> ("STREAM copy bandwidth", "GB/s")."""
     m = _UNIT.match(label)
     return (m.group(1), m.group(2)) if m else (label, "")
 
@@ -271,8 +298,12 @@ def _architecture(doc: Doc, run: dict) -> None:
         arch = L.read(meta, "metadata/general.architecture")
     except CitationError:
         return
-    doc.para("Architecture (general.architecture in the file): ", L.cite(meta, "metadata/general.architecture"),
-             ". ", _recipe(arch))
+    doc.para(
+        "Architecture (general.architecture in the file): ",
+        L.cite(meta, "metadata/general.architecture"),
+        ". ",
+        _recipe(arch),
+    )
 
 
 def _recipe(arch) -> str:
@@ -280,8 +311,10 @@ def _recipe(arch) -> str:
     try:
         return f"The recipe the lessons that run the network follow: {recipe_summary(str(arch))}."
     except UnsupportedArchitectureError:
-        return ("bytesup.model.arch has no recipe for it: the lessons that run the network are not run for this"
-                " model (listed below).")
+        return (
+            "bytesup.model.arch has no recipe for it: the lessons that run the network are not run for this"
+            " model (listed below)."
+        )
 
 
 def _model_file(doc: Doc, run: dict) -> None:
@@ -311,8 +344,12 @@ def _model_file(doc: Doc, run: dict) -> None:
     add("metadata keys", meta, "gguf/metadata_count")
     add("tensors", tensors, "rows")
     if isinstance(arch, str) and "/" not in arch:
-        for label, key in (("blocks", "block_count"), ("embedding length", "embedding_length"),
-                           ("feed-forward length", "feed_forward_length"), ("vocabulary", "vocab_size")):
+        for label, key in (
+            ("blocks", "block_count"),
+            ("embedding length", "embedding_length"),
+            ("feed-forward length", "feed_forward_length"),
+            ("vocabulary", "vocab_size"),
+        ):
             add(label, meta, f"metadata/{arch}.{key}")
     add("sha256 of the file the extract stage read", index, "gguf/sha256")
     if rows:
@@ -337,8 +374,13 @@ def _lesson(doc: Doc, lesson: str, files: dict, refused: str | None, notebook: s
         for paragraph in narrative(template, files, L):
             doc.para(*paragraph)
     if notebook:
-        doc.para("Every step of the arithmetic, in the executed notebook: ", *_file_ref(doc, notebook),
-                 " (a page rendered from ", *_file_ref(doc, files["notebook"]), ").")
+        doc.para(
+            "Every step of the arithmetic, in the executed notebook: ",
+            *_file_ref(doc, notebook),
+            " (a page rendered from ",
+            *_file_ref(doc, files["notebook"]),
+            ").",
+        )
     if spec is not None:
         figures = [(parameter(name), caption) for name, caption in spec.figures.items()]
         tables = [parameter(name) for name in spec.tables]
@@ -353,9 +395,12 @@ def _lesson(doc: Doc, lesson: str, files: dict, refused: str | None, notebook: s
         numbers = _numbers_spec(lesson, metrics, L)
         if numbers:
             note = L.note(metrics, None, "table")
-            doc.table(["quantity", "value", "unit"], [[label, L.cite(metrics, key, note=note), unit]
-                                                      for label, key, unit in numbers],
-                      note=note, caption="Its main numbers")
+            doc.table(
+                ["quantity", "value", "unit"],
+                [[label, L.cite(metrics, key, note=note), unit] for label, key, unit in numbers],
+                note=note,
+                caption="Its main numbers",
+            )
     for name in tables:
         if name in files:
             csv_table(doc, files[name], _table_caption(files[name]))
@@ -367,8 +412,14 @@ def _lesson(doc: Doc, lesson: str, files: dict, refused: str | None, notebook: s
             counts += [", " if counts else "", L.cite(path, f"count/status={status}"), f" {status}"]
         doc.para("Of ", L.cite(path, "rows"), " numbers the course prints: ", *counts, ". The verdicts:")
         doc.terms(list(VERDICTS))
-        csv_table(doc, path, "The course's numbers and this run's", max_rows=None, cut=None,
-                  css=lambda col, raw: _css_status(raw) if col == "status" else "")
+        csv_table(
+            doc,
+            path,
+            "The course's numbers and this run's",
+            max_rows=None,
+            cut=None,
+            css=lambda col, raw: _css_status(raw) if col == "status" else "",
+        )
 
 
 def _file_ref(doc: Doc, path: str) -> list:
@@ -387,8 +438,10 @@ def _table_caption(path: str) -> str:
 COURSE_MACHINE_CLAIMS = (
     ("time(N=256) / time(N=1)", "timing.matmul_ratio_256_over_1"),
     ("cold matvec bandwidth (GB/s)", "timing.matvec_gbps"),
-    ("memory bandwidth peak (GB/s; the course quotes a datasheet figure, this run measures STREAM copy)",
-     "timing.peak_gbps"),
+    (
+        "memory bandwidth peak (GB/s; the course quotes a datasheet figure, this run measures STREAM copy)",
+        "timing.peak_gbps",
+    ),
 )
 
 
@@ -400,26 +453,36 @@ def _course_machine(doc: Doc, lessons: dict) -> None:
     L = doc.ledger
     _, rows = _csv_rows(L.location(claims))
     index = {row["claim_id"]: i for i, row in enumerate(rows)}
-    table = [[label, L.cite(claims, f"{index[cid]}/published"), L.cite(claims, f"{index[cid]}/measured")]
-             for label, cid in COURSE_MACHINE_CLAIMS if cid in index]
+    table = [
+        [label, L.cite(claims, f"{index[cid]}/published"), L.cite(claims, f"{index[cid]}/measured")]
+        for label, cid in COURSE_MACHINE_CLAIMS
+        if cid in index
+    ]
     if table:
-        doc.table(["quantity", "course, DGX Spark CPU", "this run"], table,
-                  caption="The course's machine beside this one")
+        doc.table(
+            ["quantity", "course, DGX Spark CPU", "this run"], table, caption="The course's machine beside this one"
+        )
 
 
 def _timing(doc: Doc, timing: dict, lessons: dict) -> None:
     L = doc.ledger
     doc.heading(2, "Timing on this machine", anchor="timing", toc="Timing on this machine")
     if timing.get("sweep_png"):
-        doc.figure(timing["sweep_png"], "Matvec (N = 1) against matmul on real FFN weights: median time and GFLOP/s "
-                   "per N, with this run's read ceiling (best of copy, sum, dot, gemv) and best GFLOP/s as lines")
+        doc.figure(
+            timing["sweep_png"],
+            "Matvec (N = 1) against matmul on real FFN weights: median time and GFLOP/s "
+            "per N, with this run's read ceiling (best of copy, sum, dot, gemv) and best GFLOP/s as lines",
+        )
     _course_machine(doc, lessons)
     cpu = timing.get("cpu_summary")
     if cpu:
         data = _json(L.location(cpu))
         doc.heading(3, "CPU")
-        rows = [[label, L.cite(cpu, key, fmt)] for label, key, fmt in TIMING_HEADLINES + TIMING_CONTEXT
-                if key in data and data[key] is not None]
+        rows = [
+            [label, L.cite(cpu, key, fmt)]
+            for label, key, fmt in TIMING_HEADLINES + TIMING_CONTEXT
+            if key in data and data[key] is not None
+        ]
         if rows:
             doc.table(["quantity", "value"], rows)
         _targets(doc, cpu, data)
@@ -438,10 +501,19 @@ def _timing(doc: Doc, timing: dict, lessons: dict) -> None:
         else:
             if isinstance(data.get("machine"), dict) and data["machine"].get("name"):
                 doc.para("Device: ", L.cite(gpu, "machine/name"), ".")
-            rows = [[label, L.cite(gpu, key, fmt)] for label, key, fmt in TIMING_HEADLINES + TIMING_CONTEXT
-                    if data.get(key) is not None]
-            rows += [[label.replace("NumPy decoder", "decoder's torch twin").replace("STREAM copy", "device copy"),
-                      L.cite(gpu, key, fmt)] for label, key, fmt in DECODE_HEADLINES[:5] if data.get(key) is not None]
+            rows = [
+                [label, L.cite(gpu, key, fmt)]
+                for label, key, fmt in TIMING_HEADLINES + TIMING_CONTEXT
+                if data.get(key) is not None
+            ]
+            rows += [
+                [
+                    label.replace("NumPy decoder", "decoder's torch twin").replace("STREAM copy", "device copy"),
+                    L.cite(gpu, key, fmt),
+                ]
+                for label, key, fmt in DECODE_HEADLINES[:5]
+                if data.get(key) is not None
+            ]
             if data.get("decode_skipped"):
                 rows.append(["whole-model decode", L.cite(gpu, "decode_skipped")])
             if rows:
@@ -458,9 +530,14 @@ def _targets(doc: Doc, path: str, data: dict) -> None:
     if targets:
         rows, css = [], []
         for i, target in enumerate(targets):
-            rows.append([L.cite(path, f"targets/{i}/name"), L.cite(path, f"targets/{i}/target"),
-                         L.cite(path, f"targets/{i}/measured") if target.get("measured") is not None
-                         else "not measured", L.cite(path, f"targets/{i}/met")])
+            rows.append(
+                [
+                    L.cite(path, f"targets/{i}/name"),
+                    L.cite(path, f"targets/{i}/target"),
+                    L.cite(path, f"targets/{i}/measured") if target.get("measured") is not None else "not measured",
+                    L.cite(path, f"targets/{i}/met"),
+                ]
+            )
             css.append(["", "", "", "met-yes" if target.get("met") else "met-no"])
         doc.table(["target", "goal", "measured", "met"], rows, css, caption="Targets")
 
@@ -480,8 +557,7 @@ def _decode(doc: Doc, decode: str, prefill: str | None) -> None:
         except CitationError:
             return False
 
-    rows = [[label, L.cite(decode, key, fmt)] for label, key, fmt in DECODE_HEADLINES + TIMING_CONTEXT
-            if present(key)]
+    rows = [[label, L.cite(decode, key, fmt)] for label, key, fmt in DECODE_HEADLINES + TIMING_CONTEXT if present(key)]
     doc.table(["quantity", "value"], rows)
     _targets(doc, decode, data)
     if present("llama_cpp/skipped"):
@@ -495,9 +571,11 @@ def _decode(doc: Doc, decode: str, prefill: str | None) -> None:
 def _job_resources(doc: Doc, path: str) -> None:
     """Each job's measured wall time and peak memory beside the runtime and mem_mb its rule declares."""
     doc.heading(2, "Jobs: time and memory", anchor="job-resources")
-    doc.para("Snakemake's benchmark file of each job (benchmarks/): wall seconds and peak resident memory in MB "
-             "(the job's processes summed, sampled every 0.5 s), beside the runtime "
-             "(seconds) and mem_mb its rule declares to a scheduler. A job over its declaration is marked.")
+    doc.para(
+        "Snakemake's benchmark file of each job (benchmarks/): wall seconds and peak resident memory in MB "
+        "(the job's processes summed, sampled every 0.5 s), beside the runtime "
+        "(seconds) and mem_mb its rule declares to a scheduler. A job over its declaration is marked."
+    )
 
     def css(col: str, raw: str) -> str:
         if col in ("within_mem_mb", "within_runtime") and raw in ("True", "False"):
@@ -514,9 +592,14 @@ def _claims_overall(doc: Doc, lessons: dict) -> None:
     for lesson, files in lessons.items():
         if "claims_csv" in files:
             path = files["claims_csv"]
-            rows.append([_title(lesson)] + [L.cite(path, f"count/status={s}") for s in CLAIM_STATUSES] + [L.cite(path, "rows")])
-    rows.append(["all lessons"] + [L.cite(CLAIMS_FILE, f"count/status={s}") for s in CLAIM_STATUSES]
-                + [L.cite(CLAIMS_FILE, "rows")])
+            rows.append(
+                [_title(lesson)] + [L.cite(path, f"count/status={s}") for s in CLAIM_STATUSES] + [L.cite(path, "rows")]
+            )
+    rows.append(
+        ["all lessons"]
+        + [L.cite(CLAIMS_FILE, f"count/status={s}") for s in CLAIM_STATUSES]
+        + [L.cite(CLAIMS_FILE, "rows")]
+    )
     doc.table(["lesson", *CLAIM_STATUSES, "claims"], rows)
     doc.terms(list(VERDICTS))
     doc.para("Every lesson's claims, in one table: ", *_file_ref(doc, CLAIMS_FILE), " in this report's folder.")
@@ -559,12 +642,20 @@ def _provenance(doc: Doc, manifest: dict) -> None:
 
     facts = list(PROVENANCE_FACTS)
     for i, _ in enumerate(manifest["machine"].get("blas") or []):
-        facts += [(f"BLAS {i}: {part}", f"machine/blas/{i}/{key}", None) for part, key in
-                  (("library", "internal_api"), ("version", "version"), ("threads in the report job", "num_threads"),
-                   ("threading layer", "threading_layer"))]
+        facts += [
+            (f"BLAS {i}: {part}", f"machine/blas/{i}/{key}", None)
+            for part, key in (
+                ("library", "internal_api"),
+                ("version", "version"),
+                ("threads in the report job", "num_threads"),
+                ("threading layer", "threading_layer"),
+            )
+        ]
     for i, _ in enumerate(manifest["machine"].get("gpus") or []):
-        facts += [(f"GPU {i}: {part}", f"machine/gpus/{i}/{key}", None) for part, key in
-                  (("name", "name"), ("driver", "driver"), ("memory (MiB)", "memory_mib"))]
+        facts += [
+            (f"GPU {i}: {part}", f"machine/gpus/{i}/{key}", None)
+            for part, key in (("name", "name"), ("driver", "driver"), ("memory (MiB)", "memory_mib"))
+        ]
     facts += [(f"package {name}", f"packages/{name}", None) for name in manifest["packages"]]
     note = L.note(SELF, None, "table")
     rows = [[label, L.cite(SELF, key, fmt, note=note), key] for label, key, fmt in facts if present(key)]
@@ -575,11 +666,17 @@ def _provenance(doc: Doc, manifest: dict) -> None:
     note = L.note(SELF, None, "table")
     rows = []
     for i, f in enumerate(manifest["files"]):
-        rows.append([L.cite(SELF, f"files/{i}/{k}", note=note) for k in ("path", "bytes", "sha256", "rule")]
-                    + [L.cite(SELF, f"files/{i}/job_finished", note=note) if f.get("job_finished") else ""])
-    doc.table(["file", "bytes", "sha256", "rule", "written (Snakemake's record)"], rows, note=note,
-              caption="Files cited (key files/<row>/<column> in manifest.json; paths marked in_report are inside"
-                      " this report's folder)")
+        rows.append(
+            [L.cite(SELF, f"files/{i}/{k}", note=note) for k in ("path", "bytes", "sha256", "rule")]
+            + [L.cite(SELF, f"files/{i}/job_finished", note=note) if f.get("job_finished") else ""]
+        )
+    doc.table(
+        ["file", "bytes", "sha256", "rule", "written (Snakemake's record)"],
+        rows,
+        note=note,
+        caption="Files cited (key files/<row>/<column> in manifest.json; paths marked in_report are inside"
+        " this report's folder)",
+    )
 
 
 # -- the whole report ------------------------------------------------------------------------
@@ -603,14 +700,24 @@ def write_claims(lessons: dict, path: Path) -> None:
 def _by_kind(sources: dict) -> dict:
     """The run's files by what they are, from the rules' output names (never from their paths)."""
     cpu, gpu, decode = (sources.get(rule, {}) for rule in ("timing_cpu", "timing_gpu", "timing_decode"))
-    timing = {"sweep_png": sources.get("timing_figure", {}).get("figure"),
-              "cpu_summary": cpu.get("summary"), "sweep_csv": cpu.get("sweep"), "stream_csv": cpu.get("stream"),
-              "dequant_csv": cpu.get("dequant"), "gpu_summary": gpu.get("summary"),
-              "gpu_sweep_csv": gpu.get("sweep"), "gpu_stream_csv": gpu.get("stream"),
-              "decode_summary": decode.get("summary"), "prefill_csv": decode.get("prefill")}
+    timing = {
+        "sweep_png": sources.get("timing_figure", {}).get("figure"),
+        "cpu_summary": cpu.get("summary"),
+        "sweep_csv": cpu.get("sweep"),
+        "stream_csv": cpu.get("stream"),
+        "dequant_csv": cpu.get("dequant"),
+        "gpu_summary": gpu.get("summary"),
+        "gpu_sweep_csv": gpu.get("sweep"),
+        "gpu_stream_csv": gpu.get("stream"),
+        "decode_summary": decode.get("summary"),
+        "prefill_csv": decode.get("prefill"),
+    }
     lessons = {rule.removeprefix("lesson_"): outputs for rule, outputs in sources.items() if rule.startswith("lesson_")}
-    return {"model_record": sources["fetch"]["record"], "timing": {k: v for k, v in timing.items() if v},
-            "lessons": {lesson: lessons[lesson] for lesson in _course_order(lessons)}}
+    return {
+        "model_record": sources["fetch"]["record"],
+        "timing": {k: v for k, v in timing.items() if v},
+        "lessons": {lesson: lessons[lesson] for lesson in _course_order(lessons)},
+    }
 
 
 def _course_order(lessons) -> list[str]:
@@ -680,7 +787,9 @@ def render(manifest: dict, report_dir: str | Path, root: str | Path = ".") -> Do
     _model_file(doc, run)
     refused = manifest.get("refused", {})
     for lesson in _course_order([*run["lessons"], *refused]):
-        _lesson(doc, lesson, run["lessons"].get(lesson, {}), refused.get(lesson), manifest.get("notebooks", {}).get(lesson))
+        _lesson(
+            doc, lesson, run["lessons"].get(lesson, {}), refused.get(lesson), manifest.get("notebooks", {}).get(lesson)
+        )
     _timing(doc, run["timing"], run["lessons"])
     for section in EXTRA_SECTIONS:
         section(doc, manifest)
@@ -694,8 +803,10 @@ def render(manifest: dict, report_dir: str | Path, root: str | Path = ".") -> Do
 def rendered_outputs(doc: Doc) -> dict:
     """What the rendering adds to the manifest: each citation (file, key, text), footnote, table, figure."""
     return {
-        "citations": [{"id": c.id, "file": c.file, "key": c.key, "format": c.fmt, "text": c.text, "note": c.note}
-                      for c in doc.ledger.citations],
+        "citations": [
+            {"id": c.id, "file": c.file, "key": c.key, "format": c.fmt, "text": c.text, "note": c.note}
+            for c in doc.ledger.citations
+        ],
         "notes": [{"id": n.id, "file": n.file, "key": n.key, "kind": n.kind} for n in doc.ledger.notes],
         "tables": doc.tables,
         "figures": doc.figures,
@@ -717,22 +828,26 @@ def build(run: dict, out_dir: str | Path) -> dict:
     lessons = _by_kind(run["sources"])["lessons"]
     write_claims(lessons, out_dir / CLAIMS_FILE)
     record = _json(run["sources"]["fetch"]["record"])
-    manifest = plain({
-        "format": FORMAT,
-        "date": run["date"],
-        "started": run["started"],
-        "report": {"started": run["started"], "finished": None},
-        "git_describe": run["git_describe"],
-        "config": run["config"],
-        "config_sha256": provenance.config_sha256(run["config"]),
-        "model": {"record": run["sources"]["fetch"]["record"],
-                  **{k: record.get(k) for k in ("name", "source", "sha256", "size")}},
-        "machine": run["machine"],
-        "packages": run["packages"],
-        "sources": run["sources"],
-        "refused": run.get("refused", {}),
-        "notebooks": write_notebooks(lessons, out_dir),
-    })
+    manifest = plain(
+        {
+            "format": FORMAT,
+            "date": run["date"],
+            "started": run["started"],
+            "report": {"started": run["started"], "finished": None},
+            "git_describe": run["git_describe"],
+            "config": run["config"],
+            "config_sha256": provenance.config_sha256(run["config"]),
+            "model": {
+                "record": run["sources"]["fetch"]["record"],
+                **{k: record.get(k) for k in ("name", "source", "sha256", "size")},
+            },
+            "machine": run["machine"],
+            "packages": run["packages"],
+            "sources": run["sources"],
+            "refused": run.get("refused", {}),
+            "notebooks": write_notebooks(lessons, out_dir),
+        }
+    )
     if run.get("job_resources"):  # each job's peak memory and wall time (bytesup.report.job_resources)
         job_resources.write_csv(run["job_resources"], out_dir / JOB_RESOURCES_FILE)
         manifest["job_resources"] = JOB_RESOURCES_FILE
@@ -742,9 +857,17 @@ def build(run: dict, out_dir: str | Path) -> dict:
     files = []
     for src in cited:
         times = job_times.get(src.path, {})
-        files.append({"path": src.path, "sha256": src.sha256, "bytes": src.bytes, "rule": src.rule,
-                      "in_report": src.in_report, "job_started": times.get("job_started"),
-                      "job_finished": times.get("job_finished")})
+        files.append(
+            {
+                "path": src.path,
+                "sha256": src.sha256,
+                "bytes": src.bytes,
+                "rule": src.rule,
+                "in_report": src.in_report,
+                "job_started": times.get("job_started"),
+                "job_finished": times.get("job_finished"),
+            }
+        )
     manifest["files"] = files
     manifest["run"] = {
         "outputs_started": _span([f["job_started"] for f in files], min),

@@ -38,7 +38,6 @@ class CitationError(BytesupError, KeyError):
     """A cited key is missing from its file."""
 
 
-
 def _read_csv(path: Path) -> list[dict[str, str]]:
     with open(path, newline="", encoding="utf-8") as fh:
         return list(csv.DictReader(fh))

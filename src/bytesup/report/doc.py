@@ -124,7 +124,8 @@ def _page_png(path: str, mtime_ns: int, size: int) -> bytes:  # the report rende
         rgb = rgb.crop(box)
     out = io.BytesIO()
     rgb.quantize(colors=FIGURE_COLOURS, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(
-        out, "PNG", optimize=True)
+        out, "PNG", optimize=True
+    )
     return out.getvalue()
 
 
@@ -164,12 +165,14 @@ class Doc:
     def _cite_html(self, c: Citation, ref: bool) -> str:
         tip = cite_tip(c, self.ledger.source(c.file))
         marker = f'<a class="ref" href="#n{c.note}">{c.note}</a>' if ref else ""
-        return (f'<a class="cite" href="{esc_html(self.href(c.file))}" data-tip="{esc_html(tip)}">'
-                f"{esc_html(c.text)}</a>{marker}")
+        return (
+            f'<a class="cite" href="{esc_html(self.href(c.file))}" data-tip="{esc_html(tip)}">'
+            f"{esc_html(c.text)}</a>{marker}"
+        )
 
     def _cite_md(self, c: Citation, ref: bool) -> str:
         tip = cite_tip(c, self.ledger.source(c.file)).replace('"', "'")
-        return (f'[{esc_md(c.text)}](<{self.href(c.file)}> "{esc_md(tip)}")' + (f"[^{c.note}]" if ref else ""))
+        return f'[{esc_md(c.text)}](<{self.href(c.file)}> "{esc_md(tip)}")' + (f"[^{c.note}]" if ref else "")
 
     def _inline_html(self, pieces, ref: bool = True, plain: bool = False) -> str:
         """ref: a cited number carries its footnote marker; plain: it is text only (a table's cell)."""
@@ -217,12 +220,21 @@ class Doc:
 
     def terms(self, items: list[tuple[str, str]]) -> None:
         """Words and what they mean (the claims' verdicts)."""
-        self.html_parts.append('<dl class="verdicts">' + "".join(
-            f"<dt>{esc_html(t)}:</dt><dd>{esc_html(d)}</dd>" for t, d in items) + "</dl>")
+        self.html_parts.append(
+            '<dl class="verdicts">'
+            + "".join(f"<dt>{esc_html(t)}:</dt><dd>{esc_html(d)}</dd>" for t, d in items)
+            + "</dl>"
+        )
         self.md_parts.append("\n".join(f"- **{esc_md(t)}**: {esc_md(d)}" for t, d in items))
 
-    def table(self, header: list[str], rows: list[list], css: list[list[str]] | None = None,
-              note: Note | None = None, caption: str | None = None) -> None:
+    def table(
+        self,
+        header: list[str],
+        rows: list[list],
+        css: list[list[str]] | None = None,
+        note: Note | None = None,
+        caption: str | None = None,
+    ) -> None:
         """Cells are str, Citation, or a list of pieces.
 
         With `note` (a table read from one file): every cell is a str or a Citation of that
@@ -267,8 +279,9 @@ class Doc:
         if note is not None:
             name = esc_md(note.file.rsplit("/", 1)[-1])
             md = f"*{esc_md(caption or '')}* \u00b7 [{name}](<{self.href(note.file)}>)[^{note.id}]\n\n" + md
-            self.tables.append({"note": note.id, "file": note.file, "caption": caption or "",
-                                "header": list(header), "rows": record})
+            self.tables.append(
+                {"note": note.id, "file": note.file, "caption": caption or "", "header": list(header), "rows": record}
+            )
         elif caption is not None:
             md = f"*{esc_md(caption)}*\n\n" + md
         self.md_parts.append(md)
@@ -288,8 +301,9 @@ class Doc:
         self.figures.append({"note": note.id, "file": png_path, "md_link": href})
 
     def raw_list(self, items: list) -> None:
-        self.html_parts.append("<ul>" + "".join(f"<li>{self._inline_html(self._pieces(i))}</li>" for i in items)
-                               + "</ul>")
+        self.html_parts.append(
+            "<ul>" + "".join(f"<li>{self._inline_html(self._pieces(i))}</li>" for i in items) + "</ul>"
+        )
         self.md_parts.append("\n".join(f"- {self._inline_md(self._pieces(i))}" for i in items))
 
     def slot(self, name: str) -> None:
@@ -305,14 +319,16 @@ class Doc:
             items_h.append(f'<li id="n{n.id}" value="{n.id}">{esc_html(line)}</li>')
             items_m.append(f"[^{n.id}]: {esc_md(line)}")
         self.heading(2, "Sources of the numbers", anchor="notes", toc="Sources of the numbers")
-        self.html_parts.append(f'<details class="notes"><summary>{len(items_h)} footnotes: the file and key of each'
-                               ' number, table and figure</summary><ol>' + "".join(items_h) + "</ol></details>")
+        self.html_parts.append(
+            f'<details class="notes"><summary>{len(items_h)} footnotes: the file and key of each'
+            " number, table and figure</summary><ol>" + "".join(items_h) + "</ol></details>"
+        )
         self.md_parts.append("\n".join(items_m))
 
     def render_html(self) -> str:
         toc = "".join(f'<li><a href="#{esc_html(a)}">{esc_html(t)}</a></li>' for a, t in self.toc)
         return (
-            "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
             '<meta name="referrer" content="no-referrer">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{esc_html(self.title)}</title>'

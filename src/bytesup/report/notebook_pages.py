@@ -30,9 +30,40 @@ from bytesup.report.doc import CSP, esc_html
 # Tags the rendered Markdown and text/html (or text/markdown) outputs may keep: this allowlist replaces
 # nbconvert's own `clean_html` filter, which sanitize_html=True applies to them but which escapes headings
 # and paragraphs too. Anything else is escaped, so it shows as text. No img: figures come from PNG outputs.
-_TAGS = ["a", "abbr", "b", "blockquote", "br", "code", "del", "div", "em", "h1", "h2", "h3", "h4", "h5",
-         "h6", "hr", "i", "li", "ol", "p", "pre", "span", "strong", "sub", "sup", "table", "tbody", "td",
-         "th", "thead", "tr", "ul"]
+_TAGS = [
+    "a",
+    "abbr",
+    "b",
+    "blockquote",
+    "br",
+    "code",
+    "del",
+    "div",
+    "em",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "hr",
+    "i",
+    "li",
+    "ol",
+    "p",
+    "pre",
+    "span",
+    "strong",
+    "sub",
+    "sup",
+    "table",
+    "tbody",
+    "td",
+    "th",
+    "thead",
+    "tr",
+    "ul",
+]
 _ATTRIBUTES = {"*": ["class", "id", "title"], "a": ["href", "title", "class"], "td": ["align"], "th": ["align"]}
 _BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")
 _STYLE_BLOCK = re.compile(r"<style\b[^>]*>.*?</style\s*>", re.IGNORECASE | re.DOTALL)
@@ -85,16 +116,26 @@ def _clean(html: str) -> str:
     html = html.decode() if isinstance(html, bytes) else str(html)
     # a pandas table brings its own <style scoped>: dropped whole (escaped, its CSS would show as text)
     html = _STYLE_BLOCK.sub("", html)
-    return bleach.clean(html, tags=_TAGS, attributes=_ATTRIBUTES, protocols=["http", "https", "mailto"],
-                        strip=False, strip_comments=True)
+    return bleach.clean(
+        html,
+        tags=_TAGS,
+        attributes=_ATTRIBUTES,
+        protocols=["http", "https", "mailto"],
+        strip=False,
+        strip_comments=True,
+    )
 
 
 @lru_cache(maxsize=1)
 def _exporter() -> HTMLExporter:
     # built once per process: loading nbconvert's templates is most of a page's rendering time
-    return HTMLExporter(template_name="basic", extra_loaders=[DictLoader({"bytesup_cells.html.j2": _TEMPLATE})],
-                        template_file="bytesup_cells.html.j2", sanitize_html=True,
-                        filters={"clean_html": _clean})
+    return HTMLExporter(
+        template_name="basic",
+        extra_loaders=[DictLoader({"bytesup_cells.html.j2": _TEMPLATE})],
+        template_file="bytesup_cells.html.j2",
+        sanitize_html=True,
+        filters={"clean_html": _clean},
+    )
 
 
 def _drop_unsafe_images(nb) -> None:
@@ -125,11 +166,12 @@ def render(path: str | Path, title: str) -> str:
         raise ValueError(f"{path}: not a readable notebook ({first}); rerun its lesson") from None
     code_css = HtmlFormatter(style="default").get_style_defs(".highlight")
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         '<meta name="referrer" content="no-referrer">'
         f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{esc_html(title)}</title>'
         f"<style>{STYLE}{code_css}\n</style></head><body>\n<h1>{esc_html(title)}</h1>\n"
         f'<p class="n">The executed notebook {esc_html(Path(path).name)}, as the workflow ran it.</p>\n'
-        + _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", cells.strip()) + "\n</body></html>\n"
+        + _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", cells.strip())
+        + "\n</body></html>\n"
     )

@@ -78,10 +78,10 @@ def first_difference(name: str, shown: str, expected: str) -> str | None:
         start = expected.rfind(marker, 0, at)
         if start != -1:
             end = expected.find('"' if marker == 'id="' else "\n", start + len(marker))
-            section = f" (section '{printable(expected[start + len(marker):end])}')"
+            section = f" (section '{printable(expected[start + len(marker) : end])}')"
             break
     lo = max(0, at - CONTEXT)
-    got, want = shown[lo:at + CONTEXT], expected[lo:at + CONTEXT]
+    got, want = shown[lo : at + CONTEXT], expected[lo : at + CONTEXT]
     return f"{name}, line {line}{section}: shows \u201c{printable(got)}\u201d where the files give \u201c{printable(want)}\u201d"
 
 
@@ -126,8 +126,13 @@ def expected_report_files(manifest: dict) -> set[str]:
     return set(build.REPORT_FILES) | {f["path"] for f in manifest.get("files", []) if f.get("in_report")}
 
 
-def verify_folder(report_dir: Path, root: Path | None = None, label: str | None = None,
-                  root_given: bool = False, hashed: dict | None = None) -> Result:
+def verify_folder(
+    report_dir: Path,
+    root: Path | None = None,
+    label: str | None = None,
+    root_given: bool = False,
+    hashed: dict | None = None,
+) -> Result:
     """`hashed`: (sha256, bytes) by (in_report, path), for files an archive's reading hashed already."""
     report_dir = Path(report_dir)
     root_given = root_given or root is not None
@@ -136,7 +141,9 @@ def verify_folder(report_dir: Path, root: Path | None = None, label: str | None 
     problems = result.problems
     try:
         where = report_dir / "manifest.json"
-        manifest = manifest_mod.parse(safe_read.read_capped(where, manifest_mod.MAX_BYTES, "a report's manifest"), str(where), build.FORMAT)
+        manifest = manifest_mod.parse(
+            safe_read.read_capped(where, manifest_mod.MAX_BYTES, "a report's manifest"), str(where), build.FORMAT
+        )
         html, md = _page(report_dir / "index.html"), _page(report_dir / "report.md")
     except FileNotFoundError as err:
         raise VerifyError(f"{report_dir}: not a report folder (no {Path(err.filename).name})") from None
@@ -147,15 +154,23 @@ def verify_folder(report_dir: Path, root: Path | None = None, label: str | None 
 
     # 1. the files
     outside = [f for f in manifest["files"] if not f["in_report"]]
-    if outside and not root_given and not any((safe_read.inside(root, f["path"]) or root / "-").is_file() for f in outside):
-        raise VerifyError(f"{report_dir}: none of the {len(outside)} project files it cites are under {root}: the"
-                          " folder was moved away from its project; pass --root PROJECT (the folder holding results/)")
+    if (
+        outside
+        and not root_given
+        and not any((safe_read.inside(root, f["path"]) or root / "-").is_file() for f in outside)
+    ):
+        raise VerifyError(
+            f"{report_dir}: none of the {len(outside)} project files it cites are under {root}: the"
+            " folder was moved away from its project; pass --root PROJECT (the folder holding results/)"
+        )
     _refuse_unsafe(manifest, report_dir, root)
     for entry in manifest["files"]:
         path = entry["path"]
         location = safe_read.inside(report_dir if entry["in_report"] else root, path)
         try:
-            digest, size = hashed[entry["in_report"], path] if hashed is not None else safe_read.sha256_regular(location)
+            digest, size = (
+                hashed[entry["in_report"], path] if hashed is not None else safe_read.sha256_regular(location)
+            )
         except (FileNotFoundError, KeyError):
             problems.append(f"{printable(path)}: missing (looked in {location})")
             continue
@@ -165,8 +180,9 @@ def verify_folder(report_dir: Path, root: Path | None = None, label: str | None 
         if size != entry["bytes"]:
             problems.append(f"{path}: {size} bytes, the manifest says {entry['bytes']}")
         if digest != entry["sha256"]:
-            problems.append(f"{path}: sha256 {digest[:12]}, the manifest says {entry['sha256'][:12]}"
-                            " (the file changed)")
+            problems.append(
+                f"{path}: sha256 {digest[:12]}, the manifest says {entry['sha256'][:12]} (the file changed)"
+            )
         result.files += 1
     expected = expected_report_files(manifest)
     for extra, kind in safe_read.listing(report_dir):
@@ -191,11 +207,14 @@ def verify_folder(report_dir: Path, root: Path | None = None, label: str | None 
         if old is None or (old["file"], old["key"]) != (c["file"], c["key"]):
             continue
         if old["text"] != c["text"]:
-            problems.append(f"citation {c['id']} ({c['file']} \u2192 {c['key']}): the file gives {c['text']!r};"
-                            f" the report shows {old['text']!r}")
+            problems.append(
+                f"citation {c['id']} ({c['file']} \u2192 {c['key']}): the file gives {c['text']!r};"
+                f" the report shows {old['text']!r}"
+            )
     if {k: manifest.get(k) for k in build.OUTPUTS} != outputs and not any("citation" in p for p in problems):
-        problems.append("manifest.json: its list of citations, footnotes, tables or figures is not the one"
-                        " the files give")
+        problems.append(
+            "manifest.json: its list of citations, footnotes, tables or figures is not the one the files give"
+        )
     for name, shown, want in (("index.html", html, doc.render_html()), ("report.md", md, doc.render_md())):
         diff = first_difference(name, shown, want)
         if diff:
