@@ -61,7 +61,7 @@ def plot_kv_size(rows: Sequence[Mapping], title: str = ""):
         t = np.unique(np.concatenate([np.geomspace(1, r["context_length"], 300).astype(int), [r["context_length"]]]))
         what = f"{r['kv_bytes_per_token_f16']:,} B/token"
         if r["sliding_window"]:
-            what = f"{r['global_layers']} of {r['blocks']} layers past {r['sliding_window']:,} tokens"
+            what = f"only {r['global_layers']} of {r['blocks']} layers grow past {r['sliding_window']:,} tokens"
         ax.plot(t, kv_cache_bytes(r["kv_layers"], t), color=colour, lw=2.5, label=f"{r['model']}: {what}")
         ax.axhline(
             r["weights_bytes"], color=colour, ls="--", lw=1.2, label=f"its weights: {si_label(r['weights_bytes'], 'B')}"
