@@ -54,9 +54,11 @@ def test_gemma3_row_reads_head_size_window_and_rope_bases_from_metadata():
 
 def test_gemma3_bad_metadata_is_one_line_naming_the_key():
     meta = gemma_meta()
-    del meta["gemma3.attention.sliding_window"]
-    with pytest.raises(ArchMetadataError, match=r"'gemma3\.attention\.sliding_window' is missing"):
-        spec_from_metadata(meta)
+    del meta["gemma3.attention.sliding_window"]  # llama.cpp: no window key, no sliding layers
+    spec = spec_from_metadata(meta)
+    assert spec.sliding_layers == () and spec.layer_rope_base(0) == 1e6 and spec.layer_window(0) is None
+    with pytest.raises(ArchMetadataError, match=r"'gemma3\.attention\.sliding_window' is 0; it must be positive"):
+        spec_from_metadata(gemma_meta(**{"gemma3.attention.sliding_window": 0}))
     with pytest.raises(ArchMetadataError, match=r"sliding_window_pattern' must hold one bool per block \(18\)"):
         spec_from_metadata(gemma_meta(**{"gemma3.attention.sliding_window_pattern": [True, False]}))
     with pytest.raises(ArchMetadataError, match=r"value_length = 128 differs from the head size 256"):
@@ -108,8 +110,8 @@ def test_recipe_summary_says_each_rows_steps():
                   "every 6th layer global", "tied output head"):  # fmt: skip
         assert words in gemma
     assert "biases on Q, K, V" in recipe_summary("qwen2")
-    with pytest.raises(UnsupportedArchitectureError, match="^phi3: architecture not in the table"):
-        recipe_summary("phi3")
+    with pytest.raises(UnsupportedArchitectureError, match="^mamba: architecture not in the table"):
+        recipe_summary("mamba")
     assert "\n" not in gemma
 
 
