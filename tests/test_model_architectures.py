@@ -9,7 +9,7 @@ key_length), Phi-3's partial rotation and long-context rope factors, Gemma 2's s
 query scale, llama 3's rope scaling (written into the file as rope_freqs.weight, as
 convert_hf_to_gguf.py writes it), a Mistral's window.
 
-Measured (this file, under load): every logit of every position within 3e-6 of transformers'
+The files are tests/tiny_rows.py's, and a few more. Measured (this file, under load): every logit of every position within 3e-6 of transformers'
 (the largest logits are 3 to 15), and the greedy tokens identical. The tolerance, 1e-4, is what
 issue 20 asks; each fact a case checks moves the logits by far more than that when it is left
 out (the last tests here show a few).
@@ -17,12 +17,12 @@ out (the last tests here show a few).
 
 from __future__ import annotations
 
-import math
 import os
 
 import numpy as np
 import pytest
 from reference_llama import reference_pass
+from tiny_rows import LLAMA3, PHI3_ATTN_FACTOR, PHI3_LONG, PHI3_ORIG, PHI3_SHORT, ROWS
 
 from bytesup.model.arch import ArchMetadataError
 from bytesup.model.forward import ForwardInputError, Model, layer_rope_angles
@@ -32,62 +32,24 @@ IDS = [1, 5, 9, 12, 20, 33, 41, 7, 3, 60, 11, 25]  # 12 positions: past the tiny
 N_GREEDY = 8
 LOGIT_ATOL = 1e-4
 
-# Llama 3's rope scaling as its config gives it, with a short original context so that the tiny
-# file's four rope pairs get each kind of factor: 1 (high frequency), a smooth one, 8 (low).
-LLAMA3 = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
-# Phi-3.5's long-context rope, tiny: short and long factors per pair, an original context of 64 of 256
-PHI3_SHORT, PHI3_LONG, PHI3_ORIG, PHI3_CTX = [1.0, 1.5, 3.0, 6.0], [1.0, 2.0, 6.0, 12.0], 64, 256
-PHI3_ATTN_FACTOR = math.sqrt(1 + math.log(PHI3_CTX / PHI3_ORIG) / math.log(PHI3_ORIG))  # transformers' longrope
-
-
-def llama3_factors(head_dim: int, base: float, factor, low_freq_factor, high_freq_factor,
-                   original_max_position_embeddings) -> list[float]:  # fmt: skip
-    """rope_freqs.weight of a Llama 3.1 file: pair i's frequency is divided by this. Meta's rule:
-    wavelengths shorter than original / high_freq_factor keep their frequency, longer than
-    original / low_freq_factor are slowed `factor` times, and the ones between are blended."""
-    out = []
-    for i in range(head_dim // 2):
-        wavelength = 2 * math.pi * base ** (2 * i / head_dim)
-        if wavelength < original_max_position_embeddings / high_freq_factor:
-            out.append(1.0)
-        elif wavelength > original_max_position_embeddings / low_freq_factor:
-            out.append(factor)
-        else:
-            smooth = (original_max_position_embeddings / wavelength - low_freq_factor) / (
-                high_freq_factor - low_freq_factor
-            )
-            out.append(1 / ((1 - smooth) / factor + smooth))
-    return out
-
-
 # case -> (write_tiny arguments, transformers config values the GGUF loader cannot read)
 CASES = {
-    "qwen3": ({"arch": "qwen3", "head_dim": 16}, {"head_dim": 16}),
-    "phi3": ({"arch": "phi3"}, {}),
-    "phi3-partial-rope": (
-        {"arch": "phi3", "n_embd": 64, "n_rot": 12},  # heads of 16, the first 12 dimensions rotate
-        {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 12 / 16}},
-    ),
-    "phi3-long-context": (
-        {"arch": "phi3", "n_ctx": PHI3_CTX,
-         "rope_tensors": {"rope_factors_long.weight": PHI3_LONG, "rope_factors_short.weight": PHI3_SHORT},
-         "extra_metadata": {"phi3.rope.scaling.attn_factor": PHI3_ATTN_FACTOR,
-                            "phi3.rope.scaling.original_context_length": PHI3_ORIG}},
+    "qwen3": (ROWS["qwen3"], {"head_dim": 16}),
+    "phi3": (ROWS["phi3"], {}),
+    "phi3-long-context": (  # Phi-4-mini's partial rotation and Phi-3.5's long-context rope
+        ROWS["phi3-long-context"],
         {"rope_parameters": {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": PHI3_SHORT,
-                             "long_factor": PHI3_LONG, "original_max_position_embeddings": PHI3_ORIG},
+                             "long_factor": PHI3_LONG, "original_max_position_embeddings": PHI3_ORIG,
+                             "partial_rotary_factor": 12 / 16},
          "original_max_position_embeddings": PHI3_ORIG},
     ),
-    "gemma2": (  # caps small enough to bite on a tiny model; heads of 64, every other layer a window of 4
-        {"arch": "gemma2", "head_dim": 64, "n_head_kv": 1, "n_layers": 4,
-         "extra_metadata": {"gemma2.attn_logit_softcapping": 1.5, "gemma2.final_logit_softcapping": 4.0,
-                            "gemma2.attention.sliding_window": 4}},
+    "gemma2": (
+        ROWS["gemma2"],
         {"query_pre_attn_scalar": 64, "attn_logit_softcapping": 1.5, "final_logit_softcapping": 4.0,
          "attn_implementation": "eager"},
     ),
-    "llama3-rope-freqs": (
-        {"arch": "llama", "n_ctx": 256, "rope_tensors": {"rope_freqs.weight": llama3_factors(8, 10000.0, **LLAMA3)}},
-        {"rope_parameters": {"rope_type": "llama3", "rope_theta": 10000.0, **LLAMA3}},
-    ),
+    "llama3-rope-freqs": (ROWS["llama3-rope-freqs"],
+                          {"rope_parameters": {"rope_type": "llama3", "rope_theta": 10000.0, **LLAMA3}}),
     "llama-linear-rope": (  # deepseek-coder's rope: positions divided by 4
         {"arch": "llama", "extra_metadata": {"llama.rope.scaling.type": "linear", "llama.rope.scaling.factor": 4.0}},
         {"rope_parameters": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0}},
@@ -167,9 +129,9 @@ def test_each_case_exercises_its_rows_facts(case):
     facts = {
         "qwen3": spec.has("q_norm") and not spec.has("bq") and spec.head_dim == 16,
         "phi3": spec.fused_qkv and spec.fused_gate_up and spec.roles[1] == "wqkv",
-        "phi3-partial-rope": (spec.n_rot, spec.head_dim) == (12, 16),
         "phi3-long-context": (spec.rope_factors, spec.context_length) == ("rope_factors_short.weight", PHI3_ORIG)
-        and spec.rope_attn_factor == pytest.approx(PHI3_ATTN_FACTOR),
+        and spec.rope_attn_factor == pytest.approx(PHI3_ATTN_FACTOR)
+        and (spec.n_rot, spec.head_dim) == (12, 16),
         "gemma2": (spec.attn_softcap, spec.final_softcap, spec.sliding_layers) == (1.5, 4.0, (True, False) * 2),
         "llama3-rope-freqs": spec.rope_factors == "rope_freqs.weight",
         "llama-linear-rope": spec.rope_freq_scale == 0.25,

@@ -27,7 +27,7 @@ import numpy as np
 
 from bytesup.lessons import claims as claims_mod
 from bytesup.lessons import figure
-from bytesup.lessons.ffn_walk import BLOCK, Recipe, Walk, dims, recipe, walk  # noqa: F401  (Walk, BLOCK: the notebook)
+from bytesup.lessons.ffn_walk import BLOCK, FOLLOWED, Recipe, Walk, dims, recipe, walk  # noqa: F401  (Walk, BLOCK: the notebook)
 from bytesup.lessons.spec import SERIES, Headline, LessonSpec
 from bytesup.model.arch import ARCHITECTURES, recipe_summary
 from bytesup.model.configs import DEEPSEEK_CODER_6_7B
@@ -63,7 +63,7 @@ SPEC = LessonSpec(
         Headline("angle_deg", "angle between x and y", unit="degrees", fmt=".1f"),
     ),
     config_keys=("token",),
-    architectures=tuple(ARCHITECTURES),  # the walk follows every row of the table (ffn_walk.recipe)
+    architectures=FOLLOWED,  # the rows whose FFN gate and up are two tensors (ffn_walk.recipe)
 )
 
 # The course's specimen as the text states it; used only to recheck the text's own arithmetic

@@ -462,7 +462,8 @@ def recipe_summary(arch: str) -> str:
     rope = {"adjacent": "adjacent pairs", "neox": "NeoX halves"}[f.rope_layout]
     parts.append(f"rope on {rope} (the first rope.dimension_count dimensions of a head)")
     if f.rope_factors:
-        parts.append(f"rope frequencies divided by {f.rope_factors} when the file has it")
+        within = " (up to rope.scaling.original_context_length, where the pass stops)" if f.rope_factors_long else ""
+        parts.append(f"rope frequencies divided by {f.rope_factors} when the file has it{within}")
     scale = "scaled 1/sqrt(head size)"
     if f.query_scale_wide_at:
         scale += f" (1/sqrt(d_model / heads) at {' or '.join(map(str, f.query_scale_wide_at))} blocks)"
@@ -474,7 +475,8 @@ def recipe_summary(arch: str) -> str:
             parts.append("every layer attends to a sliding window when the file gives one")
         else:
             base = f" (rope base {f.rope_base_local:,.0f})" if f.rope_base_local else ""
-            parts.append(f"sliding-window layers{base} with every {f.global_every}th layer global (file's rope"
+            every = "other" if f.global_every == 2 else f"{f.global_every}th"
+            parts.append(f"sliding-window layers{base} with every {every} layer global (file's rope"
                          " base) unless the file says otherwise")  # fmt: skip
     parts.append(gate + (", gate and up stored as one matrix (ffn_up)" if f.gate_up_fused else ""))
     parts.append("tied output head" if f.tied_default else "output head (tied when output.weight is absent)")
