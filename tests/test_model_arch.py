@@ -240,3 +240,18 @@ def test_every_row_has_a_recipe_line():
     assert "attention scores soft-capped" in gemma2 and "logits soft-capped (cap 30" in gemma2
     assert "every 2th layer global" not in gemma2 and "every other layer global" in gemma2
     assert "rope frequencies divided by rope_freqs.weight when the file has it" in recipe_summary("llama")
+
+
+def test_a_tensor_outside_the_row_is_named_before_any_missing_one():
+    """A Mixtral says llama but holds a router and experts instead of ffn_gate/up/down: the first
+    tensor the row does not use is named (not the 'missing ffn_gate' that follows from it)."""
+    meta = meta_of("llama")
+    names = [n for n, _ in spec_from_metadata(meta).tensor_shapes() if ".ffn_gate." not in n and ".ffn_up." not in n]
+    moe = [f"blk.{i}.{t}.weight" for i in range(18) for t in ("ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps")]
+    with pytest.raises(ArchMetadataError, match=r"^m\.gguf: tensor 'blk\.0\.ffn_gate_inp\.weight' is not part of the"
+                       r" llama recipe \(bytesup\.model\.arch\): the forward pass would ignore it, so it refuses"):  # fmt: skip
+        spec_from_metadata(meta, names + moe, path="m.gguf")
+    long = "blk.0." + "x" * 300 + ".weight"  # a hostile name is cut, its length given
+    with pytest.raises(ArchMetadataError, match=r"'blk\.0\.x+'\.\.\. \(313 characters\) is not part"):
+        spec_from_metadata(meta, names + [long])
+    assert spec_from_metadata(meta, names + moe, check_tensors=False).arch == "llama"
