@@ -255,3 +255,15 @@ def test_a_tensor_outside_the_row_is_named_before_any_missing_one():
     with pytest.raises(ArchMetadataError, match=r"'blk\.0\.x+'\.\.\. \(313 characters\) is not part"):
         spec_from_metadata(meta, names + [long])
     assert spec_from_metadata(meta, names + moe, check_tensors=False).arch == "llama"
+
+
+@pytest.mark.parametrize(
+    "arch, key, value",
+    [("llama", "llama.rope.freq_base", 0.0), ("phi3", "phi3.rope.scaling.attn_factor", 0.0),
+     ("gemma2", "gemma2.attention.sliding_window", 0), ("gemma2", "gemma2.rope.freq_base_swa", float("nan")),
+     ("gemma2", "gemma2.final_logit_softcapping", -1.0)],
+)  # fmt: skip
+def test_rope_window_and_cap_values_that_would_break_the_pass_are_refused(arch, key, value):
+    with pytest.raises(ArchMetadataError, match=rf"metadata key '{key}' is (0|0\.0|nan|-1\.0); it must be positive"):
+        spec_from_metadata(meta_of(arch, **{key: value}))
+    assert spec_from_metadata(meta_of("gemma2", **{"gemma2.final_logit_softcapping": 0.0})).final_softcap == 0.0

@@ -26,6 +26,7 @@ from tiny_rows import LLAMA3, PHI3_ATTN_FACTOR, PHI3_LONG, PHI3_ORIG, PHI3_SHORT
 
 from bytesup.model.arch import ArchMetadataError
 from bytesup.model.forward import ForwardInputError, Model, layer_rope_angles
+from bytesup.model.generate import generate
 from bytesup.model.synthetic import write_tiny
 
 IDS = [1, 5, 9, 12, 20, 33, 41, 7, 3, 60, 11, 25]  # 12 positions: past the tiny files' windows of 4
@@ -86,14 +87,9 @@ def transformers_model(path, mistral_sliding_window=None, **config):
 
 
 def greedy(model: Model, ids: list[int], n: int) -> list[int]:
-    """n tokens by argmax, prefill then one token at a time through the KV cache."""
+    """n tokens by argmax through the KV cache (bytesup.model.generate's loop)."""
     cache = model.new_cache()
-    logits = model.forward(ids, cache)
-    out = []
-    for _ in range(n):
-        out.append(int(logits[-1].argmax()))
-        logits = model.forward([out[-1]], cache)
-    return out
+    return generate(lambda new: model.forward(new, cache)[-1], ids, max_new_tokens=n).ids
 
 
 @pytest.fixture(scope="module", params=sorted(CASES))

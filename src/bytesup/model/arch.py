@@ -241,7 +241,9 @@ def _quoted(name: str, limit: int = 200) -> str:
     return repr(name) if len(name) <= limit else f"{name[:limit]!r}... ({len(name):,} characters)"
 
 
-def _key(metadata: Mapping[str, Any], key: str, path, kind=int, default=None):
+def _key(metadata: Mapping[str, Any], key: str, path, kind=int, default=None, positive: bool | None = None):
+    """metadata[key] as `kind`, or `default` when absent; a value that is not a finite number >= 0 is
+    refused in one line, and 0 too when `positive` (the default without a default: a size, an eps)."""
     if key not in metadata:
         if default is not None:
             return default
@@ -253,7 +255,7 @@ def _key(metadata: Mapping[str, Any], key: str, path, kind=int, default=None):
         out = kind(value)
     except (TypeError, ValueError):
         raise ArchMetadataError(f"{_where(path)}metadata key {key!r} is {value!r}, not a number") from None
-    if not math.isfinite(out) or out < 0 or (out == 0 and default is None):
+    if not math.isfinite(out) or out < 0 or (out == 0 and (default is None if positive is None else positive)):
         raise ArchMetadataError(f"{_where(path)}metadata key {key!r} is {out}; it must be positive")
     return out
 
@@ -328,11 +330,11 @@ def spec_from_metadata(
     names = set(order)
     n_layers = _key(metadata, k("{arch}.block_count"), path)
     window, sliding = _sliding_layers(metadata, facts, arch, n_layers, path)
-    rope_base = _key(metadata, k(facts.rope_base_key), path, kind=float, default=facts.rope_base_default)
+    rope_base = _key(metadata, k(facts.rope_base_key), path, kind=float, default=facts.rope_base_default, positive=True)
     rope_base_local = 0.0
     if sliding and facts.rope_base_local_key:
         default = facts.rope_base_local or rope_base
-        rope_base_local = _key(metadata, k(facts.rope_base_local_key), path, kind=float, default=default)
+        rope_base_local = _key(metadata, k(facts.rope_base_local_key), path, kind=float, default=default, positive=True)
     rope_tensors = tuple(t for t in (facts.rope_factors, facts.rope_factors_long) if t and t in names)
     context_key = k("{arch}.context_length")
     context = _key(metadata, context_key, path)
@@ -368,7 +370,9 @@ def spec_from_metadata(
         rope_base_local=rope_base_local,
         rope_freq_scale=_rope_freq_scale(metadata, arch, path),
         rope_scale_local=(facts.rope_scale_local or 0.0) if sliding else 0.0,
-        rope_attn_factor=_key(metadata, k("{arch}.rope.scaling.attn_factor"), path, kind=float, default=1.0),
+        rope_attn_factor=_key(
+            metadata, k("{arch}.rope.scaling.attn_factor"), path, kind=float, default=1.0, positive=True
+        ),
         rope_factors=facts.rope_factors if facts.rope_factors in rope_tensors else "",
         rope_tensors=rope_tensors,
         fused_qkv=fused_qkv,
@@ -431,7 +435,7 @@ def _sliding_layers(metadata, facts: ArchFacts, arch: str, n_layers: int, path) 
     window_key = facts.sliding_window_key.format(arch=arch)
     if window_key not in metadata and facts.sliding_window_default is None:
         return 0, ()
-    window = _key(metadata, window_key, path, default=facts.sliding_window_default)
+    window = _key(metadata, window_key, path, default=facts.sliding_window_default, positive=True)
     pattern_key = (facts.sliding_window_pattern_key or "").format(arch=arch)
     pattern = metadata.get(pattern_key, facts.global_every)
     if isinstance(pattern, list):

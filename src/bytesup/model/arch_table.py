@@ -47,10 +47,10 @@ ROPE_SCALINGS = ("none", "linear")  # rope.scaling.type values followed; llama.c
 class ArchFacts:
     """One row of the table: what an architecture's forward pass is made of."""
 
-    activation: str  # FFN gate non-linearity: "silu" (SwiGLU) or "gelu_tanh" (GeGLU, tanh approximation)
-    norm: str  # "rms": x / sqrt(mean(x^2) + eps) * weight
-    eps_key: str  # metadata key of the norm's eps ("{arch}" is replaced)
     rope_layout: str  # "adjacent": rotate (x0, x1), (x2, x3), ...; "neox": (x0, x_{d/2}), (x1, x_{d/2+1}), ...
+    activation: str = "silu"  # FFN gate non-linearity: "silu" (SwiGLU) or "gelu_tanh" (GeGLU, tanh approximation)
+    norm: str = "rms"  # "rms": x / sqrt(mean(x^2) + eps) * weight
+    eps_key: str = "{arch}.attention.layer_norm_rms_epsilon"  # metadata key of the norm's eps ("{arch}" is replaced)
     rope_base_key: str = "{arch}.rope.freq_base"
     rope_base_default: float = 10000.0
     head_dim_keys: tuple[str, ...] = ("{arch}.attention.key_length", "{arch}.rope.dimension_count")
@@ -83,7 +83,12 @@ class ArchFacts:
         return tuple("w" + r[1:] for r in BIAS_TENSORS if r in self.tensors)
 
 
-RMS_EPS = "{arch}.attention.layer_norm_rms_epsilon"
+# What Gemma 2 and 3 share: embedding x sqrt(d_model), GELU (tanh) gate, NeoX rope, sliding-window
+# layers read from the file, a tied head, norms after attention and after the FFN.
+GEMMA = {"activation": "gelu_tanh", "rope_layout": "neox", "embed_scale": "sqrt_d_model",
+         "sliding_window_key": "{arch}.attention.sliding_window",
+         "sliding_window_pattern_key": "{arch}.attention.sliding_window_pattern",
+         "rope_base_local_key": "{arch}.rope.freq_base_swa", "tied_default": True}  # fmt: skip
 
 ARCHITECTURES: dict[str, ArchFacts] = {
     # SmolLM2, Llama 2/3, deepseek-coder, TinyLlama, Mistral (files say llama). Llama 3.1/3.2 files
@@ -91,31 +96,14 @@ ARCHITECTURES: dict[str, ArchFacts] = {
     # llama.attention.sliding_window (4096): every layer attends to that window when the key is
     # there (transformers' Mistral does; llama.cpp ignores the key).
     "llama": ArchFacts(
-        activation="silu",
-        norm="rms",
-        eps_key=RMS_EPS,
-        rope_layout="adjacent",
-        sliding_window_key="{arch}.attention.sliding_window",
-        rope_factors="rope_freqs.weight",
+        rope_layout="adjacent", sliding_window_key="{arch}.attention.sliding_window", rope_factors="rope_freqs.weight"
     ),
     # Qwen2 / Qwen2.5: llama's block plus a bias on Q, K and V; convert_hf_to_gguf.py does not
     # permute Q and K, so rope pairs dimension i with i + d/2 (llama.cpp's LLAMA_ROPE_TYPE_NEOX)
-    "qwen2": ArchFacts(
-        activation="silu",
-        norm="rms",
-        eps_key=RMS_EPS,
-        rope_layout="neox",
-        tensors={**LLAMA_TENSORS, **BIAS_TENSORS},
-    ),
+    "qwen2": ArchFacts(rope_layout="neox", tensors={**LLAMA_TENSORS, **BIAS_TENSORS}),
     # Qwen3 (llama.cpp's llm_build_qwen3): no biases; RMSNorm of each head's q and k before rope;
     # NeoX rope; head size from key_length (128 for every dense Qwen3, not d_model / n_heads)
-    "qwen3": ArchFacts(
-        activation="silu",
-        norm="rms",
-        eps_key=RMS_EPS,
-        rope_layout="neox",
-        tensors={**LLAMA_TENSORS, **QK_NORM_TENSORS},
-    ),
+    "qwen3": ArchFacts(rope_layout="neox", tensors={**LLAMA_TENSORS, **QK_NORM_TENSORS}),
     # Phi-3 / 3.5 / 4 (llama.cpp's llm_build_phi3): llama's block with Q K V stored as one
     # attn_qkv (or as three) and gate|up as one ffn_up of 2 d_ff rows, split at load; NeoX rope
     # on the first rope.dimension_count dimensions (Phi-4-mini: 96 of 128); head size
@@ -124,9 +112,6 @@ ARCHITECTURES: dict[str, ArchFacts] = {
     # uses the short factors, and the forward pass stops there. phi3.attention.sliding_window is
     # not applied: llama.cpp disables it for Phi (its pull request 13676).
     "phi3": ArchFacts(
-        activation="silu",
-        norm="rms",
-        eps_key=RMS_EPS,
         rope_layout="neox",
         head_dim_keys=("{arch}.attention.key_length",),
         qkv_layouts=("fused", "separate"),
@@ -134,47 +119,31 @@ ARCHITECTURES: dict[str, ArchFacts] = {
         rope_factors="rope_factors_short.weight",
         rope_factors_long="rope_factors_long.weight",
     ),
-    # Gemma 2 (llama.cpp's llm_build_gemma2, transformers' Gemma2Model): embedding x sqrt(d_model);
-    # norms after attention and after the FFN; GELU (tanh) gate; even layers attend to a window
-    # (4096 unless the file says), odd ones to everything; attention scores soft-capped (50) and
-    # the logits too (30), cap * tanh(x / cap); queries scaled 1/sqrt(key_length), and on the
-    # 27B (46 blocks) 1/sqrt(d_model / n_heads) as llama.cpp does; tied head. Norm weights hold 1 + w.
+    # Gemma 2 (llama.cpp's llm_build_gemma2, transformers' Gemma2Model): GEMMA's block; even layers
+    # attend to a window (4096 unless the file says), odd ones to everything, one rope base; the
+    # attention scores soft-capped (50) and the logits too (30), cap * tanh(x / cap); queries
+    # scaled 1/sqrt(key_length), and on the 27B (46 blocks) 1/sqrt(d_model / n_heads) as llama.cpp
+    # does. Norm weights in the GGUF already hold 1 + w.
     "gemma2": ArchFacts(
-        activation="gelu_tanh",
-        norm="rms",
-        eps_key=RMS_EPS,
-        rope_layout="neox",
-        embed_scale="sqrt_d_model",
-        sliding_window_key="{arch}.attention.sliding_window",
+        **GEMMA,
         sliding_window_default=4096,
-        sliding_window_pattern_key="{arch}.attention.sliding_window_pattern",
         global_every=2,
-        rope_base_local_key="{arch}.rope.freq_base_swa",
-        tied_default=True,
         attn_softcap=50.0,
         final_softcap=30.0,
         query_scale_wide_at=(46,),
         tensors={**LLAMA_TENSORS, **POST_NORM_TENSORS},
     ),
     # Gemma 3 (llama.cpp's llm_build_gemma3, transformers' Gemma3TextModel; /work notes gemma3.md):
-    # embedding x sqrt(d_model); per-head RMSNorm of q and k; norms after attention and after the
-    # FFN, before each residual add; GELU (tanh) gate; head size from key_length; 5 of every 6
+    # GEMMA's block plus a per-head RMSNorm of q and k; head size from key_length; 5 of every 6
     # layers attend to a sliding window with rope base 10,000 (unscaled), every 6th to everything
-    # with the file's rope.freq_base (and its linear scaling, 4B and up); no output.weight (tied);
-    # queries scaled as gemma2's (the 27B has 62 blocks). Norm weights in the GGUF already hold 1 + w.
+    # with the file's rope.freq_base (and its linear scaling, 4B and up); no window key, no sliding
+    # layers (as llama.cpp); no caps unless the file gives final_logit_softcapping; queries scaled
+    # as gemma2's (the 27B has 62 blocks). Norm weights in the GGUF already hold 1 + w.
     "gemma3": ArchFacts(
-        activation="gelu_tanh",
-        norm="rms",
-        eps_key=RMS_EPS,
-        rope_layout="neox",
-        embed_scale="sqrt_d_model",
-        sliding_window_key="{arch}.attention.sliding_window",
-        sliding_window_pattern_key="{arch}.attention.sliding_window_pattern",
+        **GEMMA,
         global_every=6,
         rope_base_local=10000.0,
-        rope_base_local_key="{arch}.rope.freq_base_swa",
         rope_scale_local=1.0,
-        tied_default=True,
         final_softcap=0.0,
         query_scale_wide_at=(62,),
         tensors={**LLAMA_TENSORS, **QK_NORM_TENSORS, **POST_NORM_TENSORS},
