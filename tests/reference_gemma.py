@@ -1,4 +1,4 @@
-"""An independent float64 recomputation of lesson 3's walk on a Gemma 3 file.
+"""An independent float64 recomputation of lesson 3's walk on a Gemma 3 (or Gemma 2: the same FFN) file.
 
 Only gguf-py (GGUFReader, gguf.quants.dequantize) and numpy; nothing from bytesup. The recipe is
 written out here from the model's description (/work/shared/notes/gemma3.md; transformers'
@@ -51,11 +51,12 @@ def _angle(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
 
 
 def lesson3_reference(gguf_path, token: str = " cat", block: int = 0) -> dict:
-    """Lesson 3's headline numbers for `token` through block `block`'s FFN of a Gemma 3 GGUF, in float64."""
+    """Lesson 3's headline numbers for `token` through block `block`'s FFN of a Gemma 2 or 3 GGUF, in float64."""
     reader = GGUFReader(str(gguf_path))
-    assert _field(reader, "general.architecture") == "gemma3", "lesson3_reference follows Gemma 3 only"
-    d = int(_field(reader, "gemma3.embedding_length"))
-    eps = float(_field(reader, "gemma3.attention.layer_norm_rms_epsilon"))
+    arch = _field(reader, "general.architecture")
+    assert arch in ("gemma2", "gemma3"), "lesson3_reference follows Gemma 2 and 3 only (one FFN)"
+    d = int(_field(reader, f"{arch}.embedding_length"))
+    eps = float(_field(reader, f"{arch}.attention.layer_norm_rms_epsilon"))
     tokens = _field(reader, "tokenizer.ggml.tokens")
     token_id = tokens.index(token.replace(" ", "\u2581"))  # SentencePiece writes a space as '▁'
 

@@ -35,12 +35,15 @@ def reference_pass(path, ids) -> dict:
     def norm(x, g):
         return x / np.sqrt((x**2).mean(-1, keepdims=True) + eps) * g
 
-    def rotate(m, pos):  # (heads, hd) at one position: pairs (2i, 2i+1) turned by pos * base^(-2i/hd)
+    # Llama 3.1's rope scaling: pair i's frequency divided by factor i (llama.cpp's rope freq_factors)
+    factors = w.get("rope_freqs.weight", np.ones(hd // 2))
+
+    def rotate(m, pos):  # (heads, hd) at one position: pairs (2i, 2i+1) turned by pos * base^(-2i/hd) / factor_i
         if arch == "qwen2":  # NeoX layout: pairs (i, i + hd/2)
             first, second = slice(0, hd // 2), slice(hd // 2, hd)
         else:
             first, second = slice(0, hd, 2), slice(1, hd, 2)
-        z = (m[:, first] + 1j * m[:, second]) * np.exp(1j * pos * base ** (-np.arange(hd // 2) * 2.0 / hd))
+        z = (m[:, first] + 1j * m[:, second]) * np.exp(1j * pos * base ** (-np.arange(hd // 2) * 2.0 / hd) / factors)
         out = np.empty_like(m)
         out[:, first], out[:, second] = z.real, z.imag
         return out

@@ -236,8 +236,8 @@ def test_decode_is_skipped_for_what_the_forward_pass_does_not_follow(tmp_path):
     path = write_tiny_llama(tmp_path / "yarn.gguf", extra_metadata={"llama.rope.scaling.type": "yarn"})
     out = gpu.device_decode(torch, "cpu", path, timing.settings(TINY_CFG), 10.0, 1 << 30)
     assert (
-        out["decode_skipped"] == f"{path}: llama: rope scaling 'yarn' (llama.rope.scaling.type) is not supported"
-        " by the forward pass"
+        out["decode_skipped"] == f"{path}: llama: rope scaling 'yarn' (llama.rope.scaling.type) is not followed"
+        " by the forward pass (it follows none, linear)"
     )
     assert out["decode_tokens_per_s"] is None and out["prefill_rows"] == []
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
+from tiny_rows import ROWS, write_row
 from workflow_helpers import run_notebook
 
 from bytesup.lessons import LessonInputError, claims, plain
@@ -363,6 +364,39 @@ def test_qwen2_biases_and_neox_rope_by_hand(tmp_path):
         tables["spec"],
     )
     assert np.abs(bare.k - tables["hand"].k).max() > 1e-3
+
+
+@pytest.mark.parametrize("name", sorted(ROWS))
+def test_every_row_by_hand(tmp_path, name):
+    """qwen3's q/k norms, phi3's stacks (partial rotation, short factors, attn_factor), gemma2's caps and
+    window, llama 3.1's rope_freqs (tests/tiny_rows.py): by hand against attention_block and the trace,
+    the rope turn against the frequencies the file says, the cache against a recompute."""
+    path = write_row(name, tmp_path)
+    with Model.from_gguf(path) as model:
+        metadata, spec = dict(model.gguf.metadata), model.spec
+    m, tables = lesson.run(path, metadata, TINY_PROMPT, {"resident_budget_mb": 100}, model_name=name, contexts=(4,),
+                           repeats=1, decode_steps=2)  # fmt: skip
+    assert m["architecture"] == spec.arch and m["n_prompt_tokens"] > 4
+    assert m["hand_vs_block_max_abs_diff"] < 1e-5 and m["hand_k_vs_cache_max_abs_diff"] < 1e-5
+    assert m["hand_weights_vs_trace_max_abs_diff"] < 1e-6 and m["rope_turn_max_abs_err"] < 1e-4
+    assert m["kv_cache_max_abs_diff"] < 1e-3 and m["kv_cache_same_next_token"]
+    # the last pair's radians per token, from the file: base^(-(n_rot - 2) / n_rot) / its factor
+    factors = ROWS[name].get("rope_tensors", {})
+    factor = (factors.get("rope_freqs.weight") or factors.get("rope_factors_short.weight") or [1.0])[-1]
+    want = 10000.0 ** (-(spec.n_rot - 2) / spec.n_rot) / factor
+    assert m["rope_radians_per_token_last_pair"] == pytest.approx(want, rel=1e-12)
+    assert tables["rope"][-1]["radians_per_token"] == pytest.approx(want, rel=1e-12)
+
+
+@pytest.mark.slow  # papermill, about 15 s each on the loaded machine
+@pytest.mark.parametrize("name", ["gemma2", "llama3-rope-freqs", "phi3-long-context"])
+def test_notebook_on_every_other_row(tmp_path, name):
+    """The notebook's steps by hand (rope with the file's factors, gemma2's capped scores) pass their
+    own checks against the lesson's numbers and the package's block."""
+    from workflow_helpers import run_lesson_notebook
+
+    got, _ = run_lesson_notebook(lesson.SPEC, write_row(name, tmp_path), tmp_path, model=name, prompt=TINY_PROMPT)
+    assert got["architecture"] == ROWS[name]["arch"] and got["hand_vs_block_max_abs_diff"] < 1e-5
 
 
 @pytest.mark.slow  # loads Gemma 3 270M (about 1 GB of float32 weights) and runs it

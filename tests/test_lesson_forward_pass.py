@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 from gguf import GGUFReader
 from reference_llama import reference_gemma3, reference_pass
+from tiny_rows import ROWS, write_row
 from workflow_helpers import run_lesson_notebook
 
 from bytesup.gguf.file import GGUFFile
@@ -184,10 +185,11 @@ def test_bad_input_is_one_line_before_the_model_is_opened(tiny_gguf, tmp_path, p
 
 def test_other_architectures_and_broken_metadata_are_refused_in_one_line(tmp_path):
     assert lesson.SPEC.architectures == tuple(ARCHITECTURES) and "gemma3" in lesson.SPEC.architectures
-    path = write_tiny_llama(tmp_path / "p.gguf", arch="phi3")  # an architecture the table lacks
+    path = write_tiny_llama(tmp_path / "p.gguf", arch="mamba")  # an architecture the table lacks
     with GGUFFile(path) as f:
         meta = dict(f.metadata)
-    want = r"^04_the_forward_pass: it follows llama, qwen2, gemma3 only, .*'phi3'.*general\.architecture"
+    rows = ", ".join(ARCHITECTURES)
+    want = rf"^04_the_forward_pass: it follows {rows} only, .*'mamba'.*general\.architecture"
     with pytest.raises(lesson.ForwardPassError, match=want) as e:
         lesson.prepare(meta, PROMPT)
     one_line(e)
@@ -267,6 +269,46 @@ def test_notebook_on_a_tiny_model(tmp_path):
         assert [int(r["top_id"]) for r in csv.DictReader(f)] == got["logit_lens_top_ids"]
     for png in lesson.SPEC.figures:
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# -- every other row of the table ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(ROWS))
+def test_every_row_through_the_lesson(tmp_path, name):
+    """The lesson on tests/tiny_rows.py's files: its logits are the model's, the logit lens ends on
+    them (gemma2's capped logits included), and the cost table adds up to the traced pass (phi3's
+    stacked tensors counted once, as attn_qkv and ffn_up)."""
+    path = write_row(name, tmp_path)
+    prompt = "the cat sat on the mat"
+    with GGUFFile(path) as f:
+        meta = dict(f.metadata)
+    m, tables = lesson.compute(path, meta, prompt)
+    with Model.from_gguf(path) as model:
+        want = model.forward(m["prompt_ids"])[-1]
+    np.testing.assert_allclose(tables["logits"], want, rtol=0, atol=1e-5)
+    assert m["logit_lens_top_ids"][-1] == m["next_token_id"] == int(np.argmax(want))
+    assert m["costs_agree"] is True
+    for column, total in (("float32_bytes", "weight_bytes_per_token_float32"), ("file_bytes", "weight_bytes_per_token_file"),
+                          ("flops", "flops_per_token_metadata")):  # fmt: skip
+        assert sum(r[column] for r in tables["cost"]) == m[total], column
+    steps = {r["step"]: r["weights"] for r in tables["cost"]}
+    stacked = name.startswith("phi3")
+    assert steps["Q K V projections"] == ("attn_qkv" if stacked else "attn_q, attn_k, attn_v")
+    assert steps["FFN gate, up, down"] == ("ffn_up, ffn_down" if stacked else "ffn_gate, ffn_up, ffn_down")
+    if name == "gemma2":
+        assert np.abs(tables["logits"]).max() < 4.0  # the file's final cap
+
+
+@pytest.mark.slow  # papermill, about 25 s each on the loaded machine
+@pytest.mark.parametrize("name", ["gemma2", "llama3-rope-freqs", "phi3-long-context"])
+def test_notebook_on_every_other_row(tmp_path, name):
+    """The notebook's block 0 by hand (rope with the file's factors and scaling, gemma2's capped scores)
+    lands on the package's block and the lesson's trace."""
+    gguf = write_row(name, tmp_path)
+    got, _ = run_lesson_notebook(lesson.SPEC, gguf, tmp_path, model=name, prompt="the cat sat on the mat")
+    assert got["block0_by_hand_max_abs_diff"] <= 1e-5 and got["block0_by_hand_vs_trace_max_abs_diff"] <= 1e-5
+    assert got["costs_agree"] is True
 
 
 # -- Gemma 3 through the same table --------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from tiny_rows import ROWS, write_row
 from workflow_helpers import run_lesson_notebook
 
 from bytesup.gguf.file import GGUFFile
@@ -155,8 +156,9 @@ def test_other_architectures_are_refused_in_one_line(tiny):
     _, metadata = tiny
     assert lesson.SPEC.architectures == tuple(ARCHITECTURES)  # derived from the table, not typed
     with pytest.raises(preparation.GeneratingTextError) as err:
-        lesson.prepare({**metadata, "general.architecture": "phi3"}, TINY_PROMPT, {}, 0)
-    assert str(err.value).startswith("it follows llama, qwen2, gemma3 only, and this model's architecture is 'phi3'")
+        lesson.prepare({**metadata, "general.architecture": "mamba"}, TINY_PROMPT, {}, 0)
+    rows = ", ".join(ARCHITECTURES)
+    assert str(err.value).startswith(f"it follows {rows} only, and this model's architecture is 'mamba'")
     assert "\n" not in str(err.value)
 
 
@@ -174,6 +176,19 @@ def test_tiny_gemma3_greedy_through_the_kv_cache_past_the_window(tmp_path):
     assert m["greedy_ids"] == want_ids and m["stop_reason"] == "max_new_tokens"
     np.testing.assert_allclose(m["greedy_probs"], want_probs, rtol=1e-5)
     assert m["kv_cache_max_abs_diff"] <= 1e-4 and m["kv_cache_same_argmax"] is True
+
+
+@pytest.mark.parametrize("name", sorted(ROWS))
+def test_every_other_row_greedy_through_the_kv_cache(tmp_path, name):
+    """tests/tiny_rows.py's files through the same loop: the cached loop equals the independent one."""
+    gguf = write_row(name, tmp_path)
+    metadata = GGUFFile(gguf).metadata
+    m, _ = lesson.compute(gguf, metadata, TINY_PROMPT, {**TINY_GENERATE, "max_new_tokens": 6}, seed=4)
+    eos = {Tokenizer.from_metadata(metadata).eos_id}
+    with Model.from_gguf(gguf) as model:
+        want_ids, want_probs = independent(model, m["prompt_ids"], len(m["greedy_ids"]), eos)
+    assert m["greedy_ids"] == want_ids and m["kv_cache_same_argmax"] is True
+    np.testing.assert_allclose(m["greedy_probs"], want_probs, rtol=1e-5)
 
 
 def test_missing_settings_take_the_schemas_defaults():

@@ -379,6 +379,18 @@ def test_tiny_gemma3_and_qwen2_files_are_predicted_tensor_for_tensor(tmp_path):
     assert {r["tensor"] for r in tables["layout"]} == {f"blk.{i}.attn_{x}.bias" for i in (0, 1) for x in "qkv"}
 
 
+@pytest.mark.parametrize("name", ["gemma2", "llama3-rope-freqs", "phi3-long-context", "qwen3"])
+def test_every_other_row_is_predicted_tensor_for_tensor(tmp_path, name):
+    """tests/tiny_rows.py's files: the rope tensors and Phi-3's attn_qkv predicted from the file's names."""
+    from tiny_rows import write_row
+
+    with GGUFFile(write_row(name, tmp_path)) as f:
+        m, tables = lesson.run(f, " cat")
+    assert tables["layout"] == [] and m["layout_parameters_predicted"] == m["parameters"]
+    if name.startswith("phi3"):  # Q K V in one tensor: a part of its own, not "other"
+        assert m["parameters_by_part"]["attn_qkv"] > 0 and "attn_q" not in m["parameters_by_part"]
+
+
 def test_an_architecture_outside_the_table_is_said_so(tmp_path):
     path = write_tiny_llama(tmp_path / "mamba.gguf", arch="mamba")
     with GGUFFile(path) as f:

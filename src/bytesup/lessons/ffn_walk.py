@@ -31,6 +31,9 @@ from bytesup.model.layers import FFNTrace, matvec, rms_norm
 from bytesup.model.tokens import lookup
 
 BLOCK = 0
+# The architectures the walk follows: every row of the table whose blocks keep gate and up as two
+# tensors. The walk reads blk.N.ffn_gate and blk.N.ffn_up by name; phi3 stores both in one ffn_up.
+FOLLOWED = tuple(arch for arch, facts in ARCHITECTURES.items() if not facts.gate_up_fused)
 
 
 def meta_value(metadata: Mapping, key: str, default=None):
@@ -84,6 +87,11 @@ def recipe(metadata: Mapping) -> Recipe:
         raise LessonInputError(
             f"metadata.json: architecture {arch!r} is not in the architecture table"
             f" (known: {', '.join(ARCHITECTURES)}); lessons 3 and 3b follow only those"
+        )
+    if arch not in FOLLOWED:
+        raise LessonInputError(
+            f"metadata.json: {arch} stores the FFN's gate and up as one tensor (ffn_up); lessons 3 and 3b walk"
+            f" them as two and follow {', '.join(FOLLOWED)} only"
         )
     scale = 1.0
     if facts.embed_scale == "sqrt_d_model":

@@ -260,9 +260,12 @@ def cost_table(spec: ArchSpec, per_tensor: Mapping, context_len: int) -> list[di
     """
     d, L = spec.d_model, spec.n_layers
 
-    def block_bytes(*roles):
-        names = [spec.tensor_name(r, i) for i in range(L) for r in roles]
+    def block_bytes(*roles):  # the file's tensors holding the roles (phi3: Q K V in one attn_qkv)
+        names = [spec.tensor_name(r, i) for i in range(L) for r in spec.file_roles(*roles)]
         return sum(per_tensor[n][0] for n in names), sum(per_tensor[n][1] for n in names)
+
+    def files(*roles):  # "attn_q, attn_k, attn_v", or "attn_qkv"
+        return ", ".join(spec.tensor_name(r, 0).split(".")[2] for r in spec.file_roles(*roles))
 
     head = spec.tensor_name("output")
     rows = [
@@ -270,7 +273,7 @@ def cost_table(spec: ArchSpec, per_tensor: Mapping, context_len: int) -> list[di
         ("attention norms", "attn_norm", 0, block_bytes("attn_norm")),
         (
             "Q K V projections",
-            "attn_q, attn_k, attn_v",
+            files("wq", "wk", "wv"),
             L * d * (spec.q_dim + 2 * spec.kv_dim),
             block_bytes("wq", "wk", "wv"),
         ),
@@ -284,7 +287,7 @@ def cost_table(spec: ArchSpec, per_tensor: Mapping, context_len: int) -> list[di
         ("FFN norms", "ffn_norm", 0, block_bytes("ffn_norm")),
         (
             "FFN gate, up, down",
-            "ffn_gate, ffn_up, ffn_down",
+            files("w_gate", "w_up", "w_down"),
             L * 3 * d * spec.d_ff,
             block_bytes("w_gate", "w_up", "w_down"),
         ),

@@ -2,17 +2,23 @@
 
 Like llama.cpp's llm_arch tables and gguf-py's MODEL_TENSORS, each supported architecture is a
 row of facts the forward pass reads (activation, norm, where eps and the rope base live, how
-big a head is, how rope pairs dimensions, tensor names); everything else is refused by name.
+big a head is, how rope pairs dimensions, tensor names); everything else is refused by name, and
+so is a file holding a tensor its row does not use (llama.cpp refuses those files too).
 
     spec = spec_from_metadata(f.metadata, f.tensor_names)   # -> ArchSpec, or one-line error
     supported(f.metadata)                                   # None, or the reason it won't run
     expected_tensors(f.metadata)                            # [(name, numpy shape)] the row predicts
     recipe_summary("gemma3")                                # one line for people: what its block does
 
-Rows: llama (RMSNorm, SwiGLU, rope on adjacent pairs), qwen2 (llama + Q/K/V biases, NeoX rope),
-gemma3 (embedding x sqrt(d), q/k norms, post norms, GELU-tanh gate, sliding-window layers with a
-local rope base, head size from key_length, tied head). Lessons read `spec.activation`,
-`spec.embed_scale`, `spec.has(role)`, `spec.layer_window(i)`, `spec.layer_rope_base(i)`.
+Rows: llama (RMSNorm, SwiGLU, rope on adjacent pairs; rope_freqs.weight and a sliding window when
+the file has them), qwen2 (llama + Q/K/V biases, NeoX rope), qwen3 (llama + per-head q/k norms,
+NeoX rope), phi3 (Q K V in one tensor and gate|up in one, split at load; NeoX rope, often partial;
+short rope factors), gemma2 (embedding x sqrt(d), post norms, GELU-tanh gate, every other layer
+sliding, soft-capped attention and final logits), gemma3 (gemma2's block without the caps, plus
+q/k norms, 5 sliding layers per global one with a local rope base). Lessons read
+`spec.activation`, `spec.embed_scale`, `spec.has(role)`, `spec.layer_window(i)`,
+`spec.layer_rope(i)`, `spec.attn_scale`, `spec.attn_softcap`, `spec.final_softcap`. The rows
+themselves are in bytesup.model.arch_table (ARCHITECTURES, imported from here).
 
 Rope layout, "adjacent pairs": convert_hf_to_gguf.py permutes the rows of attn_q/attn_k of a
 llama checkpoint so that ggml's rope type NORM, which rotates dimensions (x0, x1), (x2, x3), ...
@@ -20,16 +26,41 @@ of each head, gives what Hugging Face's rotate_half gives on (x0, x_{d/2}), (x1,
 of the unpermuted weights. So on GGUF weights the pairs are adjacent. (Checked: the forward
 pass matches transformers loading the same GGUF within 1e-3 on every logit; see
 tests/test_model_reference_engines.py.)
+
+Rope angles, as llama.cpp's ggml_rope_ext computes them: pair i of a position p turns by
+freq_scale * p * base^(-2i/n_rot) / factor_i, and cos and sin are multiplied by attn_factor.
+freq_scale is 1 / rope.scaling.factor for "linear" scaling (deepseek-coder, Gemma 3's global
+layers), factor_i comes from a tensor of per-pair factors (Llama 3.1's rope_freqs.weight, Phi-3's
+rope_factors_short.weight), attn_factor from rope.scaling.attn_factor (Phi-3.5). "yarn" and other
+scalings are refused.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from bytesup.errors import BytesupError
+
+# The table's rows and names live in arch_table; they are imported from here (bytesup.model.arch).
+from bytesup.model.arch_table import ACTIVATIONS as ACTIVATIONS
+from bytesup.model.arch_table import (
+    ARCHITECTURES,
+    FUSED_GATE_UP_TENSOR,
+    FUSED_QKV_TENSOR,
+    OPTIONAL_ROLES,
+    ROPE_SCALINGS,
+    STACKS,
+    ArchFacts,
+)
+from bytesup.model.arch_table import BIAS_TENSORS as BIAS_TENSORS
+from bytesup.model.arch_table import BLOCK_ROLES as BLOCK_ROLES
+from bytesup.model.arch_table import LLAMA_TENSORS as LLAMA_TENSORS
+from bytesup.model.arch_table import POST_NORM_TENSORS as POST_NORM_TENSORS
+from bytesup.model.arch_table import QK_NORM_TENSORS as QK_NORM_TENSORS
+from bytesup.model.arch_table import ROPE_LAYOUTS as ROPE_LAYOUTS
 
 
 class UnsupportedArchitectureError(BytesupError, ValueError):
@@ -38,101 +69,6 @@ class UnsupportedArchitectureError(BytesupError, ValueError):
 
 class ArchMetadataError(BytesupError, ValueError):
     """A key or tensor the forward pass needs is missing or unusable (one line, naming it)."""
-
-
-# Tensor names of a block, "{i}" is the block index; every architecture has these nine.
-LLAMA_TENSORS: dict[str, str] = {
-    "attn_norm": "blk.{i}.attn_norm.weight",
-    "wq": "blk.{i}.attn_q.weight",
-    "wk": "blk.{i}.attn_k.weight",
-    "wv": "blk.{i}.attn_v.weight",
-    "wo": "blk.{i}.attn_output.weight",
-    "ffn_norm": "blk.{i}.ffn_norm.weight",
-    "w_gate": "blk.{i}.ffn_gate.weight",
-    "w_up": "blk.{i}.ffn_up.weight",
-    "w_down": "blk.{i}.ffn_down.weight",
-}
-# Optional roles, present only where an architecture's row lists them (llama.cpp's names).
-BIAS_TENSORS = {"bq": "blk.{i}.attn_q.bias", "bk": "blk.{i}.attn_k.bias", "bv": "blk.{i}.attn_v.bias"}
-QK_NORM_TENSORS = {"q_norm": "blk.{i}.attn_q_norm.weight", "k_norm": "blk.{i}.attn_k_norm.weight"}
-POST_NORM_TENSORS = {
-    "post_attn_norm": "blk.{i}.post_attention_norm.weight",  # on attention's output, before its residual add
-    "post_ffn_norm": "blk.{i}.post_ffw_norm.weight",  # on the FFN's output, before its residual add
-}
-BLOCK_ROLES = tuple(LLAMA_TENSORS)
-OPTIONAL_ROLES = tuple(BIAS_TENSORS) + tuple(QK_NORM_TENSORS) + tuple(POST_NORM_TENSORS)
-ACTIVATIONS = ("silu", "gelu_tanh")  # names bytesup.model.forward.ACTIVATIONS maps to functions
-ROPE_LAYOUTS = ("adjacent", "neox")
-
-
-@dataclass(frozen=True)
-class ArchFacts:
-    """One row of the table: what an architecture's forward pass is made of."""
-
-    activation: str  # FFN gate non-linearity: "silu" (SwiGLU) or "gelu_tanh" (GeGLU, tanh approximation)
-    norm: str  # "rms": x / sqrt(mean(x^2) + eps) * weight
-    eps_key: str  # metadata key of the norm's eps ("{arch}" is replaced)
-    rope_layout: str  # "adjacent": rotate (x0, x1), (x2, x3), ...; "neox": (x0, x_{d/2}), (x1, x_{d/2+1}), ...
-    rope_base_key: str = "{arch}.rope.freq_base"
-    rope_base_default: float = 10000.0
-    head_dim_keys: tuple[str, ...] = ("{arch}.attention.key_length", "{arch}.rope.dimension_count")
-    embed_scale: str = "none"  # "sqrt_d_model": the embedding row is multiplied by sqrt(d_model) (Gemma)
-    # sliding-window attention: the window's metadata key; None: every layer attends to all positions
-    sliding_window_key: str | None = None
-    sliding_window_pattern_key: str | None = None  # per-layer bools (True = sliding) or n (every nth global)
-    global_every: int = 0  # without that key: layers n-1, 2n-1, ... are global, the others slide
-    rope_base_local: float | None = None  # rope base on sliding layers (global layers use rope_base_key)
-    rope_base_local_key: str | None = None  # ... or from this key when the file gives it
-    tied_default: bool = False  # tied head when no tensor list says otherwise (no output.weight ever)
-    # tensor names; "{i}" is the block index. Roles beyond the nine llama ones switch steps on.
-    tensors: Mapping[str, str] = field(default_factory=lambda: dict(LLAMA_TENSORS))
-    token_embd: str = "token_embd.weight"
-    output_norm: str = "output_norm.weight"
-    output: str = "output.weight"  # absent -> tied: the head is token_embd
-
-    @property
-    def biases(self) -> tuple[str, ...]:
-        """Roles that add a bias vector after their matrix ('wq' for 'bq', ...)."""
-        return tuple("w" + r[1:] for r in BIAS_TENSORS if r in self.tensors)
-
-
-ARCHITECTURES: dict[str, ArchFacts] = {
-    # SmolLM2, Llama 2/3, deepseek-coder, TinyLlama, Mistral-style GGUFs labelled llama
-    "llama": ArchFacts(
-        activation="silu",
-        norm="rms",
-        eps_key="{arch}.attention.layer_norm_rms_epsilon",
-        rope_layout="adjacent",
-    ),
-    # Qwen2 / Qwen2.5: llama's block plus a bias on Q, K and V; convert_hf_to_gguf.py does not
-    # permute Q and K, so rope pairs dimension i with i + d/2 (llama.cpp's LLAMA_ROPE_TYPE_NEOX)
-    "qwen2": ArchFacts(
-        activation="silu",
-        norm="rms",
-        eps_key="{arch}.attention.layer_norm_rms_epsilon",
-        rope_layout="neox",
-        tensors={**LLAMA_TENSORS, **BIAS_TENSORS},
-    ),
-    # Gemma 3 (llama.cpp's llm_build_gemma3, transformers' Gemma3TextModel; /work notes gemma3.md):
-    # embedding x sqrt(d_model); per-head RMSNorm of q and k; norms after attention and after the
-    # FFN, before each residual add; GELU (tanh) gate; head size from key_length; 5 of every 6
-    # layers attend to a sliding window with rope base 10,000, every 6th to everything with the
-    # file's rope.freq_base; no output.weight (tied). Norm weights in the GGUF already hold 1 + w.
-    "gemma3": ArchFacts(
-        activation="gelu_tanh",
-        norm="rms",
-        eps_key="{arch}.attention.layer_norm_rms_epsilon",
-        rope_layout="neox",
-        embed_scale="sqrt_d_model",
-        sliding_window_key="{arch}.attention.sliding_window",
-        sliding_window_pattern_key="{arch}.attention.sliding_window_pattern",
-        global_every=6,
-        rope_base_local=10000.0,
-        rope_base_local_key="{arch}.rope.freq_base_swa",
-        tied_default=True,
-        tensors={**LLAMA_TENSORS, **QK_NORM_TENSORS, **POST_NORM_TENSORS},
-    ),
-}
 
 
 @dataclass(frozen=True)
@@ -148,7 +84,7 @@ class ArchSpec:
     head_dim: int
     n_rot: int  # dimensions of each head that rope rotates (== head_dim for llama)
     vocab: int
-    context_length: int
+    context_length: int  # positions the forward pass follows (the value of context_key)
     rope_base: float
     rms_eps: float
     tied: bool  # no output.weight: unembed with token_embd
@@ -160,6 +96,21 @@ class ArchSpec:
     sliding_window: int = 0  # keys a sliding layer's query sees, itself included; 0: no sliding layers
     sliding_layers: tuple[bool, ...] = ()  # per layer: True = sliding window, False = global; () = all global
     rope_base_local: float = 0.0  # rope base on sliding layers (0: rope_base everywhere)
+    rope_freq_scale: float = 1.0  # positions x this in every rope (linear scaling: 1 / rope.scaling.factor)
+    rope_scale_local: float = 0.0  # ... on sliding layers (0: rope_freq_scale everywhere)
+    rope_attn_factor: float = 1.0  # cos and sin x this (rope.scaling.attn_factor)
+    rope_factors: str = ""  # tensor of per-pair frequency factors applied in every rope ("": none)
+    rope_tensors: tuple[str, ...] = ()  # every rope tensor of the file (the factors, and phi3's long ones)
+    fused_qkv: bool = False  # Q K V in one attn_qkv tensor per block (phi3)
+    fused_gate_up: bool = False  # gate and up in one ffn_up tensor of 2 d_ff rows (phi3)
+    attn_softcap: float = 0.0  # attention scores -> cap * tanh(s / cap) before the mask (0: none)
+    final_softcap: float = 0.0  # logits -> cap * tanh(logits / cap) (0: none)
+    query_pre_attn_scalar: int = 0  # scores x 1/sqrt(this) (0: the head size)
+    context_key: str = ""  # the metadata key context_length came from ("": {arch}.context_length)
+
+    def __post_init__(self):
+        if not self.context_key:
+            object.__setattr__(self, "context_key", f"{self.arch}.context_length")
 
     @property
     def q_dim(self) -> int:
@@ -176,21 +127,37 @@ class ArchSpec:
 
     @property
     def attn_scale(self) -> float:
-        """Scores are multiplied by 1/sqrt(head size) (key_length where the file gives it)."""
-        return 1.0 / math.sqrt(self.head_dim)
+        """Scores are multiplied by 1/sqrt(head size) (key_length where the file gives it), or by
+        1/sqrt(query_pre_attn_scalar) where the row says so (Gemma 2 and 3 27B)."""
+        return 1.0 / math.sqrt(self.query_pre_attn_scalar or self.head_dim)
 
     @property
     def facts(self) -> ArchFacts:
         return ARCHITECTURES[self.arch]
 
     @property
+    def block_tensors(self) -> dict[str, str]:
+        """Role -> tensor name pattern of a block as this file stores it: the row's roles, with Q K V
+        as one 'wqkv' and gate|up as one 'w_gate_up' where the file stacks them (phi3)."""
+        out: dict[str, str] = {}
+        for role, name in self.facts.tensors.items():
+            if self.fused_qkv and role in STACKS["wqkv"]:
+                out.setdefault("wqkv", FUSED_QKV_TENSOR)
+            elif self.fused_gate_up and role in STACKS["w_gate_up"]:
+                out.setdefault("w_gate_up", FUSED_GATE_UP_TENSOR)
+            else:
+                out[role] = name
+        return out
+
+    @property
     def roles(self) -> tuple[str, ...]:
-        """The block's tensor roles in this architecture: the nine llama ones, then its extras."""
-        return tuple(self.facts.tensors)
+        """The block's tensor roles in this file: the nine llama ones (or their stacks), then its extras."""
+        return tuple(self.block_tensors)
 
     def has(self, role: str) -> bool:
-        """Whether blocks of this architecture hold `role` ('q_norm', 'bq', 'post_ffn_norm', ...)."""
-        return role in self.facts.tensors
+        """Whether blocks hold `role` ('q_norm', 'bq', 'post_ffn_norm', 'wq', ...), as a tensor of its
+        own or as rows of a stacked one."""
+        return role in self.facts.tensors or role in self.block_tensors
 
     def is_sliding(self, layer: int) -> bool:
         """True when `layer` attends to a sliding window of the last `sliding_window` positions."""
@@ -204,14 +171,40 @@ class ArchSpec:
         """Rope base of `layer`: the local base on sliding layers, the file's rope_base on the others."""
         return self.rope_base_local if self.is_sliding(layer) and self.rope_base_local else self.rope_base
 
+    def layer_rope(self, layer: int) -> tuple[float, float]:
+        """(rope base, freq scale) of `layer` (llama.cpp's get_rope_freq_base / _scale)."""
+        local = self.is_sliding(layer) and self.rope_scale_local
+        return self.layer_rope_base(layer), self.rope_scale_local if local else self.rope_freq_scale
+
+    def stacked_rows(self, role: str) -> tuple[str, slice]:
+        """Where a role's rows live in the block's float32 arrays (weights.BlockWeights): the array's
+        name and the rows; 'wk' is rows q_dim .. q_dim + kv_dim of 'wqkv', 'attn_norm' all of itself."""
+        for stack, parts in STACKS.items():
+            if role == stack:
+                return stack, slice(None)
+            if role in parts:
+                sizes = [self.role_shape(p)[0] for p in parts]
+                start = sum(sizes[: parts.index(role)])
+                return stack, slice(start, start + sizes[parts.index(role)])
+        return role, slice(None)
+
+    def file_roles(self, *roles: str) -> tuple[str, ...]:
+        """The roles of this file's tensors that hold `roles`: ('wq', 'wk', 'wv') is ('wqkv',) on phi3."""
+        held = self.block_tensors
+        out = [r if r in held else next(s for s in STACKS if r in STACKS[s] and s in held) for r in roles]
+        return tuple(dict.fromkeys(out))
+
     def tensor_name(self, role: str, i: int | None = None) -> str:
         """File name of a tensor: a block role ('wq', ...) with its block, or 'token_embd' etc."""
-        facts = self.facts
-        if role in facts.tensors:
-            return facts.tensors[role].format(i=i)
+        facts, held = self.facts, self.block_tensors
+        if role in held:
+            return held[role].format(i=i)
         if role == "output" and self.tied:
             return facts.token_embd
-        if role in OPTIONAL_ROLES:
+        if self.has(role):
+            stack = self.file_roles(role)[0]
+            raise KeyError(f"{self.arch} files hold {role!r} as rows of {held[stack].format(i=i)!r} ({stack!r})")
+        if role in OPTIONAL_ROLES or role in STACKS:
             raise KeyError(f"{self.arch} blocks have no {role!r} tensor (roles: {', '.join(self.roles)})")
         return getattr(facts, role)
 
@@ -222,14 +215,16 @@ class ArchSpec:
             "attn_norm": (d,), "wq": (q, d), "wk": (kv, d), "wv": (kv, d), "wo": (d, q), "ffn_norm": (d,),
             "w_gate": (ff, d), "w_up": (ff, d), "w_down": (d, ff), "bq": (q,), "bk": (kv,), "bv": (kv,),
             "q_norm": (self.head_dim,), "k_norm": (self.head_dim,), "post_attn_norm": (d,), "post_ffn_norm": (d,),
+            "wqkv": (q + 2 * kv, d), "w_gate_up": (2 * ff, d), "bqkv": (q + 2 * kv,),
             "token_embd": (self.vocab, d), "output": (self.vocab, d), "output_norm": (d,),
         }  # fmt: skip
         return shapes[role]
 
     def tensor_shapes(self) -> list[tuple[str, tuple[int, ...]]]:
-        """(GGUF tensor name, numpy shape) of every tensor this model holds: token_embd, each block's
-        roles in table order, output_norm, and output.weight unless the head is tied."""
+        """(GGUF tensor name, numpy shape) of every tensor this model holds: token_embd, the rope
+        tensors, each block's roles in table order, output_norm, and output.weight unless the head is tied."""
         out = [(self.facts.token_embd, self.role_shape("token_embd"))]
+        out += [(name, (self.n_rot // 2,)) for name in self.rope_tensors]
         out += [(self.tensor_name(r, i), self.role_shape(r)) for i in range(self.n_layers) for r in self.roles]
         out.append((self.facts.output_norm, self.role_shape("output_norm")))
         if not self.tied:
@@ -241,7 +236,14 @@ def _where(path) -> str:
     return f"{path}: " if path else ""
 
 
-def _key(metadata: Mapping[str, Any], key: str, path, kind=int, default=None):
+def _quoted(name: str, limit: int = 200) -> str:
+    """repr of a name from a file, cut to `limit` characters with its length given (a hostile file)."""
+    return repr(name) if len(name) <= limit else f"{name[:limit]!r}... ({len(name):,} characters)"
+
+
+def _key(metadata: Mapping[str, Any], key: str, path, kind=int, default=None, positive: bool | None = None):
+    """metadata[key] as `kind`, or `default` when absent; a value that is not a finite number >= 0 is
+    refused in one line, and 0 too when `positive` (the default without a default: a size, an eps)."""
     if key not in metadata:
         if default is not None:
             return default
@@ -253,17 +255,24 @@ def _key(metadata: Mapping[str, Any], key: str, path, kind=int, default=None):
         out = kind(value)
     except (TypeError, ValueError):
         raise ArchMetadataError(f"{_where(path)}metadata key {key!r} is {value!r}, not a number") from None
-    if kind is int and out <= 0 and default is None:
+    if not math.isfinite(out) or out < 0 or (out == 0 and (default is None if positive is None else positive)):
         raise ArchMetadataError(f"{_where(path)}metadata key {key!r} is {out}; it must be positive")
     return out
 
 
 def spec_from_metadata(
-    metadata: Mapping[str, Any], tensor_names: Iterable[str] = (), *, path=None, needed_by: str | None = None
+    metadata: Mapping[str, Any],
+    tensor_names: Iterable[str] = (),
+    *,
+    path=None,
+    needed_by: str | None = None,
+    check_tensors: bool = True,
 ) -> ArchSpec:
     """Read the model's shape from its metadata; refuse, in one line, what the table lacks.
 
-    tensor_names decides `tied` (no output.weight) and is checked for every block tensor.
+    tensor_names decides what the metadata cannot say (`tied`: no output.weight; stacked Q K V; the
+    rope tensors) and, with check_tensors, is checked: every tensor the row needs is there, and
+    every tensor there is one the row uses (else the pass would ignore it: refused, naming it).
     needed_by ("lessons 4 and 5") is appended to the refusal of an unknown architecture.
     """
     arch = metadata.get("general.architecture")
@@ -272,7 +281,7 @@ def spec_from_metadata(
     if arch not in ARCHITECTURES:
         need = f"; {needed_by} need it" if needed_by else ""
         raise UnsupportedArchitectureError(
-            f"{_where(path)}{arch}: architecture not supported by the forward pass"
+            f"{_where(path)}{_quoted(arch)[1:-1]}: architecture not supported by the forward pass"
             f" (supported: {', '.join(sorted(ARCHITECTURES))}){need}"
         )
     facts = ARCHITECTURES[arch]
@@ -283,13 +292,13 @@ def spec_from_metadata(
     d_model = _key(metadata, k("{arch}.embedding_length"), path)
     n_heads = _key(metadata, k("{arch}.attention.head_count"), path)
     n_kv_heads = _key(metadata, k("{arch}.attention.head_count_kv"), path, default=n_heads)
-    if n_heads % n_kv_heads:
+    if n_kv_heads == 0 or n_heads % n_kv_heads:
         raise ArchMetadataError(
             f"{_where(path)}{k('{arch}.attention.head_count')} = {n_heads} is not a multiple of"
             f" {k('{arch}.attention.head_count_kv')} = {n_kv_heads}"
         )
     head_dim = None
-    for key in facts.head_dim_keys:  # key_length first, then rope.dimension_count
+    for key in facts.head_dim_keys:  # key_length first, then (llama) rope.dimension_count
         if k(key) in metadata:
             head_dim = _key(metadata, k(key), path)
             break
@@ -305,15 +314,9 @@ def spec_from_metadata(
         raise ArchMetadataError(f"{_where(path)}{value_key} = {metadata[value_key]} differs from the head size"
                                 f" {head_dim}; the forward pass needs keys and values of one size")  # fmt: skip
     n_rot = _key(metadata, k("{arch}.rope.dimension_count"), path, default=head_dim)
-    if n_rot > head_dim or n_rot % 2:
+    if n_rot > head_dim or n_rot % 2 or n_rot == 0:
         raise ArchMetadataError(f"{_where(path)}{k('{arch}.rope.dimension_count')} = {n_rot} must be even and"
                                 f" at most the head size {head_dim}")  # fmt: skip
-    scaling = metadata.get(k("{arch}.rope.scaling.type"), "none")
-    if scaling not in ("none", None, ""):
-        raise UnsupportedArchitectureError(
-            f"{_where(path)}{arch}: rope scaling {scaling!r} ({k('{arch}.rope.scaling.type')}) is not supported"
-            " by the forward pass"
-        )
 
     vocab_key = k("{arch}.vocab_size")
     if vocab_key in metadata:
@@ -323,21 +326,27 @@ def spec_from_metadata(
     else:
         raise ArchMetadataError(f"{_where(path)}metadata key {vocab_key!r} is missing (and no tokenizer.ggml.tokens)")
 
-    names = set(tensor_names)
+    order = list(tensor_names)
+    names = set(order)
     n_layers = _key(metadata, k("{arch}.block_count"), path)
     window, sliding = _sliding_layers(metadata, facts, arch, n_layers, path)
-    rope_base = _key(metadata, k(facts.rope_base_key), path, kind=float, default=facts.rope_base_default)
+    rope_base = _key(metadata, k(facts.rope_base_key), path, kind=float, default=facts.rope_base_default, positive=True)
     rope_base_local = 0.0
-    if facts.rope_base_local is not None:
-        local_key = k(facts.rope_base_local_key or "")
-        rope_base_local = _key(metadata, local_key, path, kind=float, default=facts.rope_base_local)
-    if names:
-        wanted = [facts.token_embd, facts.output_norm]
-        wanted += [t.format(i=i) for i in range(n_layers) for t in facts.tensors.values()]
-        for name in wanted:
-            if name not in names:
-                raise ArchMetadataError(f"{_where(path)}tensor {name!r} is missing; the forward pass needs it")
-    return ArchSpec(
+    if sliding and facts.rope_base_local_key:
+        default = facts.rope_base_local or rope_base
+        rope_base_local = _key(metadata, k(facts.rope_base_local_key), path, kind=float, default=default, positive=True)
+    rope_tensors = tuple(t for t in (facts.rope_factors, facts.rope_factors_long) if t and t in names)
+    context_key = k("{arch}.context_length")
+    context = _key(metadata, context_key, path)
+    if facts.rope_factors_long in names:  # llama.cpp switches to the long factors past the original context
+        orig_key = k("{arch}.rope.scaling.original_context_length")
+        if orig_key in metadata and _key(metadata, orig_key, path) < context:
+            context, context_key = _key(metadata, orig_key, path), orig_key
+    fused_qkv = facts.qkv_layouts[0] == "fused"
+    if names and "fused" in facts.qkv_layouts:
+        fused_qkv = FUSED_QKV_TENSOR.format(i=0) in names
+    query_scalar = d_model // n_heads if n_layers in facts.query_scale_wide_at else 0
+    spec = ArchSpec(
         arch=arch,
         n_layers=n_layers,
         d_model=d_model,
@@ -347,9 +356,9 @@ def spec_from_metadata(
         head_dim=head_dim,
         n_rot=n_rot,
         vocab=vocab,
-        context_length=_key(metadata, k("{arch}.context_length"), path),
+        context_length=context,
         rope_base=rope_base,
-        rms_eps=_key(metadata, k(facts.eps_key), path, kind=float),
+        rms_eps=_key(metadata, k(facts.eps_key), path, kind=float, default=None),
         tied=facts.output not in names if names else facts.tied_default,
         activation=facts.activation,
         norm=facts.norm,
@@ -359,15 +368,74 @@ def spec_from_metadata(
         sliding_window=window,
         sliding_layers=sliding,
         rope_base_local=rope_base_local,
+        rope_freq_scale=_rope_freq_scale(metadata, arch, path),
+        rope_scale_local=(facts.rope_scale_local or 0.0) if sliding else 0.0,
+        rope_attn_factor=_key(
+            metadata, k("{arch}.rope.scaling.attn_factor"), path, kind=float, default=1.0, positive=True
+        ),
+        rope_factors=facts.rope_factors if facts.rope_factors in rope_tensors else "",
+        rope_tensors=rope_tensors,
+        fused_qkv=fused_qkv,
+        fused_gate_up=facts.gate_up_fused,
+        attn_softcap=_softcap(metadata, k("{arch}.attn_logit_softcapping"), facts.attn_softcap, path),
+        final_softcap=_softcap(metadata, k("{arch}.final_logit_softcapping"), facts.final_softcap, path),
+        query_pre_attn_scalar=query_scalar,
+        context_key=context_key,
     )
+    if names and check_tensors:
+        _check_tensors(spec, order, path)
+    return spec
+
+
+def _check_tensors(spec: ArchSpec, names: list[str], path) -> None:
+    """Every tensor the row needs is in the file, and every tensor in the file is one it uses."""
+    wanted = [name for name, _ in spec.tensor_shapes()]
+    known = set(wanted)
+    for name in names:
+        if name not in known:
+            raise ArchMetadataError(
+                f"{_where(path)}tensor {_quoted(name)} is not part of the {spec.arch} recipe (bytesup.model.arch):"
+                " the forward pass would ignore it, so it refuses the file"
+            )
+    present = set(names)
+    for name in wanted:
+        if name not in present:
+            raise ArchMetadataError(f"{_where(path)}tensor {name!r} is missing; the forward pass needs it")
+
+
+def _rope_freq_scale(metadata: Mapping[str, Any], arch: str, path) -> float:
+    """Positions are multiplied by this in every rope: 1 / rope.scaling.factor (or the older
+    rope.scale_linear) for linear scaling, as llama.cpp reads them; other scalings are refused."""
+    type_key = f"{arch}.rope.scaling.type"
+    scaling = metadata.get(type_key, "linear")  # llama.cpp's default when the key is absent
+    if scaling not in ROPE_SCALINGS:
+        raise UnsupportedArchitectureError(
+            f"{_where(path)}{arch}: rope scaling {_quoted(str(scaling))} ({type_key}) is not followed by the"
+            f" forward pass (it follows {', '.join(ROPE_SCALINGS)})"
+        )
+    factor_key = next((key for key in (f"{arch}.rope.scaling.factor", f"{arch}.rope.scale_linear")
+                       if key in metadata), None)  # fmt: skip
+    factor = _key(metadata, factor_key, path, kind=float, default=0.0) if factor_key else 0.0
+    return 1.0 if scaling == "none" or factor in (0.0, 1.0) else 1.0 / factor
+
+
+def _softcap(metadata: Mapping[str, Any], key: str, default: float | None, path) -> float:
+    """A soft-capping value where the row has one (the file's key, else the row's default), else 0."""
+    if default is None:
+        return 0.0
+    return _key(metadata, key, path, kind=float, default=default)
 
 
 def _sliding_layers(metadata, facts: ArchFacts, arch: str, n_layers: int, path) -> tuple[int, tuple[bool, ...]]:
-    """(window, per-layer True = sliding) from the file: the window's key, then the pattern key
-    (a bool per layer, or n: every nth layer global), else the table's `global_every`."""
+    """(window, per-layer True = sliding) from the file: the window's key (or the row's default;
+    neither: no sliding layers), then the pattern key (a bool per layer, or n: every nth layer
+    global, 0: none), else the table's `global_every`."""
     if facts.sliding_window_key is None:
         return 0, ()
-    window = _key(metadata, facts.sliding_window_key.format(arch=arch), path)
+    window_key = facts.sliding_window_key.format(arch=arch)
+    if window_key not in metadata and facts.sliding_window_default is None:
+        return 0, ()
+    window = _key(metadata, window_key, path, default=facts.sliding_window_default, positive=True)
     pattern_key = (facts.sliding_window_pattern_key or "").format(arch=arch)
     pattern = metadata.get(pattern_key, facts.global_every)
     if isinstance(pattern, list):
@@ -375,8 +443,8 @@ def _sliding_layers(metadata, facts: ArchFacts, arch: str, n_layers: int, path) 
             raise ArchMetadataError(f"{_where(path)}metadata key {pattern_key!r} must hold one bool per block"
                                     f" ({n_layers}), not {pattern[:8]!r}")  # fmt: skip
         return window, tuple(bool(p) for p in pattern)
-    every = _key({pattern_key: pattern}, pattern_key, path)
-    return window, tuple((i + 1) % every != 0 for i in range(n_layers))
+    every = _key({pattern_key: pattern}, pattern_key, path, default=0)
+    return window, tuple(every == 0 or (i + 1) % every != 0 for i in range(n_layers))
 
 
 def layer_windows(metadata: Mapping[str, Any], n_layers: int, path=None) -> tuple[int | None, ...]:
@@ -401,18 +469,35 @@ def recipe_summary(arch: str) -> str:
     parts.append("RMSNorm before attention and FFN")
     if "post_attn_norm" in f.tensors:
         parts.append("RMSNorm on each half's output before its residual add")
+    if f.qkv_layouts[0] == "fused":
+        parts.append("Q K V stored as one matrix (attn_qkv) and split at load")
     if f.biases:
         parts.append(f"biases on {', '.join(r[1:].upper() for r in f.biases)}")
     if "q_norm" in f.tensors:
         parts.append("per-head RMSNorm of Q and K")
     rope = {"adjacent": "adjacent pairs", "neox": "NeoX halves"}[f.rope_layout]
-    parts.append(f"rope on {rope}")
-    parts.append("grouped-query attention scaled 1/sqrt(head size)")
+    parts.append(f"rope on {rope} (the first rope.dimension_count dimensions of a head)")
+    if f.rope_factors:
+        within = " (up to rope.scaling.original_context_length, where the pass stops)" if f.rope_factors_long else ""
+        parts.append(f"rope frequencies divided by {f.rope_factors} when the file has it{within}")
+    scale = "scaled 1/sqrt(head size)"
+    if f.query_scale_wide_at:
+        scale += f" (1/sqrt(d_model / heads) at {' or '.join(map(str, f.query_scale_wide_at))} blocks)"
+    parts.append(f"grouped-query attention {scale}")
+    if f.attn_softcap:
+        parts.append(f"attention scores soft-capped, cap x tanh(s / cap) (cap {f.attn_softcap:g} unless the file says)")
     if f.sliding_window_key:
-        parts.append(f"sliding-window layers (rope base {f.rope_base_local:,.0f}) with every"
-                     f" {f.global_every}th layer global (file's rope base) unless the file says otherwise")  # fmt: skip
-    parts.append(gate)
+        if f.global_every == 0:
+            parts.append("every layer attends to a sliding window when the file gives one")
+        else:
+            base = f" (rope base {f.rope_base_local:,.0f})" if f.rope_base_local else ""
+            every = "other" if f.global_every == 2 else f"{f.global_every}th"
+            parts.append(f"sliding-window layers{base} with every {every} layer global (file's rope"
+                         " base) unless the file says otherwise")  # fmt: skip
+    parts.append(gate + (", gate and up stored as one matrix (ffn_up)" if f.gate_up_fused else ""))
     parts.append("tied output head" if f.tied_default else "output head (tied when output.weight is absent)")
+    if f.final_softcap:
+        parts.append(f"logits soft-capped (cap {f.final_softcap:g} unless the file says)")
     return f"{arch}: " + "; ".join(parts)
 
 
@@ -420,9 +505,10 @@ def expected_tensors(metadata: Mapping[str, Any], tensor_names: Iterable[str] = 
                      ) -> list[tuple[str, tuple[int, ...]]]:  # fmt: skip
     """(name, numpy shape) of every tensor the table expects a file of this metadata to hold.
 
-    Without tensor_names the head is tied only where the architecture always ties it.
+    Without tensor_names the head is tied only where the architecture always ties it, and no
+    optional rope tensor is expected; with them, those follow the file and nothing is checked.
     """
-    return spec_from_metadata(metadata, tensor_names, path=path).tensor_shapes()
+    return spec_from_metadata(metadata, tensor_names, path=path, check_tensors=False).tensor_shapes()
 
 
 def supported(metadata: Mapping[str, Any], tensor_names: Iterable[str] = (), *, path=None) -> str | None:

@@ -1,4 +1,4 @@
-"""The model, by hand: a forward pass in NumPy (llama, qwen2, gemma3), one step per function, with a KV cache.
+"""The model, by hand: a forward pass in NumPy (every row of bytesup.model.arch), one step per function, with a KV cache.
 
     with Model.from_gguf("smollm2-135m.gguf") as model:
         cache = model.new_cache()
@@ -9,9 +9,11 @@
 transformer()): embed -> for each block: RMSNorm, Q K V, rope, grouped-query attention with a
 causal mask, output projection, residual; RMSNorm, gated FFN, residual -> final norm -> unembed.
 What differs between architectures comes from the one table in bytesup.model.arch, read through
-`spec`: the gate's activation (SiLU, GELU-tanh), the rope layout, Q K V biases (qwen2), and
-gemma3's embedding scale, per-head q/k norms, post-attention/post-FFN norms and sliding-window
-layers with their own rope base.
+`spec`: the gate's activation (SiLU, GELU-tanh), the rope layout and its angles (per-pair factors,
+linear scaling, partial rotation), Q K V biases (qwen2), per-head q/k norms (qwen3, gemma3),
+Gemma's embedding scale, post-attention/post-FFN norms, sliding-window layers with their own rope
+base, and Gemma 2's soft-capped attention scores and logits. Phi-3's stacked tensors are split at
+load (bytesup.model.weights), so the pass never sees them.
 
 Arithmetic is float32 throughout, like the model. Activations are (tokens, features): a batch of
 N new tokens multiplies x @ W.T once per matrix (prefill); one token is a matvec (decode), where
@@ -32,7 +34,7 @@ import numpy as np
 from bytesup.errors import BytesupError
 from bytesup.gguf.file import GGUFFile
 from bytesup.model.arch import ArchSpec, spec_from_metadata
-from bytesup.model.layers import gelu, rms_norm, silu, softmax
+from bytesup.model.layers import gelu, rms_norm, silu, softcap, softmax
 from bytesup.model.trace import Trace
 from bytesup.model.weights import (
     DEFAULT_RESIDENT_BUDGET,
@@ -103,7 +105,7 @@ def cache_max_tokens(spec: ArchSpec, max_tokens: int | None) -> int:
     n = spec.context_length if max_tokens is None else int(max_tokens)
     if not 0 < n <= spec.context_length:
         raise ForwardInputError(
-            f"KV cache max_tokens {max_tokens} must be between 1 and {spec.arch}.context_length = {spec.context_length}"
+            f"KV cache max_tokens {max_tokens} must be between 1 and {spec.context_key} = {spec.context_length}"
         )
     return n
 
@@ -208,11 +210,36 @@ def matmul(x: np.ndarray, w: np.ndarray, out: np.ndarray | None = None) -> np.nd
     return out
 
 
-def rope_angles(positions: np.ndarray, n_rot: int, base: float) -> tuple[np.ndarray, np.ndarray]:
-    """cos and sin of position * base^(-2i/n_rot) for pair i: (N, n_rot/2) each."""
-    inv_freq = base ** (-np.arange(0, n_rot, 2, dtype=np.float64) / n_rot)
-    angles = np.outer(positions.astype(np.float64), inv_freq)
-    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+def rope_frequencies(n_rot: int, base: float, freq_scale: float = 1.0, factors=None) -> np.ndarray:
+    """Radians per position of each rotated pair i, float64: freq_scale * base^(-2i/n_rot) / factors[i]
+    (llama.cpp's ggml_rope_ext: factors from the file's rope_freqs.weight, freq_scale 1 / linear factor)."""
+    freq = freq_scale * base ** (-np.arange(0, n_rot, 2, dtype=np.float64) / n_rot)
+    return freq if factors is None else freq / np.asarray(factors, np.float64)
+
+
+def rope_angles(positions: np.ndarray, n_rot: int, base: float, *, freq_scale: float = 1.0, factors=None,
+                mscale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """cos and sin of position x rope_frequencies(...) for each pair i, times mscale: (N, n_rot/2) each."""
+    angles = np.outer(np.asarray(positions, np.float64), rope_frequencies(n_rot, base, freq_scale, factors))
+    return (mscale * np.cos(angles)).astype(np.float32), (mscale * np.sin(angles)).astype(np.float32)
+
+
+def layer_rope_angles(spec: ArchSpec, layer: int, positions: np.ndarray, factors=None):
+    """rope_angles with `layer`'s base and scale, the file's attn_factor and its per-pair factors
+    (weights.rope_factors: None when the file has none)."""
+    base, freq_scale = spec.layer_rope(layer)
+    return rope_angles(positions, spec.n_rot, base, freq_scale=freq_scale, factors=factors,
+                       mscale=spec.rope_attn_factor)  # fmt: skip
+
+
+def rope_tables(spec: ArchSpec, positions: np.ndarray, factors=None) -> dict:
+    """(cos, sin) for the positions per distinct spec.layer_rope(i): one table serves every layer
+    that shares its base and scale (two on gemma3, one elsewhere)."""
+    tables: dict = {}
+    for layer in range(spec.n_layers):
+        if spec.layer_rope(layer) not in tables:
+            tables[spec.layer_rope(layer)] = layer_rope_angles(spec, layer, positions, factors)
+    return tables
 
 
 def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str = "adjacent") -> np.ndarray:
@@ -253,6 +280,8 @@ def attention(q, k, v, start: int, spec: ArchSpec, window: int | None = None):
     # scores: every query against every key, / sqrt(head_dim)
     att = qg @ k.transpose(0, 2, 1)  # (kv, g*N, T)
     att *= np.float32(spec.attn_scale)
+    if spec.attn_softcap:  # gemma2: cap * tanh(scores / cap)
+        softcap(att, spec.attn_softcap, out=att)
     # causal mask: query at position start+i sees keys 0..start+i
     att = att.reshape(kv, g, n, t)
     if n > 1:
@@ -325,10 +354,13 @@ def ffn_block(x, w: BlockWeights, spec: ArchSpec, s: RunState | None = None):
 
 
 def unembed(x: np.ndarray, weights, spec: ArchSpec) -> np.ndarray:
-    """Logits: x @ head.T, chunk by chunk of head rows (output.weight, or token_embd when tied)."""
+    """Logits: x @ head.T, chunk by chunk of head rows (output.weight, or token_embd when tied);
+    gemma2 soft-caps them, cap * tanh(logits / cap)."""
     logits = np.empty((x.shape[0], spec.vocab), np.float32)
     for start, rows in weights.head_chunks():
         matmul(x, rows, out=logits[:, start : start + rows.shape[0]])
+    if spec.final_softcap:
+        softcap(logits, spec.final_softcap, out=logits)
     return logits
 
 
@@ -344,13 +376,13 @@ def transformer(ids: np.ndarray, weights, spec: ArchSpec, cache: KVCache, s: Run
     x = embed(weights, ids, out=s.x)
     # gemma3: the rows times sqrt(d_model) (the table's embed_scale; 1 elsewhere)
     x *= np.float32(spec.embed_scale)
-    # rope angles for these positions, one table per rope base (gemma3's sliding layers have their own)
-    angles = {base: rope_angles(np.arange(start, start + n), spec.n_rot, base)
-              for base in {spec.layer_rope_base(i) for i in range(spec.n_layers)}}  # fmt: skip
+    # rope angles for these positions, one table per rope base and scale (gemma3's sliding layers
+    # have their own), with the file's per-pair frequency factors (llama 3.1's rope_freqs) if any
+    angles = rope_tables(spec, np.arange(start, start + n), weights.rope_factors)
     # forward all the layers
     for layer in range(spec.n_layers):
         w = weights.block(layer)
-        cos, sin = angles[spec.layer_rope_base(layer)]
+        cos, sin = angles[spec.layer_rope(layer)]
         # attention half: norm, Q K V, rope, grouped-query attention, output projection, residual
         x = attention_block(x, w, layer, start, cos, sin, spec, cache, s)
         # FFN half: norm, gate and up, act(gate) * up, down, residual
@@ -424,7 +456,7 @@ class Model:
         past = cache.n if cache is not None else 0
         if past + arr.size > self.spec.context_length:
             raise ForwardInputError(
-                f"{past} cached + {arr.size} new tokens exceed {self.spec.arch}.context_length ="
+                f"{past} cached + {arr.size} new tokens exceed {self.spec.context_key} ="
                 f" {self.spec.context_length}; shorten the input or start a new cache"
             )
         if cache is not None and past + arr.size > cache.max_tokens:

@@ -10,8 +10,9 @@
 the same names: embed -> for each block: RMSNorm, Q K V (one fused matrix), rope on adjacent
 pairs, grouped-query attention with a causal mask, output projection, residual; RMSNorm, gate
 and up (one fused matrix), act(gate) * up, down, residual -> final norm -> unembed; the steps an
-architecture adds (biases, q/k norms, post norms, embedding scale, sliding windows) as forward.py
-reads them from the architecture table.
+architecture adds (biases, q/k norms, post norms, embedding scale, sliding windows, soft caps) as
+forward.py reads them from the architecture table. The rope angles are forward.py's own tables
+(forward.rope_tables, float64 rounded to float32), moved to the device.
 
 The weights are the float32 arrays of forward.py's resident provider (the project's own
 dequantizers, fused QKV and gate|up), moved to the device once: there is no second dequantizer.
@@ -37,9 +38,10 @@ from bytesup.model.forward import (
     KVCache,
     Model,
     activation,
+    rope_tables,
     weight_float32_bytes_per_token,
 )
-from bytesup.model.layers import rms_norm, softmax
+from bytesup.model.layers import rms_norm, softcap, softmax
 from bytesup.model.weights import DEFAULT_RESIDENT_BUDGET
 
 try:  # the module imports without torch; TorchModel then says how to get it
@@ -89,6 +91,7 @@ class TorchWeights:
         # a tied head is the embedding itself: one tensor on the device, not two
         self.head = self.token_embd if spec.tied else move(resident.head)
         self.output_norm = move(resident.output_norm)
+        self.rope_factors = resident.rope_factors  # NumPy: the angle tables are made on the host
         self.blocks = [
             TorchBlock(move(b.attn_norm), move(b.wqkv), move(b.wo), move(b.ffn_norm), move(b.w_gate_up),
                        move(b.w_down), move(b.bqkv), move(b.q_norm), move(b.k_norm), move(b.post_attn_norm),
@@ -132,13 +135,11 @@ def matmul(x, w):
     return x @ w.T
 
 
-def rope_angles(start: int, n: int, n_rot: int, base: float, device):
-    """cos and sin of position * base^(-2i/n_rot) for pair i: (N, n_rot/2) each, computed in
-    float64 and rounded to float32, as forward.rope_angles."""
-    inv_freq = base ** (-torch.arange(0, n_rot, 2, dtype=torch.float64, device=device) / n_rot)
-    positions = torch.arange(start, start + n, dtype=torch.float64, device=device)
-    angles = torch.outer(positions, inv_freq)
-    return torch.cos(angles).float(), torch.sin(angles).float()
+def rope_angles(spec: ArchSpec, start: int, n: int, factors, device) -> dict:
+    """forward.rope_tables for positions start .. start + n - 1, each (cos, sin) moved to `device`."""
+    tables = rope_tables(spec, np.arange(start, start + n), factors)
+    return {key: (torch.as_tensor(c, device=device), torch.as_tensor(s, device=device))
+            for key, (c, s) in tables.items()}  # fmt: skip
 
 
 def rope(x, cos, sin, layout: str = "adjacent"):
@@ -175,6 +176,8 @@ def attention(q, k, v, start: int, spec: ArchSpec, window: int | None = None):
     qg = q.reshape(n, kv, g, hd).permute(1, 2, 0, 3).reshape(kv, g * n, hd)
     # scores: every query against every key, / sqrt(head_dim)
     scores = (qg @ k.transpose(1, 2)) * spec.attn_scale  # (kv, g*N, T)
+    if spec.attn_softcap:  # gemma2: cap * tanh(scores / cap)
+        scores = softcap(scores, spec.attn_softcap)
     # causal mask: query at position start+i sees keys 0..start+i
     scores = scores.reshape(kv, g, n, t)
     keys = torch.arange(t, device=q.device)
@@ -237,9 +240,11 @@ def ffn_block(x, w: TorchBlock, spec: ArchSpec):
     return x + out
 
 
-def unembed(x, weights: TorchWeights):
-    """Logits: x @ head.T (output.weight, or token_embd when tied), one matmul on the device."""
-    return matmul(x, weights.head)
+def unembed(x, weights: TorchWeights, spec: ArchSpec):
+    """Logits: x @ head.T (output.weight, or token_embd when tied), one matmul on the device;
+    gemma2 soft-caps them."""
+    logits = matmul(x, weights.head)
+    return softcap(logits, spec.final_softcap) if spec.final_softcap else logits
 
 
 def transformer(ids, weights: TorchWeights, spec: ArchSpec, cache: KVCache):
@@ -249,13 +254,12 @@ def transformer(ids, weights: TorchWeights, spec: ArchSpec, cache: KVCache):
     x = embed(weights, ids)
     if spec.embed_scale != 1.0:  # gemma3: the row times sqrt(d_model), rounded to float32
         x = x * torch.tensor(spec.embed_scale, dtype=torch.float32)
-    # rope angles for these positions, shared by every block with the same rope base
-    angles = {base: rope_angles(start, n, spec.n_rot, base, x.device)
-              for base in {spec.layer_rope_base(i) for i in range(spec.n_layers)}}  # fmt: skip
+    # rope angles for these positions, shared by every block with the same rope base and scale
+    angles = rope_angles(spec, start, n, weights.rope_factors, x.device)
     # forward all the layers
     for layer in range(spec.n_layers):
         w = weights.block(layer)
-        cos, sin = angles[spec.layer_rope_base(layer)]
+        cos, sin = angles[spec.layer_rope(layer)]
         # attention half: norm, Q K V, rope, grouped-query attention, output projection, residual
         x = attention_block(x, w, layer, start, cos, sin, spec, cache)
         # FFN half: norm, gate and up, act(gate) * up, down, residual
@@ -264,7 +268,7 @@ def transformer(ids, weights: TorchWeights, spec: ArchSpec, cache: KVCache):
     # final rmsnorm
     x = rms_norm(x, weights.output_norm, spec.rms_eps)
     # classifier into logits
-    return unembed(x, weights)
+    return unembed(x, weights, spec)
 
 
 # -- the model ------------------------------------------------------------------------------

@@ -7,9 +7,9 @@ the one place that flips them.)
 Arithmetic follows the inputs' dtype. Given float32 weights and a float32 vector, every step here
 runs in float32, like the model; only ``matvec_naive`` uses Python's 64-bit floats.
 
-RMSNorm, softmax and the activations are the one copy the whole package uses: the lessons, the
-NumPy forward pass (bytesup.model.forward) and its torch twin (forward_torch), which hands them
-torch tensors. They work along the last axis, so a vector, each row (token) of a matrix and each
+RMSNorm, softmax, soft-capping and the activations are the one copy the whole package uses: the
+lessons, the NumPy forward pass (bytesup.model.forward) and its torch twin (forward_torch), which
+hands them torch tensors. They work along the last axis, so a vector, each row (token) of a matrix and each
 head of a (tokens, heads, head_dim) array are all the same call.
 """
 
@@ -116,6 +116,16 @@ def softmax(z, temperature: float = 1.0, out=None):
     e = xp.subtract(z, xp.amax(z, axis=-1, keepdims=True), out=out)  # z - max: at most 0
     xp.exp(e, out=e)
     return xp.divide(e, xp.sum(e, axis=-1, keepdims=True), out=e)
+
+
+def softcap(z, cap: float, out=None):
+    """cap * tanh(z / cap), element by element: about z while |z| is well below cap, never beyond
+    +-cap (Gemma 2 caps its attention scores at 50 and its logits at 30). out: where to write it."""
+    xp = namespace(z)
+    z = asarray(z)
+    y = xp.divide(z, cap, out=out)
+    xp.tanh(y, out=y)
+    return xp.multiply(y, cap, out=y)
 
 
 # --- the non-linear step ---------------------------------------------------------------------

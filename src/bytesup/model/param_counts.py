@@ -124,7 +124,8 @@ def counts_table(archs: Iterable[Architecture]) -> list[dict]:
 # --- the same accounting from a GGUF file ------------------------------------------------------
 
 NORMS = ("attn_norm", "ffn_norm", "attn_q_norm", "attn_k_norm", "post_attention_norm", "post_ffw_norm")
-_PART = re.compile(r"^blk\.(\d+)\.(" + "|".join(ATTENTION + FFN + NORMS) + r")\.(weight|bias)$")
+STACKED = ("attn_qkv",)  # Q, K and V in one tensor (Phi-3): a part of its own in a file's table
+_PART = re.compile(r"^blk\.(\d+)\.(" + "|".join(ATTENTION + STACKED + FFN + NORMS) + r")\.(weight|bias)$")
 
 
 def read_tensor_table(path: str | Path) -> list[dict]:

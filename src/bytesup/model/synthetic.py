@@ -2,6 +2,7 @@
 
     path = write_tiny_llama(tmp_path / "tiny.gguf")   # 2 blocks, width 32, FFN 64
     path = write_tiny_gemma3(tmp_path / "g.gguf")     # 6 blocks (block 5 global), window 4, head 16
+    path = write_tiny(tmp_path / "p.gguf", "phi3")    # any row of the architecture table, its own tensors
     path = write_shaped(path, DEEPSEEK_CODER_6_7B)    # the course specimen's exact shapes, 7.16 GB
 
 Files are written tensor by tensor (each made, encoded and written before the next), so memory
@@ -23,6 +24,7 @@ lessons have something to find.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import os
 import struct
@@ -253,18 +255,6 @@ GEMMA_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>"]  # ids 0..3, as in Gemma's
 GEMMA_WORDS = ["▁the", "▁cat", "▁cats", "▁kitten", "▁dog", "▁sat", "▁on", "▁mat", "▁a", "▁ran", "ing"]
 TOKEN_TYPE_UNKNOWN, TOKEN_TYPE_BYTE = 2, 6
 
-GEMMA3_TYPES: dict[str, str] = {
-    "token_embd.weight": "Q8_0",
-    "blk.*.attn_q.weight": "Q5_0",
-    "blk.*.attn_k.weight": "Q5_0",
-    "blk.*.attn_v.weight": "Q8_0",
-    "blk.*.attn_output.weight": "Q4_1",
-    "blk.*.ffn_gate.weight": "Q5_0",
-    "blk.*.ffn_up.weight": "Q5_0",
-    "blk.*.ffn_down.weight": "Q8_0",
-    "*": "F32",  # norms, q/k norms, post norms
-}
-
 
 def gemma_tokens() -> tuple[list[str], list[float], list[int]]:
     """(pieces, scores, token types): specials, the 256 byte pieces, '▁' and letters, then every
@@ -309,54 +299,135 @@ def write_tiny_gemma3(
     `sliding_window` positions. Norm weights are stored as 1 + w, as in the real files. The
     tokenizer is SentencePiece-style ('llama', add_bos_token, no space prefix) with byte fallback.
     """
+    return write_tiny(path, "gemma3", n_embd=n_embd, n_ff=n_ff, n_layers=n_layers, n_head=n_head,
+                      n_head_kv=n_head_kv, head_dim=head_dim, n_ctx=n_ctx, rope_base=rope_base, seed=seed,
+                      extra_metadata={"gemma3.attention.sliding_window": sliding_window, **(extra_metadata or {})},
+                      types=types)  # fmt: skip
+
+
+TINY_TYPES: dict[str, str] = {
+    "token_embd.weight": "Q8_0",
+    "output.weight": "F16",
+    "blk.*.attn_q.weight": "Q5_0",
+    "blk.*.attn_k.weight": "Q5_0",
+    "blk.*.attn_v.weight": "Q8_0",
+    "blk.*.attn_qkv.weight": "Q5_1",
+    "blk.*.attn_output.weight": "Q4_1",
+    "blk.*.ffn_gate.weight": "Q5_0",
+    "blk.*.ffn_up.weight": "Q5_0",
+    "blk.*.ffn_down.weight": "Q8_0",
+    "*": "F32",  # norms, q/k norms, post norms, rope factors
+}
+
+
+def write_tiny(
+    path: str | os.PathLike,
+    arch: str,
+    *,
+    n_embd: int = 32,
+    n_ff: int = 64,
+    n_layers: int = 2,
+    n_head: int = 4,
+    n_head_kv: int = 2,
+    head_dim: int | None = None,
+    n_rot: int | None = None,
+    n_ctx: int = 128,
+    rope_base: float = 10000.0,
+    seed: int = 0,
+    tied: bool | None = None,
+    fused_qkv: bool | None = None,
+    rope_tensors: dict[str, np.ndarray] | None = None,
+    extra_metadata: dict[str, Any] | None = None,
+    types: dict[str, str] | None = None,
+    name: str | None = None,
+) -> Path:
+    """Write a tiny GGUF of any row of the architecture table and return the path: exactly the
+    tensors bytesup.model.arch's row predicts (spec.tensor_shapes), made from `seed`.
+
+    head_dim: written as {arch}.attention.key_length / value_length (None: d_model / n_head, no key);
+    n_rot: written as {arch}.rope.dimension_count (None: no key, every dimension rotates);
+    tied: leave out output.weight (None: as the row ties by default); fused_qkv: Q K V as one
+    attn_qkv (None: the row's default; phi3 fuses); rope_tensors: name -> n_rot/2 factors, e.g.
+    {"rope_freqs.weight": [1, 1, 8, 8]} (Llama 3.1's rope scaling). The vocabulary is Gemma's
+    SentencePiece one for gemma rows, else the GPT-2 style one of write_tiny_llama. Norm weights
+    are 1 + 0.1 noise (as Gemma files store 1 + w); extra_metadata may override any key; name:
+    general.name. Q K V are drawn one after the other whether stacked or not, so a fused and a
+    separate file of one seed (and one type for attn_q, _k, _v and _qkv) hold the same weights.
+    """
     path = Path(path)
-    if n_embd % 32 or n_ff % 32 or (n_head * head_dim) % 32:
+    hd = head_dim or n_embd // n_head
+    if n_embd % 32 or n_ff % 32 or (n_head * hd) % 32:
         raise ValueError("n_embd, n_ff and n_head * head_dim must be multiples of 32 (the quantization block size)")
     if n_head % n_head_kv:
         raise ValueError("n_head must divide by n_head_kv")
     rng = np.random.default_rng(seed)
-    tokens, scores, token_types = gemma_tokens()
+    gemma = arch.startswith("gemma")
+    if gemma:
+        tokens, scores, token_types = gemma_tokens()
+    else:
+        tokens, scores = default_tokens(), None
+        token_types = [TOKEN_TYPE_CONTROL if t in SPECIAL_TOKENS else TOKEN_TYPE_NORMAL for t in tokens]
     all_types = dict(types or {})
-    all_types.update((k, v) for k, v in GEMMA3_TYPES.items() if k not in all_types)
-    arch = "gemma3"
-    model_keys = {
-        f"{arch}.context_length": n_ctx, f"{arch}.embedding_length": n_embd, f"{arch}.block_count": n_layers,
-        f"{arch}.feed_forward_length": n_ff, f"{arch}.attention.head_count": n_head,
-        f"{arch}.attention.head_count_kv": n_head_kv, f"{arch}.attention.key_length": head_dim,
-        f"{arch}.attention.value_length": head_dim, f"{arch}.attention.layer_norm_rms_epsilon": 1e-6,
-        f"{arch}.rope.freq_base": float(rope_base), f"{arch}.attention.sliding_window": sliding_window,
+    all_types.update((k, v) for k, v in TINY_TYPES.items() if k not in all_types)
+    u32, f32 = GGUFValueType.UINT32, GGUFValueType.FLOAT32
+    model_keys: dict[str, tuple[Any, GGUFValueType]] = {
+        "context_length": (n_ctx, u32), "embedding_length": (n_embd, u32), "block_count": (n_layers, u32),
+        "feed_forward_length": (n_ff, u32), "attention.head_count": (n_head, u32),
+        "attention.head_count_kv": (n_head_kv, u32), "attention.layer_norm_rms_epsilon": (1e-6, f32),
+        "rope.freq_base": (float(rope_base), f32),
     }  # fmt: skip
-    spec = spec_from_metadata({"general.architecture": arch, **model_keys, "tokenizer.ggml.tokens": tokens})
+    if head_dim is not None:
+        model_keys.update({"attention.key_length": (head_dim, u32), "attention.value_length": (head_dim, u32)})
+    if n_rot is not None:
+        model_keys["rope.dimension_count"] = (n_rot, u32)
+    model_keys = {f"{arch}.{k}": v for k, v in model_keys.items()}
+    extra = dict(extra_metadata or {})
+    model_keys = {k: v for k, v in model_keys.items() if k not in extra}
+    meta = {"general.architecture": arch, **{k: v for k, (v, _) in model_keys.items()}, **extra,
+            "tokenizer.ggml.tokens": tokens}  # fmt: skip
+    spec = spec_from_metadata(meta)
+    rope_tensors = {name: np.asarray(v, np.float32) for name, v in (rope_tensors or {}).items()}
+    spec = dataclasses.replace(
+        spec,
+        tied=spec.tied if tied is None else tied,
+        fused_qkv=spec.fused_qkv if fused_qkv is None else fused_qkv,
+        rope_tensors=tuple(rope_tensors),
+    )
 
     tmp = path.with_name(path.name + ".tmp")
     writer = GGUFWriter(tmp, arch)
-    writer.add_name("tiny-gemma3")
-    for key, value in model_keys.items():
-        vtype = GGUFValueType.FLOAT32 if isinstance(value, float) else GGUFValueType.UINT32
+    writer.add_name(name or f"tiny-{arch}")
+    for key, (value, vtype) in model_keys.items():
         writer.add_key_value(key, value, vtype)
-    writer.add_tokenizer_model("llama")
-    writer.add_tokenizer_pre("default")
-    writer.add_token_list(tokens)
-    writer.add_token_scores(scores)
-    writer.add_token_types(token_types)
-    writer.add_bos_token_id(2)
-    writer.add_eos_token_id(1)
-    writer.add_unk_token_id(3)
-    writer.add_pad_token_id(0)
-    writer.add_add_bos_token(True)
-    writer.add_add_eos_token(False)
-    writer.add_add_space_prefix(False)
-    for key, value in (extra_metadata or {}).items():
+    for key, value in extra.items():
         _add_value(writer, key, value)
-    for name, shape in spec.tensor_shapes():  # numpy order: rows x row length
-        if name == spec.tensor_name("token_embd"):
-            data = rng.standard_normal(shape).astype(np.float32) * 0.5
+    writer.add_token_list(tokens)
+    writer.add_token_types(token_types)
+    if gemma:
+        writer.add_tokenizer_model("llama")
+        writer.add_tokenizer_pre("default")
+        writer.add_token_scores(scores)
+        for add, value in ((writer.add_bos_token_id, 2), (writer.add_eos_token_id, 1), (writer.add_unk_token_id, 3),
+                           (writer.add_pad_token_id, 0), (writer.add_add_bos_token, True),
+                           (writer.add_add_eos_token, False), (writer.add_add_space_prefix, False)):  # fmt: skip
+            add(value)
+    else:
+        writer.add_tokenizer_model("gpt2")
+        writer.add_token_merges(prefix_merges(tokens))
+        for add, value in ((writer.add_bos_token_id, 1), (writer.add_eos_token_id, 2), (writer.add_unk_token_id, 0),
+                           (writer.add_pad_token_id, 0)):  # fmt: skip
+            add(value)
+    for tensor, shape in spec.tensor_shapes():  # numpy order: rows x row length
+        if tensor in rope_tensors:
+            data = rope_tensors[tensor].reshape(shape)
+        elif tensor == spec.tensor_name("token_embd"):
+            data = rng.standard_normal(shape).astype(np.float32) * 0.5 if gemma else _embeddings(rng, tokens, n_embd)
         elif len(shape) == 1:
-            data = 1.0 + 0.1 * rng.standard_normal(shape).astype(np.float32)  # 1 + w, as stored
+            data = 1.0 + 0.1 * rng.standard_normal(shape).astype(np.float32)  # 1 + w, as Gemma stores them
         else:
             data = rng.standard_normal(shape).astype(np.float32) / np.sqrt(shape[1])
-        encoded, raw_dtype = _encode(data, _type_for(name, all_types))
-        writer.add_tensor(name, encoded, raw_dtype=raw_dtype)
+        encoded, raw_dtype = _encode(data, _type_for(tensor, all_types))
+        writer.add_tensor(tensor, encoded, raw_dtype=raw_dtype)
     try:
         writer.write_header_to_file()
         writer.write_kv_data_to_file()

@@ -76,6 +76,11 @@ class TracedWeights:
                 t.attention.append(s.att.copy())
         t.residual.append(t.kept(s.x))
 
+    @property
+    def rope_factors(self) -> np.ndarray | None:
+        """The per-pair rope factors (n_rot/2 numbers made into the angle table, counted nowhere)."""
+        return self.weights.rope_factors
+
     def embed_rows(self, ids: np.ndarray) -> np.ndarray:
         rows = self.weights.embed_rows(ids)
         self.trace.weight_bytes += 4 * len(ids) * self.spec.d_model

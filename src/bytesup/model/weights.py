@@ -5,12 +5,16 @@ Two providers, one interface (forward.py uses only this):
     w = provider.block(i)          # BlockWeights: attn_norm, wq wk wv wo, ffn_norm, w_gate w_up w_down
     provider.embed_rows(ids)       # (len(ids), d_model) float32: only the rows asked for
     provider.output_norm           # (d_model,)
+    provider.rope_factors          # (n_rot/2,) per-pair rope frequency factors, or None (ArchSpec.rope_factors)
     provider.head_chunks()         # yields (first_row, rows x d_model float32) of the output head
 
 * Resident: every tensor dequantized once to float32 and kept. Q, K and V of a block sit in one
   fused (q_dim + 2 kv_dim, d_model) matrix, gate and up in one (2 d_ff, d_model) matrix, so a
   decode step does one matvec where it would do three (or two); wq, wk, ... are row views
-  into them, no copies. Chosen when `float32_bytes(spec)` fits the budget.
+  into them, no copies. A file that stores them stacked already (Phi-3's attn_qkv, and its ffn_up
+  of gate rows then up rows) is read straight into the same matrices: the table's
+  ArchSpec.stacked_rows says where each tensor's rows go. Chosen when `float32_bytes(spec)` fits
+  the budget.
 * Streaming: nothing is kept. block(i) dequantizes block i from the map into one reusable
   scratch buffer (valid until the next block() call), embedding rows are dequantized one row's
   bytes at a time (a quantized row is tensor_bytes(type, (d_model,)) contiguous bytes), and the
@@ -139,10 +143,12 @@ def weight_bytes_per_token(gguf: GGUFFile, spec: ArchSpec) -> WeightBytes:
     """Bytes of weights read to produce one token (decode), by the one rule of
     bytesup.model.param_counts.per_token_reads: every block tensor, the final norm, the whole output head,
     and ONE row of the token embedding (a tied head is token_embd read whole, on top of that row).
+    The rope tensors (n_rot/2 factors, made into the angle table once per pass) are left out.
 
     per_tensor keys: tensor names, 'token_embd.weight[row]' for the embedding row.
     """
-    rows = tensor_rows(gguf.tensor(name) for name, _ in spec.tensor_shapes())  # every tensor the recipe reads
+    names = [name for name, _ in spec.tensor_shapes() if name not in spec.rope_tensors]
+    rows = tensor_rows(gguf.tensor(name) for name in names)  # every weight the recipe multiplies by
     per: dict[str, tuple[int, int]] = {}
     for r in per_token_reads(rows):
         key = r["name"]
@@ -175,6 +181,22 @@ def _dequantize_into(gguf: GGUFFile, name: str, out: np.ndarray, shape: tuple[in
     return info.n_bytes
 
 
+def rope_factors(gguf: GGUFFile, spec: ArchSpec) -> np.ndarray | None:
+    """The file's per-pair rope frequency factors (spec.rope_factors: Llama 3.1's rope_freqs.weight,
+    Phi-3's rope_factors_short.weight) as float32, or None; a factor that is not a positive number
+    is refused in one line (it would send an angle to infinity)."""
+    if not spec.rope_factors:
+        return None
+    out = np.empty(spec.n_rot // 2, np.float32)
+    _dequantize_into(gguf, spec.rope_factors, out, (spec.n_rot // 2,))
+    bad = ~(np.isfinite(out) & (out > 0))
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ArchMetadataError(f"{gguf.path}: tensor {spec.rope_factors!r} holds {out[i]} at pair {i}; rope"
+                                " frequency factors must be positive numbers")  # fmt: skip
+    return out
+
+
 class _Provider:
     mode = "?"
 
@@ -189,27 +211,15 @@ class _Provider:
         if emb.shape != (spec.vocab, d):
             raise ArchMetadataError(f"{gguf.path}: tensor {emb.name!r} has shape {emb.shape},"
                                     f" the metadata says ({spec.vocab}, {d})")  # fmt: skip
+        self.rope_factors = rope_factors(gguf, spec)
 
     def _fill_block(self, i: int, w: BlockWeights) -> BlockWeights:
-        s, d = self.spec, self.spec.d_model
-        q, kv, ff = s.q_dim, s.kv_dim, s.d_ff
-        n = 0
-        n += _dequantize_into(self.gguf, s.tensor_name("attn_norm", i), w.attn_norm, (d,))
-        n += _dequantize_into(self.gguf, s.tensor_name("wq", i), w.wqkv[:q], (q, d))
-        n += _dequantize_into(self.gguf, s.tensor_name("wk", i), w.wqkv[q : q + kv], (kv, d))
-        n += _dequantize_into(self.gguf, s.tensor_name("wv", i), w.wqkv[q + kv :], (kv, d))
-        n += _dequantize_into(self.gguf, s.tensor_name("wo", i), w.wo, (d, q))
-        n += _dequantize_into(self.gguf, s.tensor_name("ffn_norm", i), w.ffn_norm, (d,))
-        n += _dequantize_into(self.gguf, s.tensor_name("w_gate", i), w.w_gate_up[:ff], (ff, d))
-        n += _dequantize_into(self.gguf, s.tensor_name("w_up", i), w.w_gate_up[ff:], (ff, d))
-        n += _dequantize_into(self.gguf, s.tensor_name("w_down", i), w.w_down, (d, ff))
-        if w.bqkv is not None:  # biases of Q, K, V into one fused vector, as the matrices
-            n += _dequantize_into(self.gguf, s.tensor_name("bq", i), w.bqkv[:q], (q,))
-            n += _dequantize_into(self.gguf, s.tensor_name("bk", i), w.bqkv[q : q + kv], (kv,))
-            n += _dequantize_into(self.gguf, s.tensor_name("bv", i), w.bqkv[q + kv :], (kv,))
-        for role in ("q_norm", "k_norm", "post_attn_norm", "post_ffn_norm"):
-            if getattr(w, role) is not None:
-                n += _dequantize_into(self.gguf, s.tensor_name(role, i), getattr(w, role), s.role_shape(role))
+        """Dequantize block i's tensors into w: each into its rows of the stacked matrices (Q, K and
+        V into wqkv, gate and up into w_gate_up, the biases into bqkv; a file's own stacks whole)."""
+        s, n = self.spec, 0
+        for role in s.roles:
+            array, rows = s.stacked_rows(role)
+            n += _dequantize_into(self.gguf, s.tensor_name(role, i), getattr(w, array)[rows], s.role_shape(role))
         w.file_bytes = n
         return w
 
@@ -287,7 +297,7 @@ class StreamingWeights(_Provider):
         if self._scratch is None:
             self._scratch = self._empty_block()
         w = self._fill_block(i, self._scratch)
-        for role in self.spec.facts.tensors:
+        for role in self.spec.roles:
             _release_pages(self.gguf, self.spec.tensor_name(role, i))
         return w
 

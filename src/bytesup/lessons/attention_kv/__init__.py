@@ -220,7 +220,7 @@ def run(
         }
     )
     # 2. rope on the real queries: the turn of each pair of query head 0 at each position
-    theta = rope_theta(spec, block)
+    theta = rope_theta(spec, block, w.rope_factors)  # with the file's per-pair factors (Llama 3.1), if any
     layout = spec.rope_layout
     turned = wrap(pair_angles(hand.q_rot[:, 0, : spec.n_rot], layout) - pair_angles(hand.q[:, 0, : spec.n_rot], layout))
     expected = wrap(np.outer(np.arange(len(ids)), theta))
@@ -320,7 +320,7 @@ def run(
         "package": (y_pkg, k_pkg, v_pkg),
         "attention": attention,
         "attention_top": top,
-        "rope": rope_table(spec),
+        "rope": rope_table(spec, factors=w.rope_factors),
         "kv_size": size,
         "timing": timing,
         "mode": mode,

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from bytesup.model.arch import ArchSpec
-from bytesup.model.forward import KVCache, Model, attention_block, rms_norm, rope, rope_angles, softmax
+from bytesup.model.forward import KVCache, Model, attention_block, layer_rope_angles, rms_norm, rope, softmax
+from bytesup.model.layers import softcap
 
 BLOCK = 0  # the block whose attention is done by hand
 
@@ -33,6 +34,7 @@ class AttnWeights:
     q_norm: np.ndarray | None = None  # gemma3: RMSNorm gain of each head's q and k, (head_dim,)
     k_norm: np.ndarray | None = None
     post_attn_norm: np.ndarray | None = None  # gemma3: RMSNorm of the output before the residual add
+    rope_factors: np.ndarray | None = None  # the file's per-pair rope factors (Llama 3.1's rope_freqs), not a block's
 
     @classmethod
     def of(cls, model: Model, block: int) -> AttnWeights:
@@ -44,9 +46,10 @@ class AttnWeights:
         return cls(
             *(
                 copy(a)
-                for a in (w.attn_norm, w.wq, w.wk, w.wv, w.wo, w.bq, w.bk, w.bv, w.q_norm, w.k_norm, w.post_attn_norm)
+                for a in (w.attn_norm, w.wq, w.wk, w.wv, w.wo, w.bq, w.bk, w.bv, w.q_norm, w.k_norm, w.post_attn_norm,
+                          model.weights.rope_factors)
             )
-        )
+        )  # fmt: skip
 
 
 def kv_head(h: int, spec: ArchSpec) -> int:
@@ -102,9 +105,10 @@ def attention_by_hand(x: np.ndarray, w: AttnWeights, spec: ArchSpec, block: int 
     v = V.reshape(n, spec.n_kv_heads, hd)
     if w.q_norm is not None:  # Gemma: RMSNorm of each head's q and k, over its head_dim numbers
         q, k = rms_norm(q, w.q_norm, spec.rms_eps), rms_norm(k, w.k_norm, spec.rms_eps)
-    # rope: turn each pair of Q and K by an angle that grows with the position (this block's base)
+    # rope: turn each pair of Q and K by an angle that grows with the position (this block's base;
+    # the file's per-pair factors and scaling where it has them)
     base, window = spec.layer_rope_base(block), spec.layer_window(block)
-    cos, sin = rope_angles(np.arange(n), spec.n_rot, base)
+    cos, sin = layer_rope_angles(spec, block, np.arange(n), w.rope_factors)
     q_rot, k_rot = rope(q, cos, sin, spec.rope_layout), rope(k, cos, sin, spec.rope_layout)
     scores = np.empty((spec.n_heads, n, n), np.float32)
     weights = np.empty_like(scores)
@@ -114,6 +118,8 @@ def attention_by_hand(x: np.ndarray, w: AttnWeights, spec: ArchSpec, block: int 
         g = kv_head(h, spec)  # grouped-query attention: the K/V head this query head shares
         # scores: every query against every key, scaled by 1/sqrt(head_dim)
         s = (q_rot[:, h] @ k_rot[:, g].T) * np.float32(spec.attn_scale)
+        if spec.attn_softcap:  # Gemma 2: cap * tanh(s / cap)
+            s = softcap(s, spec.attn_softcap)
         # causal mask: no token sees the ones after it (nor, on a sliding layer, those out of the window)
         s[hidden] = -np.inf
         scores[h] = s
@@ -133,7 +139,7 @@ def package_block(model: Model, x: np.ndarray, block: int) -> tuple[np.ndarray, 
     K and V as (N, n_kv_heads, head_dim) like HandAttention's."""
     spec, n = model.spec, x.shape[0]
     cache = KVCache(spec, max_tokens=n)
-    cos, sin = rope_angles(np.arange(n), spec.n_rot, spec.layer_rope_base(block))
+    cos, sin = layer_rope_angles(spec, block, np.arange(n), model.weights.rope_factors)
     y = attention_block(x, model.weights.block(block), block, 0, cos, sin, spec, cache)
     return y, cache.k[block][:, :n].transpose(1, 0, 2), cache.v[block][:, :n].transpose(1, 0, 2)
 

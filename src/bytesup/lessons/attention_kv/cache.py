@@ -29,7 +29,7 @@ from bytesup.model.forward import (
     embed,
     ffn_block,
     rms_norm,
-    rope_angles,
+    rope_tables,
     unembed,
 )
 from bytesup.model.trace import Trace
@@ -153,9 +153,10 @@ def recompute_last_logits(model: Model, ids) -> np.ndarray:
     x = embed(weights, ids)
     if spec.embed_scale != 1.0:  # Gemma: the row times sqrt(d_model)
         x = x * np.float32(spec.embed_scale)
+    angles = rope_tables(spec, np.arange(len(ids)), weights.rope_factors)  # one per rope base (Gemma 3: two)
     for layer in range(spec.n_layers):
         w = weights.block(layer)
-        cos, sin = rope_angles(np.arange(len(ids)), spec.n_rot, spec.layer_rope_base(layer))  # the layer's own base
+        cos, sin = angles[spec.layer_rope(layer)]  # the layer's own base
         x = attention_block(x, w, layer, 0, cos, sin, spec, scratch)
         x = ffn_block(x, w, spec)
     return unembed(rms_norm(x[-1:], weights.output_norm, spec.rms_eps), weights, spec)[0]

@@ -9,6 +9,7 @@ import numpy as np
 
 from bytesup.lessons.attention_kv.by_hand import BLOCK, AttnWeights, HandAttention, causal_mask, kv_head
 from bytesup.model.arch import ArchSpec
+from bytesup.model.forward import rope_frequencies
 
 ROPE_PAIRS = (0, 1, 2, 4, 8, 16)  # pairs shown in the rope table (plus the last pair)
 ROPE_POSITIONS = 8  # positions shown in the rope table
@@ -17,9 +18,11 @@ ROPE_POSITIONS = 8  # positions shown in the rope table
 # --- 2. rope: the turn, and the two row layouts -------------------------------------------------
 
 
-def rope_theta(spec: ArchSpec, block: int = BLOCK) -> np.ndarray:
-    """Radians per position of each pair i: base^(-2i/n_rot) with the block's base (as forward.rope_angles)."""
-    return spec.layer_rope_base(block) ** (-np.arange(0, spec.n_rot, 2, dtype=np.float64) / spec.n_rot)
+def rope_theta(spec: ArchSpec, block: int = BLOCK, factors=None) -> np.ndarray:
+    """Radians per position of each pair i: base^(-2i/n_rot) with the block's base, times its linear
+    scaling and divided by the file's per-pair factors where it has them (forward.rope_frequencies)."""
+    base, freq_scale = spec.layer_rope(block)
+    return rope_frequencies(spec.n_rot, base, freq_scale, factors)
 
 
 def pair_angles(v: np.ndarray, layout: str = "adjacent") -> np.ndarray:
@@ -38,13 +41,16 @@ def wrap(a: np.ndarray) -> np.ndarray:
     return np.angle(np.exp(1j * np.asarray(a, dtype=np.float64)))
 
 
-def rope_table(spec: ArchSpec, n_positions: int = ROPE_POSITIONS, pairs: Sequence[int] = ROPE_PAIRS) -> list[dict]:
+def rope_table(
+    spec: ArchSpec, n_positions: int = ROPE_POSITIONS, pairs: Sequence[int] = ROPE_PAIRS, factors=None
+) -> list[dict]:
     """For a few pairs i: radians per token, tokens per full turn, and the angle at positions 0..n-1,
     once for every rope base the model's layers use (Gemma 3: 10,000 on its sliding layers and the
-    file's rope.freq_base on the global ones; llama: one base for every layer)."""
+    file's rope.freq_base on the global ones; llama: one base for every layer), with the file's
+    per-pair factors when given (rope_freqs.weight)."""
     rows = []
     for base, layers in rope_bases(spec).items():
-        theta = rope_theta(spec, layers[0])
+        theta = rope_theta(spec, layers[0], factors)
         chosen = sorted({i for i in pairs if i < len(theta)} | {len(theta) - 1})
         for i in chosen:
             dims = f"{i},{i + spec.n_rot // 2}" if spec.rope_layout == "neox" else f"{2 * i},{2 * i + 1}"

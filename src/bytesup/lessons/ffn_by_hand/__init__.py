@@ -28,7 +28,7 @@ import numpy as np
 from bytesup.lessons import claims as claims_mod
 from bytesup.lessons.ffn_by_hand.across import tokens_and_blocks, top_share, verdicts
 from bytesup.lessons.ffn_by_hand.cost import COURSE_DIMS, flops_metrics, flops_table, matvec_vs_matmul
-from bytesup.lessons.ffn_walk import BLOCK, Walk, dims, walk
+from bytesup.lessons.ffn_walk import BLOCK, FOLLOWED, Walk, dims, walk
 from bytesup.lessons.spec import SERIES, Headline, LessonSpec
 from bytesup.model.arch import ARCHITECTURES, recipe_summary
 from bytesup.model.forward import activation
@@ -91,7 +91,7 @@ SPEC = LessonSpec(
         ),
     ),
     config_keys=("token", "forward"),
-    architectures=tuple(ARCHITECTURES),  # the walk follows every row of the table (ffn_walk.recipe)
+    architectures=FOLLOWED,  # the rows whose FFN gate and up are two tensors (ffn_walk.recipe)
     runs_model=True,  # the forward pass over a passage (across.py): weights resident when they fit forward's budget
 )
 COURSE_PRINTED = {

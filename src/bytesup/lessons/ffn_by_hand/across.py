@@ -29,7 +29,16 @@ import numpy as np
 
 from bytesup.lessons import resident_budget_bytes
 from bytesup.lessons.ffn_walk import BLOCK, Recipe, dims, ffn_weights, recipe
-from bytesup.model.forward import Model, Trace, activation, attention_block, embed, ffn_block, rms_norm, rope_angles
+from bytesup.model.forward import (
+    Model,
+    Trace,
+    activation,
+    attention_block,
+    embed,
+    ffn_block,
+    layer_rope_angles,
+    rms_norm,
+)
 from bytesup.model.tokenizer import Tokenizer
 
 # A passage of plain English for the forward pass (any text would do; this one is the lesson's).
@@ -128,7 +137,7 @@ def forward_halves(model: Model, ids) -> Halves:
     xs, hs, ys = [], [], []
     for layer in range(spec.n_layers):
         w = weights.block(layer)
-        cos, sin = rope_angles(np.arange(len(ids)), spec.n_rot, spec.layer_rope_base(layer))
+        cos, sin = layer_rope_angles(spec, layer, np.arange(len(ids)), weights.rope_factors)  # as transformer()
         xs.append(np.array(x))
         x = attention_block(x, w, layer, 0, cos, sin, spec, cache)  # h = x + attention(rmsnorm(x))
         hs.append(np.array(x))

@@ -50,10 +50,10 @@ from bytesup.lessons.ffn_stores.regroup import (
     toy_metrics,
 )
 from bytesup.lessons.ffn_stores.vocabulary import ffn_output_reading, value_vector_table
+from bytesup.lessons.ffn_walk import FOLLOWED
 from bytesup.lessons.spec import COMPANION, Headline, LessonSpec
 from bytesup.model import configs
 from bytesup.model import param_counts as pc
-from bytesup.model.arch import ARCHITECTURES
 
 SPEC = LessonSpec(
     id="03b_what_the_ffn_stores",
@@ -91,7 +91,7 @@ SPEC = LessonSpec(
         Headline("rome_target_rank_after", "target token's rank after the edit", fmt=",d"),
     ),
     config_keys=("token", "seed"),
-    architectures=tuple(ARCHITECTURES),  # the walk follows every row of the table (ffn_walk.recipe)
+    architectures=FOLLOWED,  # the rows whose FFN gate and up are two tensors (ffn_walk.recipe)
     mem_mb=2000,  # peak_bytes at the specimen's block (d 4,096, FFN 11,008): 1.75 GB; measured 1.54 GB (run and notebook)
 )
 

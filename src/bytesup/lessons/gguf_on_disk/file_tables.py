@@ -3,7 +3,6 @@ bytes by type and the layout the architecture table predicts."""
 
 from __future__ import annotations
 
-import dataclasses
 import struct
 from collections.abc import Mapping
 
@@ -230,14 +229,14 @@ def predicted_layout(f: GGUFFile) -> tuple[list[tuple[str, tuple[int, ...]]] | N
     of this metadata to hold, and what the prediction rests on; (None, the one-line reason) for an
     architecture the table has no row for, or metadata that does not give the sizes.
 
-    The metadata gives every size; only "is the head tied?" it does not say (GGUF has no such key),
-    so that one fact comes from the file: the head is tied exactly when output.weight is absent.
+    The metadata gives every size; what it does not say (GGUF has no such keys) comes from the
+    file's tensor names: the head is tied exactly when output.weight is absent, Phi-3's Q K V are one
+    attn_qkv when the file has it, and the optional rope tensors (rope_freqs.weight) when present.
     """
     try:
-        spec = spec_from_metadata(f.metadata, path=f.path.name)
+        spec = spec_from_metadata(f.metadata, f.tensor_names, path=f.path.name, check_tensors=False)
     except (UnsupportedArchitectureError, ArchMetadataError) as err:
         return None, str(err)
-    spec = dataclasses.replace(spec, tied=spec.facts.output not in f.tensor_names)
     return spec.tensor_shapes(), f"the {spec.arch} row of the architecture table and the metadata's sizes"
 
 
