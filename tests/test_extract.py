@@ -154,7 +154,7 @@ def test_explicit_paths_and_determinism(tiny_gguf, tmp_path):
 def test_fallback_dequantizer_and_hostile_names(tmp_path):
     """A TQ2_0 tensor (gguf.quants does it, bytesup does not) with a path-like name; strings that are not text."""
     rng = np.random.default_rng(0)
-    tq2 = rng.integers(0, 256, size=66, dtype=np.uint8).tobytes()
+    tq2 = rng.integers(0, 256, size=64, dtype=np.uint8).tobytes() + np.float16(0.5).tobytes()  # quants, scale
     metadata = [("general.name", "STRING", "<script>alert(1)</script>\n\x1b[31m"), ("nan", "FLOAT32", math.nan),
                 ("infs", "ARRAY", ("FLOAT64", [math.inf, -math.inf, 1.5]))]  # fmt: skip
     path = tmp_path / "odd.gguf"

@@ -1,0 +1,47 @@
+"""Weights checked where they enter: a NaN or an infinity in a tensor is one line naming it.
+
+A finite float16 scale times a quant is finite, so only a damaged or badly converted file holds them;
+but one NaN in a weight makes every later number of the forward pass NaN, and the lessons would stop
+on an assert or a "Probabilities contain NaN" far from the cause. GGUFFile.load, the extract stage and
+the forward pass's weights (bytesup.model.weights) call `check_finite` on what they dequantize.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from bytesup.gguf.errors import GGUFFormatError, tensor_field
+
+
+class NonFiniteWeightsError(GGUFFormatError):
+    """A tensor holding NaN or infinite values (a damaged or badly converted file); `.tensor` names it."""
+
+    def __init__(self, path, tensor: str, what: str, *, offset: int | None = None):
+        self.tensor = tensor
+        super().__init__(path, what, offset=offset, field=tensor_field(tensor))
+
+
+def check_finite(path, info, values: np.ndarray, *, start: int = 0) -> np.ndarray:
+    """`values` (tensor `info` dequantized, from its element `start` on) when every one is a finite
+    number; else NonFiniteWeightsError naming the tensor, how many are NaN or infinite, and the byte
+    where the block holding the first one starts (`path`: the file holding the tensor)."""
+    flat = np.asarray(values).reshape(-1)
+    finite = np.isfinite(flat)
+    if finite.all():
+        return values
+    nan = int(np.isnan(flat).sum())
+    inf = flat.size - nan - int(finite.sum())
+    first = start + int(np.argmin(finite))
+    block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(info.ggml_type)]
+    counts = " and ".join(f"{n:,} {what}" for n, what in ((nan, "NaN"), (inf, "infinite")) if n)
+    where = (
+        "elements" if start == 0 and flat.size == info.n_elements else f"elements {start:,} to {start + flat.size:,}"
+    )
+    raise NonFiniteWeightsError(
+        path,
+        info.name,
+        f"holds {counts} weights among its {where} (the first at element {first:,}): the file is damaged or"
+        " was converted wrong; download or convert it again",
+        offset=info.offset + first // block * type_size,
+    )
