@@ -166,7 +166,7 @@ def test_a_local_model_whose_file_is_gone_is_named_not_hidden(project):
     proc = snakemake(project, "-n", check=False)
     assert proc.returncode != 0
     assert (
-        f"config error: models.tiny.path: '{gone}' is not a file; put the model there or fix the path in "
+        f"config error: models.tiny.path: '{gone}' is not a file (no such file); put the model there or fix the path in "
         "config/config.yaml" in proc.stderr
     )
     assert "Nothing to be done" not in proc.stdout

@@ -13,6 +13,7 @@ from bytesup.errors import BytesupError
 from bytesup.gguf.extract import extract
 from bytesup.gguf.file import UnsupportedTypeError
 from bytesup.run.joblog import job_logging
+from bytesup.run.model_cache import reading_model
 
 
 def lessons_needing(tensor: str, needs: dict) -> list[str]:
@@ -25,10 +26,11 @@ def lessons_needing(tensor: str, needs: dict) -> list[str]:
 
 
 def main(sm) -> None:
-    # The model's sha256 was verified on fetch (and the cache re-checked at this run's start):
-    # the record gives it, so a 7 GB model is not read in full a second time only to hash it.
+    # The model's sha256 was verified on fetch, and reading_model checks that the file is still that
+    # one (before and after): the record gives it, so a 7 GB model is not read in full only to hash it.
     sha256 = json.loads(Path(sm.input.record).read_text())["sha256"]
-    with job_logging(sm.log[0] if sm.log else None, shown={str(sm.input.gguf): sm.params.shown}):
+    shown = {str(sm.input.gguf): sm.params.shown}
+    with job_logging(sm.log[0] if sm.log else None, shown=shown), reading_model(sm.input.gguf, sm.input.record):
         try:
             extract(
                 sm.input.gguf,
