@@ -40,6 +40,13 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+def cut(text: str, limit: int = QUOTE_LIMIT) -> str:
+    """A name from a file shown bare (no quotes), printable, cut to `limit` characters with its full length."""
+    if len(text) <= limit:
+        return printable(text)
+    return f"{printable(text[:limit])}... ({len(text):,} characters)"
+
+
 def quote(value: object, limit: int = QUOTE_LIMIT) -> str:
     """`value` as an error line quotes it: its repr, printable, at most about `limit` characters.
 

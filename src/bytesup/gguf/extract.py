@@ -36,7 +36,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -198,7 +198,7 @@ def _save_tensor_npy(path: Path, f: GGUFFile, info, chunk_bytes: int = CHUNK_BYT
                         "cannot be dequantized by bytesup or gguf.quants",
                         offset=info.offset,
                     ) from None
-                f.check_finite(info.name, rows, start=start * row_elements, whole=False)
+                f.check_finite(info.name, rows, start=start * row_elements)
                 tee.write(np.ascontiguousarray(rows, "<f4").data)
         holder["sha256"] = tee.sha256.hexdigest()
 
@@ -296,6 +296,7 @@ def extract(
     index_path: str | os.PathLike | None = None,
     tensors_dir: str | os.PathLike | None = None,
     gguf_sha256: str | None = None,
+    check: Callable[[GGUFFile], None] | None = None,
 ) -> dict:
     """Write metadata.json, tensors.csv, tensors/<name>.npy and extract.json; return the index.
 
@@ -303,6 +304,8 @@ def extract(
     File names in the index are relative to the index's directory. gguf_sha256: pass it
     when already known (e.g. verified on fetch) to skip hashing the model again (a split
     model's is the sha256 of its parts' bytes joined in order, as the fetch records it).
+    check(f), when given, is called on the open file before anything is written (the workflow's
+    script checks the architecture's numbers there: bytesup.model.arch.check_hyperparameters).
     """
     if out_dir is None and None in (metadata_path, tensors_csv_path, index_path, tensors_dir):
         raise ValueError("give out_dir, or all four of metadata_path, tensors_csv_path, index_path, tensors_dir")
@@ -315,6 +318,8 @@ def extract(
     optional = list(optional)
 
     with GGUFFile(gguf_path) as f:
+        if check is not None:
+            check(f)
         selected = select_tensors(f.tensor_names, patterns, optional, source=str(gguf_path))
         total = sum(f.tensor(n).n_elements for n in selected) * 4
         log.info("%s: extracting %d of %d tensors (%.1f MiB as float32)", f.path.name, len(selected),

@@ -211,6 +211,7 @@ class GGUFFile:
         self.tensors: list[TensorInfo] = []
         self._by_name: dict[str, TensorInfo] = {}
         self._finite: set[str] = set()  # tensors already checked for NaN and infinity
+        self._checked_upto: dict[str, int] = {}  # ... and how far a check piece by piece has come
         self._files: list[GGUFFile] = [self]  # the parts, in order (this file is the first)
 
         # FileNotFoundError, IsADirectoryError, PermissionError propagate as OSError.
@@ -557,13 +558,18 @@ class GGUFFile:
             ) from None
         return self.check_finite(name, values)
 
-    def check_finite(self, name: str, values: np.ndarray, *, start: int = 0, whole: bool = True) -> np.ndarray:
-        """`values`, tensor `name` dequantized (from element `start`), when all are finite numbers; else one
-        line naming the tensor (bytesup.gguf.numbers). whole: all of it, so it is not checked again."""
-        if not (whole and name in self._finite):
-            check_finite(self.file_of(name), self.tensor(name), values, start=start)
-            if whole:
+    def check_finite(self, name: str, values: np.ndarray, *, start: int | None = 0) -> np.ndarray:
+        """`values`, tensor `name` dequantized from its element `start` on (None: rows picked here and
+        there), when all are finite numbers; else one line naming the tensor (bytesup.gguf.numbers). A
+        tensor checked whole, or piece by piece from its first element to its last, is not checked again."""
+        if name in self._finite:
+            return values
+        check_finite(self.file_of(name), self.tensor(name), values, start=start)
+        if start is not None and start == self._checked_upto.get(name, 0):
+            upto = start + np.size(values)
+            if upto >= self.tensor(name).n_elements:
                 self._finite.add(name)
+            self._checked_upto[name] = upto
         return values
 
     def _own_accounting(self) -> dict:

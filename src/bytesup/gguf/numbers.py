@@ -22,26 +22,31 @@ class NonFiniteWeightsError(GGUFFormatError):
         super().__init__(path, what, offset=offset, field=tensor_field(tensor))
 
 
-def check_finite(path, info, values: np.ndarray, *, start: int = 0) -> np.ndarray:
-    """`values` (tensor `info` dequantized, from its element `start` on) when every one is a finite
-    number; else NonFiniteWeightsError naming the tensor, how many are NaN or infinite, and the byte
-    where the block holding the first one starts (`path`: the file holding the tensor)."""
+def check_finite(path, info, values: np.ndarray, *, start: int | None = 0) -> np.ndarray:
+    """`values` (tensor `info` dequantized, from its element `start` on; None: rows picked here and
+    there) when every one is a finite number; else NonFiniteWeightsError naming the tensor, how many
+    are NaN or infinite, and (start given) the byte where the block of the first one starts (`path`:
+    the file holding the tensor)."""
     flat = np.asarray(values).reshape(-1)
     finite = np.isfinite(flat)
     if finite.all():
         return values
     nan = int(np.isnan(flat).sum())
     inf = flat.size - nan - int(finite.sum())
-    first = start + int(np.argmin(finite))
-    block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(info.ggml_type)]
     counts = " and ".join(f"{n:,} {what}" for n, what in ((nan, "NaN"), (inf, "infinite")) if n)
-    where = (
-        "elements" if start == 0 and flat.size == info.n_elements else f"elements {start:,} to {start + flat.size:,}"
-    )
+    offset = None
+    if start is None:
+        where = f"among the {flat.size:,} weights of the rows read"
+    else:
+        first = start + int(np.argmin(finite))
+        block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(info.ggml_type)]
+        offset = info.offset + first // block * type_size
+        whole = start == 0 and flat.size == info.n_elements
+        span = "elements" if whole else f"elements {start:,} to {start + flat.size:,}"
+        where = f"among its {span} (the first at element {first:,})"
     raise NonFiniteWeightsError(
         path,
         info.name,
-        f"holds {counts} weights among its {where} (the first at element {first:,}): the file is damaged or"
-        " was converted wrong; download or convert it again",
-        offset=info.offset + first // block * type_size,
+        f"holds {counts} weights {where}: the file is damaged or was converted wrong; download or convert it again",
+        offset=offset,
     )

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from bytesup.errors import BytesupError
+from bytesup.errors import BytesupError, cut, quote
 
 
 class UnsupportedArchitectureError(BytesupError, ValueError):
@@ -241,21 +241,51 @@ def _where(path) -> str:
     return f"{path}: " if path else ""
 
 
+def _number(key: str, value, path, kind=int):
+    """A hyperparameter as the forward pass takes it: a positive whole number (kind int) or a positive,
+    finite number (kind float: an eps or a rope base; NaN, infinity, 0 or a negative value is refused)."""
+    if isinstance(value, (list, dict, str, bool)) or value is None:
+        raise ArchMetadataError(f"{_where(path)}metadata key {quote(key)} is {quote(value)}, not a number")
+    if kind is int and not float(value).is_integer():
+        raise ArchMetadataError(f"{_where(path)}metadata key {quote(key)} is {value!r}, not a whole number")
+    out = kind(value)
+    if not (math.isfinite(out) and out > 0):
+        raise ArchMetadataError(f"{_where(path)}metadata key {quote(key)} is {out}; it must be a positive"
+                                f"{' finite' if kind is float else ''} number: the file is damaged or wrong")  # fmt: skip
+    return out
+
+
 def _key(metadata: Mapping[str, Any], key: str, path, kind=int, default=None):
     if key not in metadata:
         if default is not None:
             return default
-        raise ArchMetadataError(f"{_where(path)}metadata key {key!r} is missing; the forward pass needs it")
-    value = metadata[key]
-    try:
-        if isinstance(value, (list, dict, str)) or value is None:
-            raise TypeError
-        out = kind(value)
-    except (TypeError, ValueError):
-        raise ArchMetadataError(f"{_where(path)}metadata key {key!r} is {value!r}, not a number") from None
-    if kind is int and out <= 0 and default is None:
-        raise ArchMetadataError(f"{_where(path)}metadata key {key!r} is {out}; it must be positive")
-    return out
+        raise ArchMetadataError(f"{_where(path)}metadata key {quote(key)} is missing; the forward pass needs it")
+    return _number(key, metadata[key], path, kind)
+
+
+# The numbers of a row that the forward pass and the lessons read ("{arch}" is replaced), by kind.
+HYPERPARAMETER_KEYS = {
+    int: ("{arch}.embedding_length", "{arch}.feed_forward_length", "{arch}.block_count", "{arch}.context_length",
+          "{arch}.attention.head_count", "{arch}.attention.head_count_kv", "{arch}.attention.key_length",
+          "{arch}.attention.value_length", "{arch}.rope.dimension_count", "{arch}.vocab_size"),
+}  # fmt: skip
+
+
+def check_hyperparameters(metadata: Mapping[str, Any], *, path=None) -> None:
+    """Refuse, in one line naming the key, a number of the model's architecture row that no model has
+    (a NaN, infinite, zero or negative eps, rope base or size); keys that are absent are not asked for.
+    The extract stage calls it once, so that every lesson reads checked numbers; an architecture the
+    table lacks has no row to check."""
+    arch = metadata.get("general.architecture")
+    facts = ARCHITECTURES.get(arch) if isinstance(arch, str) else None
+    if facts is None:
+        return
+    floats = [facts.eps_key, facts.rope_base_key] + ([facts.rope_base_local_key] if facts.rope_base_local_key else [])
+    ints = list(HYPERPARAMETER_KEYS[int]) + ([facts.sliding_window_key] if facts.sliding_window_key else [])
+    for kind, keys in ((int, ints), (float, floats)):
+        for key in (k.format(arch=arch) for k in keys):
+            if key in metadata:
+                _number(key, metadata[key], path, kind)
 
 
 def spec_from_metadata(
@@ -272,7 +302,7 @@ def spec_from_metadata(
     if arch not in ARCHITECTURES:
         need = f"; {needed_by} need it" if needed_by else ""
         raise UnsupportedArchitectureError(
-            f"{_where(path)}{arch}: architecture not supported by the forward pass"
+            f"{_where(path)}{cut(arch)}: architecture not supported by the forward pass"
             f" (supported: {', '.join(sorted(ARCHITECTURES))}){need}"
         )
     facts = ARCHITECTURES[arch]
@@ -311,7 +341,7 @@ def spec_from_metadata(
     scaling = metadata.get(k("{arch}.rope.scaling.type"), "none")
     if scaling not in ("none", None, ""):
         raise UnsupportedArchitectureError(
-            f"{_where(path)}{arch}: rope scaling {scaling!r} ({k('{arch}.rope.scaling.type')}) is not supported"
+            f"{_where(path)}{arch}: rope scaling {quote(scaling)} ({k('{arch}.rope.scaling.type')}) is not supported"
             " by the forward pass"
         )
 
@@ -336,7 +366,7 @@ def spec_from_metadata(
         wanted += [t.format(i=i) for i in range(n_layers) for t in facts.tensors.values()]
         for name in wanted:
             if name not in names:
-                raise ArchMetadataError(f"{_where(path)}tensor {name!r} is missing; the forward pass needs it")
+                raise ArchMetadataError(f"{_where(path)}tensor {quote(name)} is missing; the forward pass needs it")
     return ArchSpec(
         arch=arch,
         n_layers=n_layers,
@@ -372,8 +402,8 @@ def _sliding_layers(metadata, facts: ArchFacts, arch: str, n_layers: int, path) 
     pattern = metadata.get(pattern_key, facts.global_every)
     if isinstance(pattern, list):
         if len(pattern) != n_layers or not all(isinstance(p, (bool, int)) for p in pattern):
-            raise ArchMetadataError(f"{_where(path)}metadata key {pattern_key!r} must hold one bool per block"
-                                    f" ({n_layers}), not {pattern[:8]!r}")  # fmt: skip
+            raise ArchMetadataError(f"{_where(path)}metadata key {quote(pattern_key)} must hold one bool per block"
+                                    f" ({n_layers}), not {quote(pattern)}")  # fmt: skip
         return window, tuple(bool(p) for p in pattern)
     every = _key({pattern_key: pattern}, pattern_key, path)
     return window, tuple((i + 1) % every != 0 for i in range(n_layers))

@@ -32,6 +32,9 @@ def softmax(logits, temperature: float = 1.0) -> np.ndarray:
     if not temperature > 0:
         raise GenerationError(f"temperature = {temperature!r}: softmax needs a temperature above 0")
     z = np.asarray(logits, dtype=np.float64) / float(temperature)
+    if not np.isfinite(z).all():  # finite weights can still overflow float32 on the way (a hostile file)
+        raise GenerationError(f"the logits hold {int(np.isnan(z).sum())} NaN and {int(np.isinf(z).sum())} infinite"
+                              " values: the model's numbers overflowed float32; the file is damaged or wrong")  # fmt: skip
     z = z - np.max(z)
     e = np.exp(z)
     return e / e.sum()

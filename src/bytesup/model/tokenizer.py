@@ -24,7 +24,7 @@ from pathlib import Path
 
 import regex
 
-from bytesup.errors import BytesupError
+from bytesup.errors import BytesupError, quote
 from bytesup.gguf.file import GGUFFile
 from bytesup.model.tokens import SENTENCEPIECE_SPACE, gpt2_byte_to_char
 
@@ -132,7 +132,7 @@ class Tokenizer:
         model = metadata.get("tokenizer.ggml.model")
         if model not in TOKENIZER_MODELS:
             raise UnsupportedTokenizerError(
-                f"{source}: tokenizer.ggml.model = {model!r} is not supported; supported: {', '.join(TOKENIZER_MODELS)}"
+                f"{source}: tokenizer.ggml.model = {quote(model)} is not supported; supported: {', '.join(TOKENIZER_MODELS)}"
             )
         tokens = metadata.get("tokenizer.ggml.tokens")
         if not isinstance(tokens, Sequence) or isinstance(tokens, str) or not tokens:
@@ -142,7 +142,7 @@ class Tokenizer:
         pre = metadata.get("tokenizer.ggml.pre", "default") if model == "gpt2" else "default"
         if model == "gpt2" and pre not in PRE_TOKENIZERS:
             raise UnsupportedTokenizerError(
-                f"{source}: tokenizer.ggml.pre = {pre!r} is not supported; "
+                f"{source}: tokenizer.ggml.pre = {quote(pre)} is not supported; "
                 f"supported: {', '.join(sorted(PRE_TOKENIZERS))}"
             )
         types = list(metadata.get("tokenizer.ggml.token_type") or [NORMAL] * n)
@@ -160,7 +160,9 @@ class Tokenizer:
             for rank, merge in enumerate(merges):
                 left, sep, right = str(merge).partition(" ")
                 if not sep:
-                    raise TokenizerError(f"{source}: tokenizer.ggml.merges[{rank}] = {merge!r} is not 'left right'")
+                    raise TokenizerError(
+                        f"{source}: tokenizer.ggml.merges[{rank}] = {quote(merge)} is not 'left right'"
+                    )
                 ranks.setdefault((left, right), rank)
 
         def special(key: str) -> int | None:
@@ -168,7 +170,7 @@ class Tokenizer:
             if value is None:
                 return None
             if not isinstance(value, int) or not 0 <= value < n:
-                raise TokenizerError(f"{source}: tokenizer.ggml.{key} = {value!r} is not an id below {n}")
+                raise TokenizerError(f"{source}: tokenizer.ggml.{key} = {quote(value)} is not an id below {n}")
             return value
 
         default_bos = model == "llama" or pre in ADD_BOS_BY_DEFAULT
