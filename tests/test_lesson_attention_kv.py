@@ -15,6 +15,7 @@ from workflow_helpers import run_notebook
 
 from bytesup.lessons import LessonInputError, claims, plain
 from bytesup.lessons import attention_kv as lesson
+from bytesup.lessons.attention_kv import by_hand, cache, figures, rotary
 from bytesup.lessons.spec import parameter
 from bytesup.model.arch import ARCHITECTURES
 from bytesup.model.forward import Model
@@ -164,11 +165,11 @@ def test_gguf_row_permutation_is_undone_and_halves_match_neighbours():
     w_hf = rng.standard_normal((n_head * hd, d)).astype(np.float32)
     # convert_hf_to_gguf.LlamaModel.permute
     w_gguf = w_hf.reshape(n_head, 2, hd // 2, d).swapaxes(1, 2).reshape(w_hf.shape)
-    np.testing.assert_array_equal(lesson.gguf_rows_to_hf(w_gguf, n_head), w_hf)
+    np.testing.assert_array_equal(rotary.gguf_rows_to_hf(w_gguf, n_head), w_hf)
     x = rng.standard_normal((n, d)).astype(np.float32)
     cos, sin = rope_angles(np.arange(n), hd, 10000.0)
     pairs = rope((x @ w_gguf.T).reshape(n, n_head, hd), cos, sin)
-    halves = lesson.rope_halves((x @ w_hf.T).reshape(n, n_head, hd), cos, sin)
+    halves = rotary.rope_halves((x @ w_hf.T).reshape(n, n_head, hd), cos, sin)
     # the same numbers, in the other order: GGUF dims (2i, 2i+1) are HF dims (i, i + hd/2)
     np.testing.assert_allclose(pairs[..., 0::2], halves[..., : hd // 2], rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(pairs[..., 1::2], halves[..., hd // 2 :], rtol=1e-6, atol=1e-6)
@@ -188,7 +189,7 @@ def test_the_cache_gives_the_recomputed_logits_and_timing_runs_resident(tiny):
     with Model.from_gguf(path) as model:
         ids = [37, 56, 34, 37]
         np.testing.assert_allclose(
-            lesson.recompute_last_logits(model, ids), model.forward(ids)[-1], rtol=1e-5, atol=1e-5
+            cache.recompute_last_logits(model, ids), model.forward(ids)[-1], rtol=1e-5, atol=1e-5
         )
 
 
@@ -221,9 +222,9 @@ def test_kv_sizes_from_the_published_configurations(tiny):
 
 
 def test_a_sliding_window_stops_the_growth():
-    assert lesson.kv_cache_bytes(100, 50) == 5000
-    assert lesson.kv_cache_bytes(100, 5000, window=1024) == 102_400
-    np.testing.assert_array_equal(lesson.kv_cache_bytes(2, [10, 100, 1000], window=100), [20, 200, 200])
+    assert cache.kv_cache_bytes(100, 50) == 5000
+    assert cache.kv_cache_bytes(100, 5000, window=1024) == 102_400
+    np.testing.assert_array_equal(cache.kv_cache_bytes(2, [10, 100, 1000], window=100), [20, 200, 200])
 
 
 def test_claims_reproduce_the_published_facts_and_wait_for_the_specimen(tiny):
@@ -311,9 +312,9 @@ def test_qwen2_biases_and_neox_rope_by_hand(tmp_path):
     assert m["rope_turn_max_abs_err"] < 1e-4 and m["rope_layouts_scores_max_abs_diff"] is None
     # without the biases the keys would differ: the bias is really added
     w = tables["weights"]
-    bare = lesson.attention_by_hand(
+    bare = by_hand.attention_by_hand(
         tables["hand"].x,
-        lesson.AttnWeights(*(getattr(w, f) for f in ("attn_norm", "wq", "wk", "wv", "wo"))),
+        by_hand.AttnWeights(*(getattr(w, f) for f in ("attn_norm", "wq", "wk", "wv", "wo"))),
         tables["spec"],
     )
     assert np.abs(bare.k - tables["hand"].k).max() > 1e-3
@@ -346,10 +347,10 @@ def test_figures_are_drawn(tiny, tmp_path):
 
     tables = tiny[3]
     for name, fig in [
-        ("a.png", lesson.plot_attention(tables["attention"], tables["tokens"], tables["spec"], "t")),
-        ("k.png", lesson.plot_kv_size(tables["kv_size"], "t")),
-        ("t.png", lesson.plot_timing(tables["timing"], "t")),
-        ("n.png", lesson.plot_timing([], "t")),
+        ("a.png", figures.plot_attention(tables["attention"], tables["tokens"], tables["spec"], "t")),
+        ("k.png", figures.plot_kv_size(tables["kv_size"], "t")),
+        ("t.png", figures.plot_timing(tables["timing"], "t")),
+        ("n.png", figures.plot_timing([], "t")),
     ]:
         assert save_figure(fig, tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -16,9 +16,11 @@ from workflow_helpers import run_notebook
 from bytesup.gguf.extract import extract
 from bytesup.lessons import LessonInputError, claims, plain, read_metadata
 from bytesup.lessons import decode_memory_bound as lesson
+from bytesup.lessons.decode_memory_bound import accounting, roofline, whole_model
 from bytesup.model import configs
 from bytesup.model import param_counts as pc
 from bytesup.model.synthetic import write_tiny_llama
+from bytesup.timing.results import read_timing
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "workflow" / "notebooks" / "capstone_decode_is_memory_bound.ipynb"
@@ -140,35 +142,35 @@ def write_csv(path: Path, rows):
     ],
 )
 def test_type_bytes(kind, n, expect):
-    assert lesson.type_bytes(kind, n) == expect
+    assert accounting.type_bytes(kind, n) == expect
 
 
 @pytest.mark.parametrize("kind, n", [("Q9_9", 32), ("Q8_0", 33)])
 def test_type_bytes_refuses(kind, n):
     with pytest.raises(LessonInputError):
-        lesson.type_bytes(kind, n)
+        accounting.type_bytes(kind, n)
 
 
 # --- 2. the two published models, worked out by hand -----------------------------------------------
 
 
 def test_specimen_q8_0_table_by_hand():
-    rows = lesson.config_tensor_table(lesson.SPECIMEN)
+    rows = accounting.config_tensor_table(accounting.SPECIMEN)
     assert len(rows) == 1 + 32 * 9 + 2  # token_embd, 9 per block, output_norm, output
     matrices = 32 * (4 * 4096 * 4096 + 3 * 4096 * 11008) + 2 * 32256 * 4096
     norms = (2 * 32 + 1) * 4096
     assert sum(r["bytes"] for r in rows) == matrices // 32 * 34 + norms * 4 == 7_162_576_896
-    acc = lesson.account_layout(lesson.SPECIMEN)
+    acc = accounting.account_layout(accounting.SPECIMEN)
     row_bytes = 4096 // 32 * 34  # one Q8_0 row of the embedding table
     assert acc.summary["bytes_per_token"] == 7_162_576_896 - 32256 * row_bytes + row_bytes == 7_022_203_136
     assert acc.summary["ffn_bytes_per_token"] == 32 * 3 * 4096 * 11008 // 32 * 34
     # 2 FLOPs per matrix weight read; the embedding row is a lookup, not a matvec
     assert acc.summary["decode_flops_per_token"] == 2 * (matrices - 32256 * 4096)
-    assert lesson.kv_cache_bytes_per_context_token(lesson.DEEPSEEK_CODER_6_7B) == 32 * 2 * 32 * 128 * 2
+    assert accounting.kv_cache_bytes_per_context_token(lesson.DEEPSEEK_CODER_6_7B) == 32 * 2 * 32 * 128 * 2
 
 
 def test_llama3_8b_bf16_matches_text_001_and_param_counts():
-    s = lesson.account_layout(lesson.LLAMA3_8B_BF16).summary
+    s = accounting.account_layout(accounting.LLAMA3_8B_BF16).summary
     streamed = pc.count(configs.LLAMA3_8B)["streamed_params"]  # param_counts leaves the embedding row out
     assert s["weights_read"] == streamed + 4096 == 8_030_261_248 - 128256 * 4096 + 4096
     assert s["bytes_per_token"] == 2 * s["weights_read"]
@@ -176,12 +178,12 @@ def test_llama3_8b_bf16_matches_text_001_and_param_counts():
     assert round(s["bytes_per_token_gb"], 2) == 15.01
     assert round(s["ffn_bytes_per_token_gb"], 2) == 11.27
     assert round(100 * s["ffn_share_of_bytes"]) == 75
-    assert lesson.kv_cache_bytes_per_context_token(configs.LLAMA3_8B) == 32 * 2 * 8 * 128 * 2
+    assert accounting.kv_cache_bytes_per_context_token(configs.LLAMA3_8B) == 32 * 2 * 8 * 128 * 2
 
 
 def test_config_table_refuses_gpt2():
     with pytest.raises(LessonInputError):
-        lesson.config_tensor_table(lesson.Layout("x", "GPT-2", configs.GPT2_SMALL, "F16", "F32"))
+        accounting.config_tensor_table(accounting.Layout("x", "GPT-2", configs.GPT2_SMALL, "F16", "F32"))
 
 
 # --- 3. the reading rule --------------------------------------------------------------------------
@@ -203,7 +205,7 @@ def test_untied_reads_one_embedding_row():
     reads = pc.per_token_reads(toy_table(tied=False))
     embd = [r for r in reads if r["name"].startswith("token_embd")]
     assert len(embd) == 1 and embd[0]["bytes_read"] == 68 and embd[0]["elements_read"] == 64
-    s = lesson.summarize_reads(reads)
+    s = accounting.summarize_reads(reads)
     assert s["bytes_per_token"] == 68 + 8192 + 256 + 256 + 1280
     assert s["file_tensor_bytes"] == 680 + 8192 + 256 + 256 + 1280
     assert s["decode_flops_per_token"] == 2 * (2048 + 640)
@@ -214,7 +216,7 @@ def test_tied_head_reads_the_whole_table_once_more():
     reads = pc.per_token_reads(toy_table(tied=True))
     head = [r for r in reads if r["part"] == "lm_head"]
     assert [r["name"] for r in head] == ["token_embd.weight (tied output head)"]
-    s = lesson.summarize_reads(reads)
+    s = accounting.summarize_reads(reads)
     assert s["bytes_per_token"] == 68 + 680 + 8192 + 256 + 256
     assert s["file_tensor_bytes"] == 680 + 8192 + 256 + 256  # the table counted once in the file
     assert s["decode_flops_per_token"] == 2 * (2048 + 640)
@@ -232,39 +234,39 @@ def test_ragged_lookup_table_is_refused():
 
 def test_roofline_points_and_roofs():
     sweep = sweep_rows(50, 200)
-    points, notes = lesson.roofline_points(as_csv_rows(sweep), "cpu")
+    points, notes = roofline.roofline_points(as_csv_rows(sweep), "cpu")
     assert notes == [] and [p["n"] for p in points] == [1, 2, 4, 8, 16, 32, 64, 128, 256]
     p1 = points[0]
     assert p1["intensity"] == pytest.approx(2 * 4096 * 1024 / ((4096 * 1024 + 1024 + 4096) * 4))
     assert p1["gflops"] == pytest.approx(50 * p1["intensity"])  # on the sloped roof
-    rf = lesson.roofs(points, 50)
+    rf = roofline.roofs(points, 50)
     assert rf["peak_gflops"] == pytest.approx(200) and rf["ridge_intensity"] == pytest.approx(4.0)
-    m = lesson.point_metrics(points, "sweep")
+    m = roofline.point_metrics(points, "sweep")
     assert m["sweep_work_256_over_1"] == 256
-    assert lesson.flops_per_weight_n1(as_csv_rows(sweep), points) == 2
+    assert roofline.flops_per_weight_n1(as_csv_rows(sweep), points) == 2
 
 
 def test_roofline_points_work_out_missing_columns():
     sweep = [{k: v for k, v in r.items() if k not in ("flops", "bytes", "gflops")} for r in sweep_rows(50, 200)]
-    points, notes = lesson.roofline_points(as_csv_rows(sweep), "cpu")
-    full, _ = lesson.roofline_points(as_csv_rows(sweep_rows(50, 200)), "cpu")
+    points, notes = roofline.roofline_points(as_csv_rows(sweep), "cpu")
+    full, _ = roofline.roofline_points(as_csv_rows(sweep_rows(50, 200)), "cpu")
     for p, q in zip(points, full):
         assert p["derived"] == "flops bytes gflops"
         assert p["intensity"] == pytest.approx(q["intensity"]) and p["gflops"] == pytest.approx(q["gflops"])
     assert any("no column 'flops'" in n for n in notes) and any("worked out" in n for n in notes)
     # with nothing to work from, a row is left out and said so
     bare = [{"n": "1", "median_s": "0.1"}]
-    points, notes = lesson.roofline_points(bare, "cpu")
+    points, notes = roofline.roofline_points(bare, "cpu")
     assert points == [] and any("not enough columns" in n for n in notes)
 
 
 def test_which_roof_binds():
     summary = {"bytes_per_token": 1e9, "decode_flops_per_token": 2e9}
-    mem = lesson.roofline_ceiling(summary, {"bandwidth_gbps": 100.0, "peak_gflops": 1000.0})
+    mem = roofline.roofline_ceiling(summary, {"bandwidth_gbps": 100.0, "peak_gflops": 1000.0})
     assert mem["memory_ceiling_tps"] == pytest.approx(100) and mem["compute_ceiling_tps"] == pytest.approx(500)
     assert mem["bound"] == "memory"
-    assert lesson.roofline_ceiling(summary, {"bandwidth_gbps": 100.0, "peak_gflops": 100.0})["bound"] == "compute"
-    assert lesson.roofline_ceiling(summary, {"bandwidth_gbps": None, "peak_gflops": 100.0})["bound"] is None
+    assert roofline.roofline_ceiling(summary, {"bandwidth_gbps": 100.0, "peak_gflops": 100.0})["bound"] == "compute"
+    assert roofline.roofline_ceiling(summary, {"bandwidth_gbps": None, "peak_gflops": 100.0})["bound"] is None
 
 
 def test_bandwidths_without_and_with_a_gpu():
@@ -284,8 +286,8 @@ def test_bandwidths_without_and_with_a_gpu():
 
 
 def test_ceilings_are_bandwidth_over_bytes():
-    acc = lesson.account_layout(lesson.SPECIMEN)
-    rows = lesson.ceilings(
+    acc = accounting.account_layout(accounting.SPECIMEN)
+    rows = roofline.ceilings(
         [acc],
         [
             {"source": "x", "bandwidth": "b", "gbps": 273.0, "note": ""},
@@ -357,7 +359,7 @@ def test_claims_without_a_sweep_are_not_reproduced(tiny):
 def test_specimen_on_the_course_machine_is_compared(tiny):
     """With the specimen's tensor table and the course's machine, nothing is 'specimen differs'."""
     _, meta, _ = tiny
-    rows = lesson.config_tensor_table(lesson.SPECIMEN)
+    rows = accounting.config_tensor_table(accounting.SPECIMEN)
     sweep = sweep_rows(128, 1000, rows=11008, cols=4096)
     summary = cpu_summary(sweep, copy=273.0, machine="NVIDIA DGX Spark (GB10)")
     summary["matmul_ratio_256_over_1"] = 20.0
@@ -371,7 +373,7 @@ def test_specimen_on_the_course_machine_is_compared(tiny):
 def test_this_models_kv_cache_and_bound_table(tiny):
     _, meta, rows = tiny
     d = lesson.dims(meta)
-    arch = lesson.model_architecture(d, rows)
+    arch = accounting.model_architecture(d, rows)
     assert (arch.n_layers, arch.n_kv_heads, arch.head_dim, arch.tied) == (
         2,
         2,
@@ -386,7 +388,7 @@ def test_this_models_kv_cache_and_bound_table(tiny):
         run.metrics["model_kv_cache_bytes_per_context_token"] == 2 * 2 * 2 * 8 * 2
     )  # K and V, blocks, heads, width, F16
     wider = dict(d, value_dim=16)  # values twice as long as keys: K at 8, V at 16
-    assert lesson.model_kv_bytes_per_context_token(wider) == 2 * 2 * (8 + 16) * 2
+    assert accounting.model_kv_bytes_per_context_token(wider) == 2 * 2 * (8 + 16) * 2
     assert [(b["device"], b["model"]) for b in run.bounds] == [("cpu", a.label) for a in run.accounts]
     assert {b["bound"] for b in run.bounds} <= {"memory", "compute"}
     assert run.bounds[0]["memory ceiling tok/s"] == run.metrics["model_cpu_memory_ceiling_tps"]
@@ -500,7 +502,7 @@ MEASURED_KEYS = (
 
 def test_decode_metrics_follow_from_decode_json():
     summary, rows = decode_files(tps=20.0, nbytes=500_000_000, copy=12.5, flops=270_000_000, arith_s=0.002)
-    m, whole, notes = lesson.decode_metrics(summary, as_csv_rows(rows), peak_gflops=100.0)
+    m, whole, notes = whole_model.decode_metrics(summary, as_csv_rows(rows), peak_gflops=100.0)
     assert notes == [] and m["decode_status"] == "measured" and m["decode_skipped"] is None
     assert m["decode_tokens_per_s"] == 20.0 and m["decode_bytes_per_token"] == 500_000_000
     assert m["decode_ceiling_tokens_per_s"] == pytest.approx(12.5e9 / 500e6) == pytest.approx(25.0)
@@ -538,7 +540,7 @@ def test_decode_metrics_follow_from_decode_json():
 def test_llama_cpp_beside_ours_and_which_limit_binds_each():
     """llama.cpp reads the quantized file's bytes; on few cores its arithmetic can outlast its memory time."""
     summary, rows = decode_files(tps=20.0, llama=(90.0, 96_600_000, 0.010))
-    m, whole, _ = lesson.decode_metrics(summary, as_csv_rows(rows), peak_gflops=100.0)
+    m, whole, _ = whole_model.decode_metrics(summary, as_csv_rows(rows), peak_gflops=100.0)
     assert m["llama_cpp_status"] == "measured" and m["llama_cpp_version"] == "0.3.36"
     assert m["llama_cpp_decode_bytes_per_token"] == 96_600_000
     assert m["llama_cpp_decode_ceiling_tokens_per_s"] == pytest.approx(12.5e9 / 96.6e6)
@@ -557,13 +559,13 @@ def test_llama_cpp_beside_ours_and_which_limit_binds_each():
 
 def test_prefill_at_the_memory_roof_still_says_memory():
     summary, rows = decode_files(arith_s=0.0)
-    m, _, _ = lesson.decode_metrics(summary, rows)
+    m, _, _ = whole_model.decode_metrics(summary, rows)
     assert m["decode_bound"] == "memory" and m["decode_arithmetic_ms_per_token"] is None
 
 
 @pytest.mark.parametrize("record", [DECODE_SKIPPED, {}], ids=["skipped", "missing"])
 def test_a_skipped_or_missing_decode_record_leaves_nulls(record):
-    m, whole, notes = lesson.decode_metrics(record, [], peak_gflops=100.0)
+    m, whole, notes = whole_model.decode_metrics(record, [], peak_gflops=100.0)
     assert whole == [] and len(notes) == 1
     assert m["decode_status"] == ("skipped" if record else "missing")
     assert m["decode_skipped"] == (
@@ -667,7 +669,7 @@ def test_notebook_runs_standalone_from_its_folder(tmp_path, gpu, no_llama_cpp):
     else:
         decoded = {"summary": DECODE_SKIPPED, "prefill": []}
     write_decode_results(decoded, timing / "cpu" / "decode.json", timing / "cpu" / "prefill.csv")
-    dsum, dpre = lesson.read_timing(timing / "cpu" / "decode.json", timing / "cpu" / "prefill.csv")[:2]
+    dsum, dpre = read_timing(timing / "cpu" / "decode.json", timing / "cpu" / "prefill.csv")[:2]
     nb_dir = tmp_path / "workflow" / "notebooks"
     nb_dir.mkdir(parents=True)
     default_out = tmp_path / "results" / "smollm2-135m" / "lessons" / lesson.SPEC.id

@@ -11,6 +11,7 @@ from workflow_helpers import run_notebook
 from bytesup.gguf.extract import extract
 from bytesup.lessons import LessonInputError, TensorFiles, claims, plain, read_json
 from bytesup.lessons import ffn_stores as lesson
+from bytesup.lessons.ffn_stores import edit, memory, parameters, regroup, vocabulary
 from bytesup.model import configs
 from bytesup.model import param_counts as pc
 from bytesup.model.synthetic import write_tiny_llama
@@ -84,11 +85,11 @@ def test_regrouping_and_top_slots_match_an_independent_implementation(tiny):
     assert [r["slot"] for r in run.top_slots] == want_top.tolist()
     assert run.top_slots[0]["coefficient"] == pytest.approx(ref["a"][want_top[0]], rel=1e-4)
     # rebuilding from every slot leaves nothing; from one slot, something
-    assert lesson.rebuild_error(run.slots, [run.slots.a.size])[run.slots.a.size] < 1e-6
+    assert regroup.rebuild_error(run.slots, [run.slots.a.size])[run.slots.a.size] < 1e-6
     assert 0 < m["rebuild_error_by_top_m"]["1"] < 1.5
     # the batched keys used by the edit are the walk's h for the same token
     s = run.slots
-    one = lesson.coefficients(
+    one = regroup.coefficients(
         np.asarray(tensors["token_embd.weight"][[m["token_id"]]]), s.walk.w_gate, s.w_up, s.ffn_norm, s.eps
     )[0]
     np.testing.assert_allclose(one, s.a, rtol=1e-5, atol=1e-6)
@@ -140,14 +141,14 @@ def test_rome_formulas_on_a_toy():
     W = np.array([[1.0, 0.0], [0.0, 1.0]])
     k = np.array([1.0, 0.0])
     v = np.array([0.0, 2.0])
-    W_hat = lesson.rome_edit(W, k, v)
+    W_hat = edit.rome_edit(W, k, v)
     np.testing.assert_allclose(W_hat @ k, v)
     K = np.array([[0.0, 1.0], [1.0, 1.0], [-2.0, 0.0]])
-    np.testing.assert_allclose(lesson.drift(W, W_hat, K), lesson.predicted_drift(W, k, v, K))
-    np.testing.assert_allclose(lesson.drift(W, W_hat, K), [[0, 0], [-1, 2], [2, -4]])  # orthogonal key: no drift
-    C = lesson.key_covariance(K, ridge=0.1)
-    np.testing.assert_allclose(lesson.rome_edit_cov(W, k, v, C) @ k, v)
-    ids, fit = lesson.key_ids(10, [3], 4, seed=0)
+    np.testing.assert_allclose(edit.drift(W, W_hat, K), edit.predicted_drift(W, k, v, K))
+    np.testing.assert_allclose(edit.drift(W, W_hat, K), [[0, 0], [-1, 2], [2, -4]])  # orthogonal key: no drift
+    C = edit.key_covariance(K, ridge=0.1)
+    np.testing.assert_allclose(edit.rome_edit_cov(W, k, v, C) @ k, v)
+    ids, fit = edit.key_ids(10, [3], 4, seed=0)
     assert len(ids) == 4 and len(fit) == 4 and not set(ids) & set(fit) and 3 not in set(ids) | set(fit)
 
 
@@ -158,56 +159,56 @@ def test_blocked_edits_match_the_whole_matrix_versions(tiny, monkeypatch):
     """apply_edit, the Woodbury solve, matvec64, keys_times and rebuild_error, with blocks of 7 rows
     (so the 64-slot block spans several), against rome_edit, rome_edit_cov, drift and a plain cumsum."""
     gguf, doc, tensors, rows = tiny
-    monkeypatch.setattr(lesson, "ROW_BLOCK", 7)
-    monkeypatch.setattr(lesson, "KEY_BATCH", 3)
-    monkeypatch.setattr(lesson, "VOCAB_BLOCK", 5)
-    s = lesson.slots(lesson.metadata_map(doc), tensors, " cat")
+    monkeypatch.setattr(memory, "ROW_BLOCK", 7)
+    monkeypatch.setattr(memory, "KEY_BATCH", 3)
+    monkeypatch.setattr(memory, "VOCAB_BLOCK", 5)
+    s = regroup.slots(lesson.metadata_map(doc), tensors, " cat")
     W32, W = s.w_down, s.w_down.astype(np.float64)
     k = s.a.astype(np.float64)
-    np.testing.assert_array_equal(lesson.matvec64(W32, k), W @ k)
+    np.testing.assert_array_equal(memory.matvec64(W32, k), W @ k)
     rng = np.random.default_rng(0)
     K = rng.standard_normal((9, k.size))
-    np.testing.assert_allclose(lesson.keys_times(K, W32), K @ W.T, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(memory.keys_times(K, W32), K @ W.T, rtol=1e-13, atol=1e-13)
     v = W @ k + rng.standard_normal(W.shape[0])
     r = v - W @ k
-    for C in (np.eye(k.size), lesson.key_covariance(K, 0.1)):
+    for C in (np.eye(k.size), edit.key_covariance(K, 0.1)):
         u = np.linalg.solve(C, k)
-        whole = lesson.rome_edit_cov(W, k, v, C)
-        got = lesson.apply_edit(W32, k, r, u, K)
+        whole = edit.rome_edit_cov(W, k, v, C)
+        got = edit.apply_edit(W32, k, r, u, K)
         np.testing.assert_allclose(got.hit, whole @ k, rtol=1e-12, atol=1e-12)
-        np.testing.assert_allclose(got.drift, lesson.drift(W, whole, K), rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(got.drift, edit.drift(W, whole, K), rtol=1e-9, atol=1e-12)
         assert 0 <= got.off_rank_one < 1e-12 * np.linalg.norm(r) * np.linalg.norm(u) / abs(u @ k)
     # the singular value in closed form is numpy's SVD of the update
-    sv = np.linalg.svd(lesson.rome_edit(W, k, v) - W, compute_uv=False)
+    sv = np.linalg.svd(edit.rome_edit(W, k, v) - W, compute_uv=False)
     assert sv[0] == pytest.approx(np.linalg.norm(r) / np.linalg.norm(k), rel=1e-12) and sv[1] < 1e-12 * sv[0]
     # Woodbury's solve is the dense one, with fewer keys than slots and with more
     for n in (9, 200):
         Kn = rng.standard_normal((n, k.size)) * rng.uniform(0.1, 3.0, k.size)
-        dense = np.linalg.solve(lesson.key_covariance(Kn, 0.1), k)
-        np.testing.assert_allclose(lesson.solve_key_covariance(Kn, 0.1, k), dense, rtol=1e-9)
-    np.testing.assert_allclose(lesson.solve_key_covariance(np.zeros((0, k.size)), 0.1, k), k / 0.1)
+        dense = np.linalg.solve(edit.key_covariance(Kn, 0.1), k)
+        np.testing.assert_allclose(edit.solve_key_covariance(Kn, 0.1, k), dense, rtol=1e-9)
+    np.testing.assert_allclose(edit.solve_key_covariance(np.zeros((0, k.size)), 0.1, k), k / 0.1)
     # the blocked cumulative sum is numpy's, to the last bit
     contrib = W[:, s.order] * k[s.order]
     partial = np.cumsum(contrib, axis=1)
     out = s.walk.trace.out.astype(np.float64)
     want = {m: float(np.linalg.norm(out - partial[:, m - 1]) / np.linalg.norm(out)) for m in range(1, k.size + 1)}
-    assert lesson.rebuild_curve(s) == want
-    assert lesson.rebuild_error(s, [3, 10_000]) == {3: want[3], 10_000: want[k.size]}
+    assert regroup.rebuild_curve(s) == want
+    assert regroup.rebuild_error(s, [3, 10_000]) == {3: want[3], 10_000: want[k.size]}
     # the unembedding, streamed from its file in blocks of 5 rows, scores as the mapped array does
-    name, W_U = lesson.unembedding(tensors)
+    name, W_U = vocabulary.unembedding(tensors)
     V = W32[:, s.order[:4]]
     assert isinstance(W_U, np.memmap)
-    np.testing.assert_allclose(lesson.vocab_scores(W_U, V), np.asarray(W_U) @ V, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(lesson.vocab_scores(np.asarray(W_U), V[:, 0]), np.asarray(W_U) @ V[:, 0], rtol=1e-6)
+    np.testing.assert_allclose(vocabulary.vocab_scores(W_U, V), np.asarray(W_U) @ V, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(vocabulary.vocab_scores(np.asarray(W_U), V[:, 0]), np.asarray(W_U) @ V[:, 0], rtol=1e-6)
 
 
 def test_peak_memory_formula_fits_the_goals_and_the_spec():
     """Issue 15: at most 2 GB at the specimen's block (d 4,096, FFN 11,008) and 8 GB at a 70B's (8,192, 28,672);
     the spec declares at least the specimen's peak; nothing grows with FFN squared."""
-    spec = lesson.peak_bytes(4096, 11008, 32256)
+    spec = memory.peak_bytes(4096, 11008, 32256)
     assert spec["peak"] <= 2e9 and lesson.SPEC.mem_mb * 1e6 >= spec["peak"]
-    assert lesson.peak_bytes(8192, 28672, 128256)["peak"] <= 8e9
-    a, b = lesson.peak_bytes(1024, 8192, 4096), lesson.peak_bytes(1024, 16384, 4096)
+    assert memory.peak_bytes(8192, 28672, 128256)["peak"] <= 8e9
+    a, b = memory.peak_bytes(1024, 8192, 4096), memory.peak_bytes(1024, 16384, 4096)
     assert b["peak"] - b["baseline"] < 2.1 * (a["peak"] - a["baseline"])  # twice the slots: at most twice the bytes
 
 
@@ -249,7 +250,7 @@ def test_peak_memory_on_a_wide_block_is_within_the_formula(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     peak = int(proc.stdout.split()[-1])
-    assert 0.1e9 < peak <= lesson.peak_bytes(1024, 8192, 4096)["run"], peak
+    assert 0.1e9 < peak <= memory.peak_bytes(1024, 8192, 4096)["run"], peak
 
 
 def test_gemma3_coefficients_use_its_activation_and_scale(tmp_path):
@@ -269,7 +270,7 @@ def test_gemma3_coefficients_use_its_activation_and_scale(tmp_path):
     np.testing.assert_allclose(run.slots.a, want["h"], rtol=1e-4, atol=1e-6)
     s = run.slots
     assert s.walk.recipe.activation == "gelu_tanh" and s.walk.recipe.embed_scale == pytest.approx(32**0.5)
-    batched = lesson.coefficients(
+    batched = regroup.coefficients(
         np.asarray(tensors["token_embd.weight"][[want["token_id"]]]),
         s.walk.w_gate,
         s.w_up,
@@ -287,7 +288,7 @@ def test_gemma3_coefficients_use_its_activation_and_scale(tmp_path):
 
 
 def test_toy_bank_and_silu():
-    t = lesson.toy_metrics()
+    t = regroup.toy_metrics()
     assert np.round(t["toy_slot_coefficients"], 2).tolist() == [1.72, -0.01, -0.01, 0.10, 0.02, -0.75]
     assert round(t["toy_slot1_coefficient"], 3) == 1.725
     assert t["toy_slot_negative"] == ["British context", "function word next", "query, not a name"]
@@ -338,7 +339,7 @@ def test_tensor_roles():
 def test_this_models_accounting_agrees_with_its_tensor_table(tiny):
     gguf, doc, tensors, rows = tiny
     meta = lesson.metadata_map(doc)
-    arch, acc = lesson.model_accounting(meta, rows, "tiny")
+    arch, acc = parameters.model_accounting(meta, rows, "tiny")
     tied = "output.weight" not in tensors
     assert arch.tied is tied and arch.gated_ffn and not arch.biases
     assert (arch.d_model, arch.d_ff, arch.n_layers, arch.n_heads, arch.n_kv_heads) == (32, 64, 2, 4, 2)
@@ -351,7 +352,7 @@ def test_this_models_accounting_agrees_with_its_tensor_table(tiny):
     assert acc["streamed_bytes_in_file"] == (file_bytes if tied else file_bytes - embd_bytes)
     # a table that disagrees with the metadata is reported, not hidden
     broken = [dict(r, elements=r["elements"] + 1) if r["name"] == "blk.1.ffn_up.weight" else r for r in rows]
-    _, bad = lesson.model_accounting(meta, broken, "tiny")
+    _, bad = parameters.model_accounting(meta, broken, "tiny")
     assert bad["counts_match_table"] is False and "ffn_up" in bad["count_mismatches"]
 
 

@@ -26,6 +26,7 @@ from workflow_helpers import run_lesson_notebook
 from bytesup.gguf.file import GGUFFile
 from bytesup.lessons import LessonInputError, claims, plain
 from bytesup.lessons import generating_text as lesson
+from bytesup.lessons.generating_text import preparation, reference
 from bytesup.model import llama_cpp_ref
 from bytesup.model.arch import ARCHITECTURES
 from bytesup.model.forward import Model
@@ -115,7 +116,7 @@ def tiny(tmp_path):
 )
 def test_bad_settings_are_one_line_errors_before_the_model_is_opened(tiny, tmp_path, generate, seed, needle):
     _, metadata = tiny
-    with pytest.raises(lesson.GeneratingTextError) as err:
+    with pytest.raises(preparation.GeneratingTextError) as err:
         # a model path that does not exist: the settings must be refused before anything opens it
         lesson.compute(tmp_path / "absent.gguf", metadata, TINY_PROMPT, generate, seed)
     text = str(err.value)
@@ -126,26 +127,26 @@ def test_bad_settings_are_one_line_errors_before_the_model_is_opened(tiny, tmp_p
 def test_bad_prompts_are_one_line_errors_before_the_model_is_opened(tiny, tmp_path):
     _, metadata = tiny
     absent = tmp_path / "absent.gguf"
-    with pytest.raises(lesson.GeneratingTextError, match=r"^prompt = '': the prompt is empty"):
+    with pytest.raises(preparation.GeneratingTextError, match=r"^prompt = '': the prompt is empty"):
         lesson.compute(absent, metadata, "", TINY_GENERATE, 0)
     # the tiny model's context is 128 tokens
-    with pytest.raises(lesson.GeneratingTextError) as err:
+    with pytest.raises(preparation.GeneratingTextError) as err:
         lesson.compute(absent, metadata, "the cat " * 70, TINY_GENERATE, 0)
     assert str(err.value) == (
         "prompt (560 characters): 143 tokens, longer than llama.context_length = 128; shorten the prompt"
     )
     # it fits alone, but not with the tokens to generate
-    with pytest.raises(lesson.GeneratingTextError) as err:
+    with pytest.raises(preparation.GeneratingTextError) as err:
         lesson.compute(absent, metadata, "the cat " * 60, TINY_GENERATE, 0)
     assert str(err.value) == (
         "prompt (480 characters): 123 tokens + generate.max_new_tokens 8 = 131 exceed"
         " llama.context_length = 128; shorten the prompt or lower max_new_tokens"
     )
     assert len(lesson.prepare(metadata, "the cat " * 60, {"max_new_tokens": 5}, 0).prompt_ids) == 123
-    with pytest.raises(lesson.GeneratingTextError, match="gives no tokens"):
+    with pytest.raises(preparation.GeneratingTextError, match="gives no tokens"):
         lesson.compute(absent, metadata, "ZZZ", TINY_GENERATE, 0)  # no such letters in the tiny vocabulary
     for err_text in ("", "the cat " * 70, "ZZZ"):
-        with pytest.raises(lesson.GeneratingTextError) as err:
+        with pytest.raises(preparation.GeneratingTextError) as err:
             lesson.prepare(metadata, err_text, TINY_GENERATE, 0)
         assert "\n" not in str(err.value)
 
@@ -153,7 +154,7 @@ def test_bad_prompts_are_one_line_errors_before_the_model_is_opened(tiny, tmp_pa
 def test_other_architectures_are_refused_in_one_line(tiny):
     _, metadata = tiny
     assert lesson.SPEC.architectures == tuple(ARCHITECTURES)  # derived from the table, not typed
-    with pytest.raises(lesson.GeneratingTextError) as err:
+    with pytest.raises(preparation.GeneratingTextError) as err:
         lesson.prepare({**metadata, "general.architecture": "phi3"}, TINY_PROMPT, {}, 0)
     assert str(err.value).startswith("it follows llama, qwen2, gemma3 only, and this model's architecture is 'phi3'")
     assert "\n" not in str(err.value)
@@ -178,11 +179,11 @@ def test_tiny_gemma3_greedy_through_the_kv_cache_past_the_window(tmp_path):
 def test_missing_settings_take_the_schemas_defaults():
     schema = yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())
     props = schema["properties"]["generate"]["properties"]
-    assert lesson.DEFAULT_GENERATE == {k: v["default"] for k, v in props.items()}
+    assert preparation.DEFAULT_GENERATE == {k: v["default"] for k, v in props.items()}
     assert props["max_new_tokens"]["minimum"] == 1  # the schema refuses it too; the module does on its own
-    s = lesson.settings(None, 3)
+    s = preparation.settings(None, 3)
     assert (s.max_new_tokens, s.temperatures, s.top_k, s.top_p, s.seed) == (16, (0.5, 1.0, 2.0), 50, 0.95, 3)
-    assert lesson.settings({"top_k": None, "top_p": None}, 0).top_k is None
+    assert preparation.settings({"top_k": None, "top_p": None}, 0).top_k is None
 
 
 # --- the tiny model, against the independent loop ---------------------------------------------------------
@@ -215,10 +216,10 @@ def test_tiny_model_greedy_sampling_and_kv_cache_against_an_independent_loop(tin
     assert m["timing_steps"] == 7 and m["kv_cache_ms_per_token"] > 0 and m["recompute_ms_per_token"] > 0
     # the distribution of the first new token: the greedy step's probabilities at T = 1
     rows = tables["distribution"]
-    assert len(rows) == lesson.TOP_N and rows[0]["id"] == m["greedy_ids"][0]
+    assert len(rows) == preparation.TOP_N and rows[0]["id"] == m["greedy_ids"][0]
     assert m["next_token_top1_prob"][1] == pytest.approx(m["greedy_probs"][0], rel=1e-12)
     p = probs_at(tables["greedy_logits"][0], 0.5)
-    np.testing.assert_allclose([r["p_T0.5"] for r in rows], np.sort(p)[::-1][: lesson.TOP_N], rtol=1e-12)
+    np.testing.assert_allclose([r["p_T0.5"] for r in rows], np.sort(p)[::-1][: preparation.TOP_N], rtol=1e-12)
     assert m["next_token_top1_prob"][0] > m["next_token_top1_prob"][1] > m["next_token_top1_prob"][2]
     assert m["next_token_kept_by_filters"][0] == np.count_nonzero(keep_top(p, 50, 0.95))
     # no chat template in a synthetic file: the chat part says so, in one line, and is null
@@ -274,7 +275,7 @@ def test_a_chat_template_is_rendered_and_answered(tmp_path):
     ],
 )
 def test_parts_at_on_made_up_lists(ours, theirs, want):
-    assert lesson.parts_at(ours, theirs) == want
+    assert reference.parts_at(ours, theirs) == want
 
 
 def test_llama_cpp_skipped_in_one_line_when_it_cannot_run(tiny, monkeypatch):
@@ -285,7 +286,7 @@ def test_llama_cpp_skipped_in_one_line_when_it_cannot_run(tiny, monkeypatch):
     m, tables = lesson.compute(gguf, metadata, TINY_PROMPT, TINY_GENERATE, 0)
     assert calls == [gguf]
     assert m["llama_cpp_skipped"] == why and "\n" not in why and "pip install" in why
-    for key in lesson.LLAMA_CPP_KEYS:
+    for key in reference.LLAMA_CPP_KEYS:
         assert m[key] is None, key  # nothing invented
     assert tables["llama_cpp"] == [] and tables["llama_cpp_logits"] == []
     assert {h.key for h in lesson.SPEC.headlines} >= {"llama_cpp_parts_at", "llama_cpp_first_step_max_abs_logit_diff"}
@@ -298,8 +299,8 @@ def test_llama_cpp_not_run_beside_streamed_weights(tiny, monkeypatch):
     monkeypatch.setattr(llama_cpp_ref, "status", lambda path: pytest.fail("probed llama.cpp beside streamed weights"))
     m, tables = lesson.compute(gguf, metadata, TINY_PROMPT, TINY_GENERATE, 0, {"resident_budget_mb": 0.001})
     assert m["weights_mode"] == "streaming"
-    assert m["llama_cpp_skipped"] == lesson.STREAMING_SKIP and "\n" not in m["llama_cpp_skipped"]
-    assert all(m[key] is None for key in lesson.LLAMA_CPP_KEYS) and tables["llama_cpp"] == []
+    assert m["llama_cpp_skipped"] == reference.STREAMING_SKIP and "\n" not in m["llama_cpp_skipped"]
+    assert all(m[key] is None for key in reference.LLAMA_CPP_KEYS) and tables["llama_cpp"] == []
 
 
 def test_side_by_side_on_a_stand_in_llama_cpp(tiny, monkeypatch):
@@ -324,7 +325,7 @@ def test_side_by_side_on_a_stand_in_llama_cpp(tiny, monkeypatch):
         return theirs_ids, theirs_logits
 
     monkeypatch.setattr(llama_cpp_ref, "status", lambda path: (True, "0.0-stand-in"))
-    monkeypatch.setattr(lesson, "llama_cpp_greedy", stand_in)
+    monkeypatch.setattr(reference, "llama_cpp_greedy", stand_in)
     m, t = lesson.compute(gguf, metadata, TINY_PROMPT, TINY_GENERATE, 0)
     assert seen == {"path": gguf, "prompt_ids": ours["prompt_ids"], "max_new_tokens": 8, "eos": (2,)}
     assert m["greedy_ids"] == ids and m["llama_cpp_skipped"] is None and m["llama_cpp_version"] == "0.0-stand-in"
@@ -454,7 +455,7 @@ def test_default_model_kv_cache_sampling_and_outputs(default_run, default_gguf):
     assert m["greedy_probs"][0] == pytest.approx(p1.max(), rel=1e-5) == pytest.approx(m["first_token_prob"])
     with (out / "next_token_distribution.csv").open(encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
-    assert json.loads(rows[0]["token"]) == " Paris" and len(rows) == lesson.TOP_N
+    assert json.loads(rows[0]["token"]) == " Paris" and len(rows) == preparation.TOP_N
     for t in (0.5, 1, 2):
         np.testing.assert_allclose(
             [float(r[f"p_T{t:g}"]) for r in rows], np.sort(probs_at(logits, t))[::-1][:15], rtol=1e-4

@@ -18,6 +18,7 @@ from workflow_helpers import run_notebook
 from bytesup.gguf.extract import extract
 from bytesup.lessons import LessonInputError, plain, read_metadata
 from bytesup.lessons import hardware_fit as lesson
+from bytesup.lessons.hardware_fit import catalog, figures, fit_table, storage
 from bytesup.lessons.spec import parameter
 from bytesup.model import configs
 from bytesup.model import param_counts as pc
@@ -59,7 +60,7 @@ def gemma3_270m_tensors():
 
 def test_q4_k_m_recipe_matches_a_real_gemma3_file():
     tensors = gemma3_270m_tensors()
-    types = lesson.q4_k_m_types(tensors, 4, 1)
+    types = storage.q4_k_m_types(tensors, 4, 1)
     counts = {t: types.count(t) for t in set(types)}
     # gemma3.md: "F32 x109, Q8_0 x10 (token_embd among them), Q5_0 x81, Q4_K x27, Q6_K x9";
     # "Block 0: ffn_gate/ffn_up Q5_0, ffn_down Q6_K"
@@ -74,7 +75,7 @@ def test_q4_k_m_recipe_matches_a_real_gemma3_file():
 
 
 def test_use_more_bits_layers():
-    assert [i for i in range(32) if lesson.use_more_bits(i, 32)] == [
+    assert [i for i in range(32) if storage.use_more_bits(i, 32)] == [
         0,
         1,
         2,
@@ -92,7 +93,7 @@ def test_use_more_bits_layers():
         30,
         31,
     ]
-    assert sum(lesson.use_more_bits(i, 18) for i in range(18)) == 9
+    assert sum(storage.use_more_bits(i, 18) for i in range(18)) == 9
 
 
 def test_llama3_8b_q4_k_m_by_hand():
@@ -107,7 +108,7 @@ def test_llama3_8b_q4_k_m_by_hand():
     block_q4 = q4(d * d) * 2 + q4(kv * d) + q4(ff * d) * 2  # q, o, k, gate, up
     want = q4(v * d) + q6(v * d) + 32 * block_q4 + 16 * (q6(kv * d) + q6(d * ff)) + 16 * (q4(kv * d) + q4(d * ff))
     want += (2 * 32 + 1) * d * 4  # norms, F32
-    m = lesson.published_model(lesson.PUBLISHED_MODELS[1], "Q4_K_M")
+    m = catalog.published_model(catalog.PUBLISHED_MODELS[1], "Q4_K_M")
     assert m["weights_bytes"] == want == 4_912_898_048
     assert m["tensor_types"] == "F32x65 Q4_Kx193 Q6_Kx33"
     # read per token: the embedding table only one row
@@ -115,18 +116,18 @@ def test_llama3_8b_q4_k_m_by_hand():
 
 
 def test_70b_attn_v_gets_q5_k_and_405b_does_not():
-    t70 = {n: t for n, _, t in lesson.storage_types(configs.LLAMA3_70B, "Q4_K_M")}
+    t70 = {n: t for n, _, t in storage.storage_types(configs.LLAMA3_70B, "Q4_K_M")}
     assert {t70[f"blk.{i}.attn_v.weight"] for i in range(80)} == {"Q5_K", "Q6_K"}
     assert {t70[f"blk.{i}.ffn_down.weight"] for i in range(80)} == {"Q4_K", "Q6_K"}
-    t405 = {n: t for n, _, t in lesson.storage_types(configs.LLAMA31_405B, "Q4_K_M")}
+    t405 = {n: t for n, _, t in storage.storage_types(configs.LLAMA31_405B, "Q4_K_M")}
     assert {t405[f"blk.{i}.attn_v.weight"] for i in range(126)} == {"Q4_K", "Q6_K"}
 
 
 def test_specimen_sizes_against_its_published_files():
-    spec = lesson.PUBLISHED_MODELS[0]
-    q8 = lesson.published_model(spec, "Q8_0")["weights_bytes"]
-    q4km = lesson.published_model(spec, "Q4_K_M")["weights_bytes"]
-    f16 = lesson.published_model(spec, "F16")["weights_bytes"]
+    spec = catalog.PUBLISHED_MODELS[0]
+    q8 = catalog.published_model(spec, "Q8_0")["weights_bytes"]
+    q4km = catalog.published_model(spec, "Q4_K_M")["weights_bytes"]
+    f16 = catalog.published_model(spec, "F16")["weights_bytes"]
     params = pc.count(configs.DEEPSEEK_CODER_6_7B)["total"]
     norms = (2 * 32 + 1) * 4096
     assert f16 == (params - norms) * 2 + norms * 4
@@ -137,7 +138,7 @@ def test_specimen_sizes_against_its_published_files():
 
 def test_storage_refuses_unknown():
     with pytest.raises(ValueError, match="Q5_K_M"):
-        lesson.storage_types(configs.LLAMA3_8B, "Q5_K_M")
+        storage.storage_types(configs.LLAMA3_8B, "Q5_K_M")
 
 
 # --- KV cache, devices and the fit ------------------------------------------------------------------------
@@ -175,12 +176,12 @@ def summary(memory=8 * GiB, copy=20.0):
 
 def test_this_model_from_its_own_table():
     meta, rows = tiny_inputs(tied=True)
-    m = lesson.this_model(meta, rows, "tiny")
+    m = catalog.this_model(meta, rows, "tiny")
     # tied: the token's row to embed it, then the whole table again as the output head
     assert m["read_per_token_bytes"] == m["weights_bytes"] + 68 == 68000 + 64 * 68 + 256 + 68
     assert m["kv_bytes_per_token"] == 2 * 2 * (16 + 16) * 2 and m["quant"] == "Q8_0" and m["max_context"] == 2048
     meta, rows = tiny_inputs(tied=False)
-    m = lesson.this_model(meta, rows, "tiny")
+    m = catalog.this_model(meta, rows, "tiny")
     assert m["read_per_token_bytes"] == m["weights_bytes"] - 68000 + 68  # untied: one row of token_embd
 
 
@@ -188,14 +189,14 @@ def test_any_architecture_uses_its_own_table_and_kv_lengths():
     meta, rows = tiny_inputs(arch="gemma3")
     meta.update({"gemma3.attention.key_length": 256, "gemma3.attention.value_length": 256, "general.file_type": 15})
     rows.append({"name": "blk.0.attn_q_norm.weight", "type": "F32", "shape": "256", "bytes": 1024, "elements": 256})
-    m = lesson.this_model(meta, rows, "g")
+    m = catalog.this_model(meta, rows, "g")
     assert m["weights_bytes"] == sum(r["bytes"] for r in rows) and m["architecture"] == "gemma3"
     assert m["kv_bytes_per_token"] == 2 * 2 * (256 + 256) * 2 and m["quant"] == "Q4_K_M"
     del meta["gemma3.block_count"]
     with pytest.raises(LessonInputError, match="gemma3.block_count"):
-        lesson.this_model(meta, rows)
+        catalog.this_model(meta, rows)
     with pytest.raises(LessonInputError, match="tensors.csv"):
-        lesson.this_model(meta, [])
+        catalog.this_model(meta, [])
 
 
 def test_fit_rows_by_hand():
@@ -206,7 +207,7 @@ def test_fit_rows_by_hand():
     assert devices == ["this_machine", "laptop_16gb", "dgx_spark", "h100_sxm", "h200"]
     assert len(fit) == 13 * 3 * 5
     # Llama-3-8B Q8_0 at 128k: capped at 8,192 tokens
-    r = lesson.find_row(fit, "llama3_8b_q8_0", "128k", "this_machine")
+    r = fit_table.find_row(fit, "llama3_8b_q8_0", "128k", "this_machine")
     kv = 2 * 32 * 8 * 128 * 2 * 8192
     weights = metrics["llama3_8b_q8_0_weights_bytes"]
     assert (r["context_tokens"], r["context_capped"], r["kv_cache_bytes"]) == (8192, True, kv)
@@ -214,7 +215,7 @@ def test_fit_rows_by_hand():
     assert r["left_bytes"] == 8 * GiB - weights - kv
     assert r["ceiling_tps"] == pytest.approx(20e9 / (metrics["llama3_8b_q8_0_read_per_token_bytes"] + kv), rel=1e-12)
     # Llama-3.1-405B is published with 128k context: not capped
-    r = lesson.find_row(fit, "llama31_405b_q4_k_m", "128k", "h200")
+    r = fit_table.find_row(fit, "llama31_405b_q4_k_m", "128k", "h200")
     assert (r["context_tokens"], r["context_capped"], r["fits"]) == (131072, False, False)
     # this model, capped at its 2,048-token context, and the counts
     assert metrics["model_4k_fits_this_machine"] is True
@@ -229,7 +230,7 @@ def test_fit_rows_by_hand():
 def test_model_context_is_capped_at_its_own_maximum():
     meta, rows = tiny_inputs()
     _, t = lesson.run(meta, rows, timing_summary=summary())
-    r = lesson.find_row(t["fit"], "model", "4k", "this_machine")
+    r = fit_table.find_row(t["fit"], "model", "4k", "this_machine")
     assert (r["context_tokens"], r["context_capped"]) == (2048, True)
 
 
@@ -241,7 +242,7 @@ def test_without_timing_this_machine_is_unknown_and_a_measured_gpu_is_listed():
     mine = [r for r in t["fit"] if r["device"] == "this_machine"]
     assert {r["fits"] for r in mine} == {None} and {r["ceiling_tps"] for r in mine} == {None}
     assert metrics["fits_this_machine_4k_count"] is None and metrics["gpu_status"] == "measured"
-    r = lesson.find_row(t["fit"], "llama3_70b_q4_k_m", "4k", "gpu")
+    r = fit_table.find_row(t["fit"], "llama3_70b_q4_k_m", "4k", "gpu")
     assert r["fits"] is False and r["device_memory_bytes"] == 40 * GiB
 
 
@@ -259,7 +260,7 @@ def test_figure_is_a_png(tmp_path):
 
     meta, rows = tiny_inputs()
     _, t = lesson.run(meta, rows, timing_summary=summary())
-    path = save_figure(lesson.plot_what_fits_where(t["fit"], "4k", title="t"), tmp_path / "f.png")
+    path = save_figure(figures.plot_what_fits_where(t["fit"], "4k", title="t"), tmp_path / "f.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -320,7 +321,7 @@ def test_notebook_on_the_default_model(tmp_path, default_gguf):
 
     with (out / "x_fit_table.csv").open(encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
-    assert list(rows[0]) == list(lesson.FIT_COLUMNS) and len(rows) == 13 * 3 * 5
+    assert list(rows[0]) == list(fit_table.FIT_COLUMNS) and len(rows) == 13 * 3 * 5
     mine = next(r for r in rows if r["model_key"] == "model" and r["context"] == "4k" and r["device"] == "this_machine")
     assert int(mine["total_bytes"]) == total and mine["fits"] == "True"
     with (out / "x_claims.csv").open(encoding="utf-8") as f:
@@ -339,7 +340,7 @@ def test_notebook_on_the_default_model(tmp_path, default_gguf):
     )
     for step in (
         "type_bytes(kind, math.prod(shape))",
-        "lesson.q4_k_m_types(",
+        "storage.q4_k_m_types(",
         "2 * spec8.n_layers * spec8.n_kv_heads",
         "ceiling = 273e9 / read",
     ):

@@ -12,6 +12,7 @@ import pytest
 from bytesup.cli import main as cli
 from bytesup.config import ConfigError, lesson_ids
 from bytesup.lessons import registry
+from bytesup.lessons.claims import load_claims
 from bytesup.lessons.spec import CAPSTONE, COMPANION, SERIES, LessonSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,6 +72,21 @@ def test_each_lesson_has_its_notebook_declaring_exactly_its_parameters(lesson):
     assert (CLAIMS / f"{lesson}.yaml").is_file()
     for headline in spec.headlines:
         assert headline.label and headline.key
+    claim_ids = {c.claim_id for c in load_claims(lesson)}
+    assert set(spec.compare or ()) <= claim_ids, "compare names claims of the lesson's claims file"
+
+
+def test_a_spec_keeps_its_section_short():
+    base = dict(id="x", title="x", kind=SERIES, position=1, source="x", tables=("a.csv", "b.csv", "c.csv"))
+    LessonSpec(**base, key_tables=("a.csv", "b.csv"), figures={"f.png": "F"}, key_figures=("f.png",))
+    for bad in (
+        {"key_tables": ("a.csv", "b.csv", "c.csv")},
+        {"key_tables": ("z.csv",)},
+        {"key_figures": ("g.png",)},
+        {"compare": tuple("abcdefghi")},
+    ):
+        with pytest.raises(ValueError, match="lesson x"):
+            LessonSpec(**base, **bad)
 
 
 @pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("*.ipynb")), ids=lambda p: p.name)

@@ -1,5 +1,8 @@
 """The lessons: one module each, with its SPEC (bytesup.lessons.spec), and the registry of them.
 
+A lesson that grows past about 600 lines is a package instead: its __init__ declares the SPEC and
+the lesson's ``run``, and modules beside it hold the computations by concern.
+
 A lesson module declares ``SPEC`` and exposes the computations its notebook calls; the notebook
 writes what they return with the helpers below, so that every lesson writes metrics.json,
 tables and figures the same deterministic way: sorted keys, plain Python numbers, no

@@ -7,7 +7,10 @@ finds them. Everything else derives from the spec:
                                  ``outputs()``, the config keys in ``config_keys`` as params
     workflow/rules/extract.smk   the tensors to dequantize: the union of ``tensors``
     config validation            the known lesson ids and their default order
-    the report                   section order and title, headline numbers, figure captions
+    the report                   section order and title, headline numbers, figure captions, and
+                                 its layout: the claims compared at the top (``compare``), the
+                                 figures and short tables in the section (``key_figures``,
+                                 ``key_tables``); everything else goes to the lesson's data page
     tests                        the rerun job sets, the notebooks' parameter cells
 
 Adding a lesson is its module (with its SPEC), its notebook ``workflow/notebooks/<id>.ipynb``,
@@ -42,6 +45,11 @@ RUN_FILES = {
 }
 
 ALWAYS_PARAMETERS = ("model", "model_sha256")
+
+# The report's limits for a lesson's section (its data page holds the rest).
+COMPARE = 8  # claims side by side at the top
+KEY_TABLES = 2  # short tables
+KEY_TABLE_ROWS = 12  # rows of each
 
 
 def parameter(file_name: str) -> str:
@@ -81,6 +89,12 @@ class LessonSpec:
     runs_model: bool = False  # runs the forward pass: its job also holds up to forward.resident_budget_mb
     mem_mb: int = 2000  # peak memory of the job besides that, true for the course's specimen (7.16 GB Q8_0)
     runtime: int = 30  # minutes
+    # How the report lays the lesson out: its section opens with the course's numbers beside this
+    # run's, then the narrative, the key figures and at most KEY_TABLES short tables; every table,
+    # number and claim is on the lesson's data page. The defaults need nothing from a lesson.
+    compare: tuple[str, ...] | None = None  # claim ids side by side at the top (COMPARE at most); None: picked
+    key_figures: tuple[str, ...] | None = None  # of `figures`, those in the section; None: all of them
+    key_tables: tuple[str, ...] = ()  # of `tables`, those in the section (their first KEY_TABLE_ROWS rows)
 
     def __post_init__(self):
         if self.kind not in (SERIES, COMPANION, CAPSTONE):
@@ -88,6 +102,12 @@ class LessonSpec:
         unknown = [name for name in self.reads if name not in RUN_FILES]
         if unknown:
             raise ValueError(f"lesson {self.id}: reads unknown run files {unknown}; known: {sorted(RUN_FILES)}")
+        if not set(self.key_tables) <= set(self.tables) or len(self.key_tables) > KEY_TABLES:
+            raise ValueError(f"lesson {self.id}: key_tables must be at most {KEY_TABLES} of its tables")
+        if not set(self.key_figures or ()) <= set(self.figures):
+            raise ValueError(f"lesson {self.id}: key_figures must be some of its figures")
+        if self.compare is not None and len(self.compare) > COMPARE:
+            raise ValueError(f"lesson {self.id}: compare lists at most {COMPARE} claims")
 
     @property
     def files(self) -> tuple[str, ...]:

@@ -3,10 +3,11 @@
 Every lesson ends the same way: for each number the course text prints, find the number this run
 computed for the same thing, and say whether they agree. The verdict is one of three words:
 
-    reproduced        the run's number rounds to what the course printed
+    reproduced        the run's number rounds to what the course printed (whichever model ran)
     not reproduced    it should have matched and did not (or nothing was measured)
-    specimen differs  the course's number is about its own model or machine, and this run used
-                      a different one, so agreement is not expected; `measured` is still ours
+    specimen differs  the course's number is about its own model or machine, this run used a
+                      different one, and its number is outside the claim's tolerance: agreement
+                      was not expected; `measured` is still ours
 
 A claim lists what its comparison needs in ``requires``: nothing for model-independent claims
 (toy arithmetic, the course's own arithmetic on its published numbers), ``specimen`` for claims
@@ -60,6 +61,7 @@ class Claim:
     requires: tuple[str, ...] = ()  # () = model-independent; ("specimen",) = about the course's model
     tolerance: float | None = None  # absolute; None = derived from the printed decimals
     scale: float = 1.0  # the metric is multiplied by this before comparing (fraction -> %: 100)
+    label: str = ""  # a few words for the report's side-by-side table ("" : the metric's headline label)
 
 
 @dataclass(frozen=True)
@@ -186,10 +188,11 @@ def check(claim: Claim, measured, context: Iterable[str] = ()) -> Result:
     """
     value = _as_measured(measured, claim.scale)
     tolerance = claim.tolerance if claim.tolerance is not None else printed_tolerance(claim.published)
-    if not set(claim.requires) <= set(context):
+    agrees = value is not None and _agrees(value, parse_published(claim.published), tolerance)
+    if agrees:
+        status = "reproduced"  # another model that agrees within the tolerance agrees: 9 tensors are 9
+    elif not set(claim.requires) <= set(context):
         status = "specimen differs"
-    elif value is not None and _agrees(value, parse_published(claim.published), tolerance):
-        status = "reproduced"
     else:
         status = "not reproduced"  # including "nothing was measured": never assume agreement
     return Result(claim, value, tolerance, status)
@@ -262,7 +265,9 @@ def run_context(
 # --- the claims files ----------------------------------------------------------------------
 
 
-_CLAIM_KEYS = frozenset({"claim_id", "description", "published", "metric", "unit", "requires", "tolerance", "scale"})
+_CLAIM_KEYS = frozenset(
+    {"claim_id", "description", "published", "metric", "unit", "requires", "tolerance", "scale", "label"}
+)
 
 
 def claims_from_dict(data: Mapping, source: str = "<claims>") -> list[Claim]:
@@ -297,6 +302,7 @@ def claims_from_dict(data: Mapping, source: str = "<claims>") -> list[Claim]:
                 requires=tuple(e.get("requires", ())),
                 tolerance=None if e.get("tolerance") is None else float(e["tolerance"]),
                 scale=float(e.get("scale", 1.0)),
+                label=" ".join(str(e.get("label", "")).split()),
             )
         )
     return out
