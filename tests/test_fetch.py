@@ -914,7 +914,9 @@ def test_a_local_split_model_is_fetched_part_by_part(tmp_path, split_src, link):
     dest = tmp_path / "models" / "local.gguf"
     record = fetch_model("local", spec, dest)
     cached = [dest, dest.with_name("local-00002-of-00003.gguf"), dest.with_name("local-00003-of-00003.gguf")]
-    assert leftovers(dest.parent) == sorted(p.name for p in cached)
+    alias = dest.with_name("local-00001-of-00003.gguf")  # the first part by the name llama.cpp derives the rest from
+    assert leftovers(dest.parent) == sorted(p.name for p in [*cached, alias])
+    assert os.readlink(alias) == "local.gguf"
     assert all(c.is_symlink() == link and c.read_bytes() == p.read_bytes() for c, p in zip(cached, parts, strict=True))
     assert (record["size"], record["sha256"], record["sha256_checked"]) == (len(joined), sha(joined), True)
     assert record["path"] == str(parts[0]) and record["link"] is link

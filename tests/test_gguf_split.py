@@ -6,6 +6,9 @@ lays them out: the metadata in the first part, split.no / split.count / split.te
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
 import shutil
 import struct
 from pathlib import Path
@@ -152,6 +155,28 @@ def test_extract_of_a_split_model_writes_the_same_tensors(model, split3, tmp_pat
     assert csv_header == "name,type,shape,offset,bytes,elements,part"
 
 
+def test_llama_cpp_reads_the_fetched_split_model_as_the_unsplit_one(tmp_path):
+    """llama.cpp finds a split model's parts from its first part's name: the fetch links that name."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    from bytesup.model import llama_cpp_ref
+    from bytesup.run.fetch import fetch_model
+
+    whole = write_tiny_llama(tmp_path / "w.gguf", types={"blk.1.attn_norm.weight": "F32"})  # no BF16 on its CPU
+    parts = write_split(whole, tmp_path / "mine" / "model.gguf", 3)
+    dest = tmp_path / "models" / "tiny.gguf"
+    fetch_model("tiny", {"source": "path", "path": str(parts[0]), "sha256": None, "link": True}, dest)
+    assert llama_cpp_ref.model_path(dest) == str(dest.with_name("tiny-00001-of-00003.gguf"))
+    assert llama_cpp_ref.model_path(whole) == str(whole)
+    assert llama_cpp_ref.status(dest)[0], llama_cpp_ref.status(dest)
+    scores = []
+    for path in (llama_cpp_ref.model_path(dest), str(whole)):
+        llm = llama_cpp.Llama(model_path=path, n_ctx=32, n_threads=1, logits_all=True, verbose=False)
+        llm.eval([1, 5, 9])
+        scores.append(np.array(llm.scores[2]))
+        llm.close()
+    assert np.array_equal(scores[0], scores[1])
+
+
 # -- partial files ----------------------------------------------------------------------------------
 
 
@@ -232,3 +257,61 @@ def test_quote_cuts_long_values_and_keeps_short_ones():
     assert long.startswith("[0, 1, 2, ") and long.endswith(", ...] (1,000,000 items)") and len(long) < 260
     assert quote([1, 2]) == "[1, 2]" and quote(b"\x00" * 300).endswith("... (300 bytes)")
     assert len(quote({"k" * 500: "v" * 500})) < 500
+
+
+# -- the whole workflow on a split model --------------------------------------------------------------
+
+
+def differing(a, b, prefix=""):
+    """Keys (dotted) whose values differ between two metrics documents, floats to 1e-9 relative."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = [f"{prefix}{k}" for k in a.keys() ^ b.keys()]
+        for k in a.keys() & b.keys():
+            out += differing(a[k], b[k], f"{prefix}{k}.")
+        return out
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [k for x, y in zip(a, b, strict=True) for k in differing(x, y, prefix)]
+    if isinstance(a, float) and isinstance(b, float):
+        return [] if a == b or abs(a - b) <= 1e-9 * max(abs(a), abs(b)) else [prefix.rstrip(".")]
+    return [] if a == b else [prefix.rstrip(".")]
+
+
+# Lesson 1 reads one file's bytes (of a split model, its first part: GGUFFile(parts=False)); every other
+# lesson reads the model, and must give the unsplit model's numbers.
+FILE_LESSON = "01_gguf_on_disk"
+# Where the model's bytes lie: the sha256 of 3 files joined, a row's byte offset in the file that holds it,
+# the bytes of the files (three headers).
+LAYOUT_KEYS = ("model_sha256", "row_offset", "model_file_bytes", "kv_cache_equals_weights_tokens")
+# Lessons that quote this machine's timings: their measured numbers differ from one run to the next.
+MEASURED = re.compile(r"timing|sweep|decode|prefill|roofline|ceiling|_ms|_gbps|gflops|per_s|speedup|noisy|cpu_bound"
+                      r"|cpu_compute|bandwidth|crossover|explained_share|memory_share")  # fmt: skip
+
+
+@pytest.mark.slow
+def test_the_workflow_on_a_model_split_in_3_gives_the_unsplit_models_numbers(finished_tiny, tmp_path):
+    """The whole DAG on the tiny model split in 3 (a local path to its first part): the same tensors
+    extracted, and every lesson's metrics the same as the unsplit run's, but for the file's own layout."""
+    from conftest import tiny_project
+    from workflow_helpers import snakemake
+
+    parts = write_split(finished_tiny / "tiny.gguf", tmp_path / "split" / "tiny.gguf", 3)
+    joined = b"".join(p.read_bytes() for p in parts)
+    project = tiny_project(tmp_path / "p", parts[0], entry={"sha256": hashlib.sha256(joined).hexdigest()})
+    snakemake(project)
+    a = json.loads((finished_tiny / "results/tiny/gguf/extract.json").read_text())["tensors"]
+    b = json.loads((project / "results/tiny/gguf/extract.json").read_text())["tensors"]
+    assert {k: v["sha256"] for k, v in a.items()} == {k: v["sha256"] for k, v in b.items()}
+    lessons = sorted(p.parent.name for p in (finished_tiny / "results/tiny/lessons").glob("*/metrics.json"))
+    assert lessons and lessons == sorted(
+        p.parent.name for p in (project / "results/tiny/lessons").glob("*/metrics.json")
+    )
+    wrong = {}
+    for lesson in lessons:
+        mine = json.loads((project / f"results/tiny/lessons/{lesson}/metrics.json").read_text())
+        theirs = json.loads((finished_tiny / f"results/tiny/lessons/{lesson}/metrics.json").read_text())
+        if lesson == FILE_LESSON:
+            with GGUFFile(parts[0], parts=False) as first:
+                assert (mine["file_size"], mine["tensor_count"]) == (first.file_size, len(first.tensors))
+            continue
+        wrong[lesson] = [k for k in differing(mine, theirs) if k not in LAYOUT_KEYS and not MEASURED.search(k)]
+    assert not any(wrong.values()), json.dumps({k: v for k, v in wrong.items() if v})

@@ -1,8 +1,10 @@
 """Extract one model for rule `extract`: metadata.json, tensors.csv, tensors/*.npy, extract.json.
 
 All logic lives in bytesup.gguf.extract; this only wires the rule's input, outputs, params and
-log to it. A malformed GGUF or a pattern that matches nothing ends the job with its
-one-line message, without a traceback (bytesup.run.joblog).
+log to it. A malformed GGUF, NaN or infinite weights in a tensor a lesson reads, a hyperparameter no
+model has (a NaN eps, head_count 0: bytesup.model.arch.check_hyperparameters), a model that is not the
+one the fetch recorded, or a pattern that matches nothing ends the job with its one-line message,
+without a traceback (bytesup.run.joblog).
 """
 
 import fnmatch
@@ -12,6 +14,7 @@ from pathlib import Path
 from bytesup.errors import BytesupError
 from bytesup.gguf.extract import extract
 from bytesup.gguf.file import UnsupportedTypeError
+from bytesup.model.arch import check_hyperparameters
 from bytesup.run.joblog import job_logging
 from bytesup.run.model_cache import reading_model
 
@@ -41,6 +44,7 @@ def main(sm) -> None:
                 index_path=sm.output.index,
                 tensors_dir=sm.output.tensors_dir,
                 gguf_sha256=sha256,
+                check=lambda f: check_hyperparameters(f.metadata, path=f.path),  # every lesson reads checked numbers
             )
         except UnsupportedTypeError as err:
             lessons = lessons_needing(err.tensor, sm.params.needed_by)

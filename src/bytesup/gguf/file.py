@@ -16,13 +16,8 @@ The reader maps the file and never reads it whole. Every length or count it find
 checked against the bytes that remain before anything is allocated for it, so a
 corrupt or hostile file costs milliseconds and a few kilobytes, and ends in one
 `GGUFFormatError` that names the file, the field and the byte offset.
-
-Two kinds of file are more than one well-formed GGUF:
-- a split model (bytesup.gguf.split): opened on its first part, GGUFFile opens every part and
-  presents one tensor table; a missing or mismatched part is one line naming it.
-- a partial file, such as a download cut short: GGUFFile(path, partial=True) reads its header,
-  metadata and tensor table, says how many bytes of tensor data are missing (`missing_bytes`,
-  `incomplete`), and refuses only to read the tensors whose bytes are not there.
+A split model (bytesup.gguf.split) and a partial file (a download cut short) are read too:
+see GGUFFile's docstring.
 """
 
 from __future__ import annotations
@@ -42,6 +37,7 @@ import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from bytesup.errors import printable, quote
+from bytesup.gguf.accounting import HEADER_BYTES, byte_accounting
 from bytesup.gguf.dequant import dequantize
 from bytesup.gguf.errors import (
     GGUFFormatError,
@@ -54,7 +50,7 @@ from bytesup.gguf.split import Split, open_parts, read_split
 from bytesup.run.files import release_mapped_pages
 
 __all__ = [  # the errors and printable live below; importing them from here still works
-    "GGUFFile", "GGUFFormatError", "NonFiniteWeightsError", "TensorInfo", "TensorNotFoundError",
+    "GGUFFile", "GGUFFormatError", "HEADER_BYTES", "NonFiniteWeightsError", "TensorInfo", "TensorNotFoundError",
     "UnsupportedTypeError", "gguf_to_numpy_shape", "numpy_to_gguf_shape", "printable",
 ]  # fmt: skip
 
@@ -65,7 +61,6 @@ SUPPORTED_VERSIONS = (2, 3)  # v1 used 32-bit counts; v2 and v3 share one little
 DEFAULT_ALIGNMENT = 32
 MAX_DIMS = 4  # GGML_MAX_DIMS
 MAX_ARRAY_NESTING = 8
-HEADER_BYTES = 24  # magic 4 + version 4 + tensor count 8 + metadata count 8
 
 # Metadata value types: id -> (name, struct format, smallest encoded size in bytes).
 # STRING is at least its 8-byte length; ARRAY at least its element type and count.
@@ -509,6 +504,11 @@ class GGUFFile:
         return [f.path for f in self._files]
 
     @property
+    def part_files(self) -> list[GGUFFile]:
+        """The GGUFFile of each part, in order (this one first; each of the others holds only its own tensors)."""
+        return list(self._files)
+
+    @property
     def tensor_names(self) -> list[str]:
         return [t.name for t in self.tensors]
 
@@ -572,46 +572,6 @@ class GGUFFile:
             self._checked_upto[name] = upto
         return values
 
-    def _own_accounting(self) -> dict:
-        """byte_accounting of this one file (a part of a split model, or the whole of any other)."""
-        size = self.own_size
-        data_start = min(self.data_offset, size)
-        tensor_data = between = 0
-        end = data_start
-        own = self.tensors if len(self._files) == 1 else [t for t in self.tensors if t.part == 0]
-        for info in sorted(own, key=lambda t: t.offset):
-            if info.n_bytes and info.offset < size:  # a partial file counts the bytes it holds
-                stop = min(info.offset + info.n_bytes, size)
-                between += info.offset - end
-                end = stop
-                tensor_data += stop - info.offset
-        before = data_start - min(self.tensor_infos_end, data_start)
-        parts = {"before_data": before, "between_tensors": between, "trailing": size - end}
-        return {
-            "header": HEADER_BYTES,
-            "metadata": self.metadata_end - HEADER_BYTES,
-            "tensor_infos": self.tensor_infos_end - self.metadata_end,
-            "padding": sum(parts.values()),
-            "tensor_data": tensor_data,
-            "file_size": size,
-            "padding_parts": parts,
-        }
-
     def byte_accounting(self) -> dict:
-        """Where every byte of the file goes; the five parts sum to file_size exactly.
-
-        padding is everything that is neither structure nor tensor data: the alignment
-        gap before the data section, gaps between tensors, and bytes after the last one.
-        padding_parts itemizes it (those three sum to padding; do not add them again).
-        A split model's figures are the sums over its parts (`parts` of them, each with its own
-        header); tensor_data_missing is what a partial file lacks (not part of file_size).
-        """
-        result = {"parts": len(self._files), "tensor_data_missing": self.missing_bytes}
-        for f in self._files:
-            own = f._own_accounting()
-            for key in ("header", "metadata", "tensor_infos", "padding", "tensor_data", "file_size"):
-                result[key] = result.get(key, 0) + own[key]
-            padding = result.setdefault("padding_parts", dict.fromkeys(own["padding_parts"], 0))
-            for key, value in own["padding_parts"].items():
-                padding[key] += value
-        return result
+        """Where every byte of the file goes (bytesup.gguf.accounting); the five parts sum to file_size."""
+        return byte_accounting(self)

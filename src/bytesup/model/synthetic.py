@@ -416,6 +416,7 @@ def write_split(source: str | os.PathLike, dest: str | os.PathLike, parts: int, 
     --no-tensor-first-split), the tensors spread over the others."""
     reader = GGUFReader(source)
     dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
     tensors = list(reader.tensors)
     holding = parts - 1 if first_empty else parts
     writer = GGUFWriter(dest, reader.fields["general.architecture"].contents(),

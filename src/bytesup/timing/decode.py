@@ -98,7 +98,7 @@ def llama_cpp_timing(
 
     n_ctx = max(max(prefill_sizes), 16 + warmup + n_tokens) + 8
     llm = Llama(
-        model_path=str(gguf_path),
+        model_path=llama_cpp_ref.model_path(gguf_path),  # a split model: its first part by llama.cpp's name
         n_ctx=n_ctx,
         n_threads=threads,
         n_threads_batch=threads,

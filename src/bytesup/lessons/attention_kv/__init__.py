@@ -183,6 +183,7 @@ def run(
         y_pkg, k_pkg, v_pkg = package_block(model, x, block)
         timing = time_decode(model, ids, contexts, repeats) if model.mode == "resident" else []
         mode = model.mode
+        file_bytes = model.gguf.file_size  # all its parts, for a split model
     attention = [np.asarray(a) for a in trace.attention]
 
     m: dict = {
@@ -268,7 +269,6 @@ def run(
         for b, h in shown_heads(spec)
     ]
     # 4. the cache's size
-    file_bytes = os.path.getsize(model_gguf)
     size = kv_size_table(spec, model_name, file_bytes, window)
     this, specimen, llama = size
     m.update(
