@@ -12,11 +12,13 @@ default_gguf    the real default model (SmolLM2-135M-Instruct Q4_1): $BYTESUP_DE
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 from bytesup.model.synthetic import write_tiny_llama
 
@@ -157,3 +159,44 @@ def gemma_hf(gemma_gguf):
     """transformers on the Gemma 3 GGUF, once per session (minutes on a loaded machine: the
     262,144-piece tokenizer is converted)."""
     return _transformers_on(gemma_gguf)
+
+
+@pytest.fixture(scope="session")
+def standalone(finished_tiny, tmp_path_factory):
+    """run(lesson) -> the folder its notebook wrote, run once a session by papermill from
+    workflow/notebooks/ of a project laid out as the notebooks' defaults expect (the default
+    model's paths, holding the finished tiny run's results), every output sent elsewhere.
+
+    tests/test_notebooks.py checks what holds for every lesson; a lesson's own tests read the
+    same run for what holds for it."""
+    from workflow_helpers import run_notebook
+
+    from bytesup.lessons import registry
+    from bytesup.lessons.spec import parameter
+
+    default = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["model"]
+    root = tmp_path_factory.mktemp("standalone")
+    (root / "Snakefile").write_text("# project root marker\n")
+    shutil.copytree(ROOT / "workflow" / "notebooks", root / "workflow" / "notebooks")
+    for there, here in (("results/tiny", f"results/{default}"),
+                        ("results/timing/tiny", f"results/timing/{default}"),
+                        ("resources/models/tiny.gguf", f"resources/models/{default}.gguf")):  # fmt: skip
+        (root / here).parent.mkdir(parents=True, exist_ok=True)
+        os.symlink((finished_tiny / there).resolve(), root / here)
+    config = yaml.safe_load((finished_tiny / "config" / "config.yaml").read_text())
+    sha256 = json.loads((finished_tiny / "resources" / "models" / "tiny.json").read_text())["sha256"]
+    done: dict[str, Path] = {}
+
+    def run(lesson: str) -> Path:
+        if lesson not in done:
+            spec = registry()[lesson]
+            out = root / "elsewhere" / lesson
+            run_notebook(ROOT / "workflow" / "notebooks" / f"{lesson}.ipynb", root / f"{lesson}.executed.ipynb",
+                         cwd=root / "workflow" / "notebooks", model="tiny", model_sha256=sha256,
+                         **{key: config[key] for key in spec.config_keys},
+                         **{parameter(name): out / f"x_{name}" for name in spec.files})  # fmt: skip
+            done[lesson] = out
+        return done[lesson]
+
+    run.root, run.default_model = root, default
+    return run

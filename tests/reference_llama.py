@@ -22,7 +22,9 @@ def read_reference(path):
 
 def reference_pass(path, ids) -> dict:
     """ids at positions 0..N-1 -> {"logits": (N, vocab), "stream": the last position's residual after
-    the embedding and after each block, "lens": each of those through the final norm and the head}."""
+    the embedding and after each block, "hidden": the same for every position, (N, d_model) each,
+    "final_norm": the last of them through the final norm, "lens": each of "stream" through the
+    final norm and the head}."""
     meta, w = read_reference(path)
     arch = meta["general.architecture"]  # llama, or qwen2: biases on Q K V, rope on halves (i, i + hd/2)
     a = arch + "."
@@ -48,7 +50,7 @@ def reference_pass(path, ids) -> dict:
 
     head = w.get("output.weight", w["token_embd.weight"])
     x = w["token_embd.weight"][ids]
-    stream = [x[-1].copy()]
+    hidden = [x.copy()]
     for b in range(meta[a + "block_count"]):
         p = f"blk.{b}."
         h = norm(x, w[p + "attn_norm.weight"])
@@ -66,11 +68,20 @@ def reference_pass(path, ids) -> dict:
         h = norm(x, w[p + "ffn_norm.weight"])
         g, u = h @ w[p + "ffn_gate.weight"].T, h @ w[p + "ffn_up.weight"].T
         x = x + (g / (1 + np.exp(-g)) * u) @ w[p + "ffn_down.weight"].T
-        stream.append(x[-1].copy())
+        hidden.append(x.copy())
+    return outputs(hidden, w["output_norm.weight"], head, norm)
+
+
+def outputs(hidden, output_norm, head, norm) -> dict:
+    """The dict both references return, from the residual stream after the embedding and each block."""
+    stream = [h[-1] for h in hidden]
+    final = norm(hidden[-1], output_norm)
     return {
-        "logits": norm(x, w["output_norm.weight"]) @ head.T,
+        "logits": final @ head.T,
         "stream": stream,
-        "lens": [norm(r, w["output_norm.weight"]) @ head.T for r in stream],
+        "hidden": hidden,
+        "final_norm": final,
+        "lens": [norm(r, output_norm) @ head.T for r in stream],
     }
 
 
@@ -104,7 +115,7 @@ def reference_gemma3(path, ids) -> dict:
         return 0.5 * z * (1 + np.tanh(np.sqrt(2 / np.pi) * (z + 0.044715 * z**3)))
 
     x = w["token_embd.weight"][ids] * np.sqrt(d)
-    stream = [x[-1].copy()]
+    hidden = [x.copy()]
     for b in range(meta[a + "block_count"]):
         p, sliding = f"blk.{b}.", (b + 1) % 6 != 0
         base = 10000.0 if sliding else global_base
@@ -127,10 +138,5 @@ def reference_gemma3(path, ids) -> dict:
         h = norm(x, w[p + "ffn_norm.weight"])
         g, u = h @ w[p + "ffn_gate.weight"].T, h @ w[p + "ffn_up.weight"].T
         x = x + norm((gelu(g) * u) @ w[p + "ffn_down.weight"].T, w[p + "post_ffw_norm.weight"])
-        stream.append(x[-1].copy())
-    head = w["token_embd.weight"]
-    return {
-        "logits": norm(x, w["output_norm.weight"]) @ head.T,
-        "stream": stream,
-        "lens": [norm(r, w["output_norm.weight"]) @ head.T for r in stream],
-    }
+        hidden.append(x.copy())
+    return outputs(hidden, w["output_norm.weight"], w["token_embd.weight"], norm)

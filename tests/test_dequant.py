@@ -1,4 +1,5 @@
-"""bytesup.gguf.dequant: every hand dequantizer, clear and fast, bit for bit against gguf.quants."""
+"""bytesup.gguf.quants and bytesup.gguf.dequant: every record's clear and fast dequantizer, bit for bit
+against gguf.quants, and each record's facts against gguf-py's block table."""
 
 from __future__ import annotations
 
@@ -10,27 +11,32 @@ import pytest
 from gguf import quants as gguf_quants
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from bytesup.gguf.dequant import (
-    BLOCK_FIELDS,
-    HAND_DEQUANTIZERS,
-    KVALUES_IQ4,
-    bit_equal,
-    dequantize,
-    dequantizer_used,
-    expected_bytes,
-    reference_dequantize,
-    split_fields,
-    unpack_fields,
-    unpack_iq4_xs_scales,
-    unpack_q3_k_scales,
-    unpack_scale_min_k4,
-)
+from bytesup.gguf import sizes
+from bytesup.gguf.dequant import bit_equal, dequantize, dequantizer_used, reference_dequantize
 from bytesup.gguf.file import GGUFFile
+from bytesup.gguf.quants import QUANTS, kernels
+from bytesup.gguf.quants.base import SuperBlock
+from bytesup.gguf.quants.iq4 import KVALUES_IQ4, unpack_iq4_xs_scales
+from bytesup.gguf.quants.kquants import unpack_q3_k_scales, unpack_scale_min_k4
 
-TYPES = sorted(HAND_DEQUANTIZERS)
-# gguf-py can quantize these (the rest it only dequantizes: they are tested on random bytes)
-QUANTIZABLE = ["BF16", "F16", "F32", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"]
-SUPER_BLOCK_TYPES = ["IQ4_NL", "IQ4_XS", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
+# Every test below runs over the registry: a record added to QUANTS is tested without a line here.
+TYPES = sorted(QUANTS)
+PROMISED = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+            "IQ4_NL", "IQ4_XS"}  # fmt: skip
+
+
+def gguf_py_quantizes(type_name: str) -> bool:
+    """gguf-py can quantize this type (the rest it only dequantizes: they are tested on random bytes)."""
+    try:
+        gguf_quants.quantize(np.zeros((1, 256), np.float32), GGMLQuantizationType[type_name])
+    except NotImplementedError:
+        return False
+    return True
+
+
+QUANTIZABLE = [t for t in TYPES if gguf_py_quantizes(t)]
+SUPER_BLOCK_TYPES = [t for t in TYPES if issubclass(QUANTS[t], SuperBlock)]
+BLOCK_TYPES = [t for t in TYPES if QUANTS[t].block_size > 1]  # every type with a scale: random blocks
 
 
 def same_bits(ours: np.ndarray, theirs: np.ndarray) -> bool:
@@ -76,16 +82,9 @@ def weights(kind: str, shape: tuple[int, int], rng: np.random.Generator) -> np.n
 
 
 def fp16_offsets(type_name: str) -> list[int]:
-    """Where a block keeps its fp16 numbers (d, and dmin or m)."""
-    legacy = {"Q8_0": [0], "Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2]}
-    if type_name in legacy:
-        return legacy[type_name]
-    offsets, at = [], 0
-    for name, size in BLOCK_FIELDS[type_name]:
-        if name in ("d", "dmin"):
-            offsets.append(at)
-        at += size
-    return offsets
+    """Where a block keeps its fp16 numbers (d, and dmin or m), as its record declares them. A record
+    that puts them in the wrong place still fails: gguf-py then reads random bits as its scales."""
+    return [at for name, at in QUANTS[type_name].at.items() if name in ("d", "dmin", "m")]
 
 
 def finite_blocks(type_name: str, n_blocks: int, rng: np.random.Generator) -> np.ndarray:
@@ -102,7 +101,7 @@ def finite_blocks(type_name: str, n_blocks: int, rng: np.random.Generator) -> np
     return raw
 
 
-SHAPES = [(1, 32), (3, 64), (17, 96), (256, 576)]
+SHAPES = [(1, 32), (3, 64), (17, 96), (256, 576)]  # rows of blocks of 32; a type of longer blocks: as many blocks
 KINDS = ["normal", "zeros", "huge", "tiny", "negative", "mixed"]
 
 
@@ -110,11 +109,12 @@ KINDS = ["normal", "zeros", "huge", "tiny", "negative", "mixed"]
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("kind", KINDS)
 def test_clear_and_fast_match_gguf_on_quantized_weights(type_name, shape, kind):
+    shape = (shape[0], shape[1] * max(1, QUANTS[type_name].block_size // 32))
     rng = np.random.default_rng(zlib.crc32(repr((type_name, shape, kind)).encode()))
     with np.errstate(all="ignore"):
         q = encode(weights(kind, shape, rng), type_name)
         expected = gguf_reference(q, type_name)
-        clear, fast = HAND_DEQUANTIZERS[type_name]
+        clear, fast = QUANTS[type_name].clear, QUANTS[type_name].fast
         flat = q.reshape(-1)
         assert same_bits(clear(flat), expected), "clear"
         assert same_bits(fast(flat), expected), "fast"
@@ -125,7 +125,7 @@ def test_clear_and_fast_match_gguf_on_quantized_weights(type_name, shape, kind):
 RANDOM_SHAPES = [(1, 256), (3, 512), (7, 768), (33, 2048)]
 
 
-@pytest.mark.parametrize("type_name", SUPER_BLOCK_TYPES + ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"])
+@pytest.mark.parametrize("type_name", BLOCK_TYPES)
 @pytest.mark.parametrize("shape", RANDOM_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_random_blocks_bit_exact(type_name, shape):
     """Random bytes with finite fp16 fields: every quant, scale and minimum pattern; identical float32 bits."""
@@ -134,7 +134,7 @@ def test_random_blocks_bit_exact(type_name, shape):
     raw = finite_blocks(type_name, shape[0] * shape[1] // block_size, rng)
     expected = reference_dequantize(raw.reshape(-1), type_name, shape)
     assert np.isfinite(expected).all() and np.count_nonzero(expected) > expected.size // 2
-    clear, fast = HAND_DEQUANTIZERS[type_name]
+    clear, fast = QUANTS[type_name].clear, QUANTS[type_name].fast
     flat = raw.reshape(-1)
     assert bit_equal(clear(flat), expected.reshape(-1)), "clear"
     assert bit_equal(fast(flat), expected.reshape(-1)), "fast"
@@ -160,7 +160,7 @@ def test_every_bit_pattern(type_name):
             raw[at + i * step : at + i * step + 2] = bits
     with np.errstate(all="ignore"):
         expected = gguf_reference(raw.reshape(n_blocks, -1), type_name)
-        clear, fast = HAND_DEQUANTIZERS[type_name]
+        clear, fast = QUANTS[type_name].clear, QUANTS[type_name].fast
         assert same_bits(clear(raw), expected)
         assert same_bits(fast(raw), expected)
     if type_name != "F32":
@@ -170,33 +170,42 @@ def test_every_bit_pattern(type_name):
 @pytest.mark.parametrize("type_name", TYPES)
 def test_fast_spans_several_chunks_and_fills_out(type_name, monkeypatch):
     """The fast versions step through CHUNK_BLOCKS at a time; make chunks tiny to test the seams."""
-    import bytesup.gguf.dequant as dq
-
-    monkeypatch.setattr(dq, "CHUNK_BLOCKS", 3)  # 3 blocks of 32, or 1 super-block, per chunk
+    monkeypatch.setattr(kernels, "CHUNK_BLOCKS", 3)  # 3 blocks of 32, or 1 super-block, per chunk
     q = finite_blocks(type_name, 10, np.random.default_rng(1))
     expected = gguf_reference(q, type_name)
-    _, fast = HAND_DEQUANTIZERS[type_name]
+    fast = QUANTS[type_name].fast
     for threads in (1, 3):
         out = np.full(expected.size, np.nan, np.float32)
         result = fast(q.reshape(-1), out=out, threads=threads)
         assert result is out and bit_equal(out, expected.reshape(-1)), threads
 
 
+@pytest.mark.parametrize("n", [10, 110592, 331776, (2 << 20) // 4, 884736, (5 << 20) // 4 + 3])
+def test_fresh_output_is_a_new_float32_array_on_whole_huge_pages(n):
+    a, b = kernels.fresh_output(n), kernels.fresh_output(n)
+    assert a.shape == (n,) and a.dtype == np.float32 and a.flags.c_contiguous and a.flags.writeable
+    a[:] = 1
+    b[:] = 2
+    assert not np.shares_memory(a, b) and a.sum() == n and b.sum() == 2 * n
+    if n * 4 >= kernels.HUGE_PAGE // 2 and kernels._HUGE_PAGES:
+        assert a.ctypes.data % kernels.HUGE_PAGE == 0  # its first byte starts a 2 MiB page
+
+
 def test_registry_and_dispatch(caplog):
-    assert set(HAND_DEQUANTIZERS) == set(QUANTIZABLE) | set(SUPER_BLOCK_TYPES)
+    assert set(QUANTS) >= PROMISED and set(QUANTS) == set(QUANTIZABLE) | set(BLOCK_TYPES)
+    assert {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"} <= set(QUANTIZABLE) and "Q4_K" not in QUANTIZABLE
     assert dequantizer_used("Q4_1") == "hand" and dequantizer_used("Q6_K") == "hand"
-    assert dequantizer_used("TQ2_0") == "fallback"
-    assert expected_bytes("Q4_1", (576, 1536)) == 576 * 1536 // 32 * 20
-    assert expected_bytes("Q4_K", (640, 2048)) == 640 * 2048 // 256 * 144
-    assert expected_bytes("F32", ()) == 4
+    other = next(t for t in ("TQ2_0", "TQ1_0", "IQ2_XXS") if t not in QUANTS)  # gguf-py has it, we do not
+    assert dequantizer_used(other) == "fallback"
     # a type we don't hand-write goes to gguf.quants, and says so
     rng = np.random.default_rng(2)
-    raw = rng.integers(0, 256, size=2 * 66, dtype=np.uint8)  # two TQ2_0 blocks of 256 weights
+    block_size, type_size = sizes.block_shape(other)
+    raw = rng.integers(0, 256, size=2 * type_size, dtype=np.uint8)  # two blocks
     with caplog.at_level(logging.INFO, logger="bytesup.gguf.dequant"), np.errstate(all="ignore"):
-        ours = dequantize(raw, "TQ2_0", (2, 256))
-        theirs = gguf_reference(raw.reshape(2, -1), "TQ2_0")
-    assert "no hand dequantizer for TQ2_0" in caplog.text
-    assert ours.shape == (2, 256) and same_bits(ours, theirs)
+        ours = dequantize(raw, other, (2, block_size))
+        theirs = gguf_reference(raw.reshape(2, -1), other)
+    assert f"no hand dequantizer for {other}" in caplog.text
+    assert ours.shape == (2, block_size) and same_bits(ours, theirs)
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="bytesup.gguf.dequant"):
         dequantize(finite_blocks("Q6_K", 2, rng).reshape(-1), "Q6_K", (2, 256))
@@ -207,23 +216,20 @@ def test_worker_threads_keep_the_callers_errstate(monkeypatch):
     """Chunks run in pool threads; np.errstate set by the caller holds there too (quiet, or raising)."""
     import warnings
 
-    import bytesup.gguf.dequant as dq
-
-    monkeypatch.setattr(dq, "CHUNK_BLOCKS", 3)
+    monkeypatch.setattr(kernels, "CHUNK_BLOCKS", 3)
     raw = np.zeros((40, 34), np.uint8)
     raw[:, 0:2] = np.array([0x7C00], "<u2").view(np.uint8)  # d = +inf, every q = 0: inf * 0 is NaN
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with np.errstate(all="ignore"):
-            out = dq.q8_0_fast(raw.reshape(-1), threads=2)
+            out = QUANTS["Q8_0"].fast(raw.reshape(-1), threads=2)
     assert out.shape == (1280,) and np.isnan(out).all()
     with np.errstate(invalid="raise"), pytest.raises(FloatingPointError):
-        dq.q8_0_fast(raw.reshape(-1), threads=2)
+        QUANTS["Q8_0"].fast(raw.reshape(-1), threads=2)
 
 
 def test_default_threads(monkeypatch):
-    from bytesup.gguf.dequant import available_cpus, default_threads
-
+    default_threads, available_cpus = kernels.default_threads, kernels.available_cpus
     for name in ("BYTESUP_THREADS", "OMP_NUM_THREADS"):
         monkeypatch.delenv(name, raising=False)
     assert default_threads() == available_cpus() >= 1
@@ -243,7 +249,7 @@ def test_dispatch_errors():
     with pytest.raises(ValueError, match="row length 128 is not a multiple of the block size 256"):
         dequantize(np.zeros(144, np.uint8), "Q4_K", (2, 128))
     with pytest.raises(ValueError, match="Q4_K: 145 bytes is not a whole number of 144-byte blocks"):
-        split_fields(np.zeros(145, np.uint8), "Q4_K")
+        QUANTS["Q4_K"].split(np.zeros(145, np.uint8))
     with pytest.raises(ValueError, match="expected uint8"):
         dequantize(np.zeros(8, np.float32), "F32", (8,))
     with pytest.raises(ValueError, match="unknown ggml type name 'Q9_9'"):
@@ -270,7 +276,7 @@ def test_known_values_by_hand():
     qs = np.array([(15 - j) << 4 | j for j in range(16)], np.uint8)  # low nibble j, high nibble 15-j
     q41 = np.concatenate([np.array([d, m], np.float16).view(np.uint8), qs])
     expected = [0.25 * j - 1 for j in range(16)] + [0.25 * (15 - j) - 1 for j in range(16)]
-    for f in HAND_DEQUANTIZERS["Q4_1"]:
+    for f in (QUANTS["Q4_1"].clear, QUANTS["Q4_1"].fast):
         assert f(q41).tolist() == expected
 
 
@@ -332,7 +338,7 @@ def test_q4_k_super_block_by_hand():
         qs[32 * r + i % 32] |= v << (4 * (i // 32))
     d, dmin = np.float16(0.5), np.float16(0.125)
     raw = np.concatenate([np.array([d, dmin], np.float16).view(np.uint8), pack_scale_min_k4(scale, minimum), qs])
-    fields = split_fields(raw, "Q4_K")
+    fields = QUANTS["Q4_K"].split(raw)
     assert [(k, v.shape) for k, v in fields.items()] == [
         ("d", (1, 2)),
         ("dmin", (1, 2)),
@@ -340,11 +346,11 @@ def test_q4_k_super_block_by_hand():
         ("qs", (1, 128)),
     ]
     assert [a.tolist() for a in unpack_scale_min_k4(fields["scales"][0])] == [scale, minimum]
-    u = unpack_fields(raw, "Q4_K")
+    u = QUANTS["Q4_K"].unpack_fields(raw)
     assert (u["d"].tolist(), u["dmin"].tolist()) == ([0.5], [0.125])
     assert (u["scale"].tolist(), u["min"].tolist(), u["q"].tolist()) == ([scale], [minimum], [q])
     expected = [0.5 * scale[w // 32] * q[w] - 0.125 * minimum[w // 32] for w in range(256)]
-    for f in HAND_DEQUANTIZERS["Q4_K"]:
+    for f in (QUANTS["Q4_K"].clear, QUANTS["Q4_K"].fast):
         assert f(raw).tolist() == expected
     assert reference_dequantize(raw, "Q4_K", (256,)).tolist() == expected
 
@@ -354,34 +360,72 @@ def test_iq4_nl_block_by_hand():
     qs = np.array([(15 - j) << 4 | j for j in range(16)], np.uint8)  # low nibble j, high nibble 15-j
     raw = np.concatenate([np.array([d], np.float16).view(np.uint8), qs])
     expected = [0.5 * int(KVALUES_IQ4[j]) for j in range(16)] + [0.5 * int(KVALUES_IQ4[15 - j]) for j in range(16)]
-    for f in HAND_DEQUANTIZERS["IQ4_NL"]:
+    for f in (QUANTS["IQ4_NL"].clear, QUANTS["IQ4_NL"].fast):
         assert f(raw).tolist() == expected
 
 
-def test_block_fields_add_up_to_ggml_sizes():
-    from bytesup.gguf.dequant import FORMULAS, SUB_BLOCK
+@pytest.mark.parametrize("type_name", TYPES)
+def test_every_record_matches_ggml(type_name):
+    """A record's name is its key, its block is gguf-py's, its fields fill that block exactly (each field
+    once, in file order) and it says what it computes."""
+    q = QUANTS[type_name]
+    assert q.name == type_name
+    assert (q.block_size, q.type_size) == GGML_QUANT_SIZES[GGMLQuantizationType[type_name]]
+    assert q.fields_bytes() == q.type_size, f"{type_name}: fields add up to {q.fields_bytes()} bytes"
+    names = [f.name for f in q.fields]
+    assert len(set(names)) == len(names) and all(f.bytes > 0 and f.holds for f in q.fields)
+    assert list(q.at.values()) == sorted(q.at.values()) and q.at[names[0]] == 0
+    assert q.formula.startswith("w = ") and q.words
+    if issubclass(q, SuperBlock):
+        assert q.block_size % q.sub_block == 0 and "d" in q.at
+        assert len(q.stored_in()) == q.block_size
 
-    for type_name, fields in BLOCK_FIELDS.items():
-        assert sum(n for _, n in fields) == GGML_QUANT_SIZES[GGMLQuantizationType[type_name]][1], type_name
-    assert set(FORMULAS) == set(SUB_BLOCK) == set(BLOCK_FIELDS) == set(SUPER_BLOCK_TYPES)
+
+# What the bits allow, written out for the types the course shows: (q range, sub-block scale range).
+UNPACKED_RANGES = {"Q2_K": ((0, 3), (0, 15)), "Q3_K": ((-4, 3), (-32, 31)), "Q4_K": ((0, 15), (0, 63)),
+                   "Q5_K": ((0, 31), (0, 63)), "Q6_K": ((-32, 31), (-128, 127)), "IQ4_NL": ((0, 15), None),
+                   "IQ4_XS": ((0, 15), (-32, 31))}  # fmt: skip
 
 
 @pytest.mark.parametrize("type_name", SUPER_BLOCK_TYPES)
 def test_unpack_fields_ranges(type_name):
     """The unpacked integers span exactly the range their bits allow (random bytes hit every value)."""
-    from bytesup.gguf.dequant import SUB_BLOCK
+    q = QUANTS[type_name]
+    u = q.unpack_fields(finite_blocks(type_name, 400, np.random.default_rng(4)))
+    assert u["q"].shape == (400, q.block_size) and u["d"].shape == (400,) and np.isfinite(u["d"]).all()
+    assert ("scale" not in u) or u["scale"].shape == (400, q.block_size // q.sub_block)
+    assert ("min" in u) == ("dmin" in u) == ("dmin" in q.at)
+    if type_name in UNPACKED_RANGES:  # a new type is held to gguf-py by the parity tests above
+        q_range, scale_range = UNPACKED_RANGES[type_name]
+        assert (u["q"].min(), u["q"].max()) == q_range
+        assert scale_range is None if "scale" not in u else (u["scale"].min(), u["scale"].max()) == scale_range
 
-    raw = finite_blocks(type_name, 400, np.random.default_rng(4))
-    u = unpack_fields(raw, type_name)
-    block_size = GGML_QUANT_SIZES[GGMLQuantizationType[type_name]][0]
-    q_range = {"Q2_K": (0, 3), "Q3_K": (-4, 3), "Q4_K": (0, 15), "Q5_K": (0, 31), "Q6_K": (-32, 31)}
-    assert (u["q"].min(), u["q"].max()) == q_range.get(type_name, (0, 15))
-    assert u["q"].shape == (400, block_size) and u["d"].shape == (400,) and np.isfinite(u["d"]).all()
-    if "scale" in u:
-        assert u["scale"].shape == (400, block_size // SUB_BLOCK[type_name])
-        scale_range = {"Q2_K": (0, 15), "Q4_K": (0, 63), "Q5_K": (0, 63), "Q6_K": (-128, 127)}
-        assert (u["scale"].min(), u["scale"].max()) == scale_range.get(type_name, (-32, 31))
-    assert ("min" in u) == ("dmin" in u) == (type_name in ("Q2_K", "Q4_K", "Q5_K"))
+
+# -- sizes: bytes of n weights, from gguf-py's table --------------------------------------------
+
+
+def test_sizes_from_gguf_py():
+    assert sizes.block_shape("Q8_0") == (32, 34) and sizes.block_shape("Q4_K") == (256, 144)
+    assert sizes.type_bytes("F32", 10) == 40 and sizes.type_bytes("Q4_1", 64) == 40
+    assert sizes.tensor_bytes("Q4_1", (576, 1536)) == 576 * 1536 // 32 * 20
+    assert sizes.tensor_bytes("Q4_K", (640, 2048)) == 640 * 2048 // 256 * 144
+    assert sizes.tensor_bytes("F32", ()) == 4
+    assert sizes.bits_per_weight("Q8_0") == 8.5 and sizes.bits_per_weight("Q6_K") == 6.5625
+    with pytest.raises(sizes.QuantSizeError, match="33 weights do not fill whole Q8_0 blocks of 32"):
+        sizes.type_bytes("Q8_0", 33)
+    with pytest.raises(sizes.QuantSizeError, match="row length 128 is not a multiple of the block size 256"):
+        sizes.tensor_bytes("Q4_K", (4, 128))  # 512 weights are two whole blocks, but not along a row
+    with pytest.raises(sizes.QuantSizeError, match="unknown ggml type name 'Q9_9'; expected a name like"):
+        sizes.type_bytes("Q9_9", 32)
+
+
+def test_bit_equal_compares_bits_not_values():
+    a = np.array([0.0, 1.0], np.float32)
+    assert bit_equal(a, a.copy())
+    assert not bit_equal(a, np.array([-0.0, 1.0], np.float32))  # equal values, different bits
+    assert not bit_equal(a, a.reshape(2, 1))
+    nan = np.array([np.nan], np.float32)
+    assert bit_equal(nan, nan.copy())
 
 
 # -- the real default model ---------------------------------------------------------------
@@ -396,7 +440,7 @@ def test_default_model_tensors_bit_exact(default_gguf):
             info = f.tensor(name)
             raw = f.raw(name)
             expected = reference_dequantize(raw, info.type_name, info.shape)
-            clear, fast = HAND_DEQUANTIZERS[info.type_name]
+            clear, fast = QUANTS[info.type_name].clear, QUANTS[info.type_name].fast
             assert same_bits(fast(raw), expected), name
             assert same_bits(clear(raw), expected), name
             assert same_bits(f.load(name), expected) and f.load(name).shape == info.shape
@@ -410,9 +454,9 @@ def test_gemma_every_tensor_bit_exact(gemma_gguf):
         for info in f.tensors:
             raw = np.asarray(f.raw(info.name))
             expected = reference_dequantize(raw, info.type_name, info.shape).reshape(-1)
-            clear, fast = HAND_DEQUANTIZERS[info.type_name]
+            clear, fast = QUANTS[info.type_name].clear, QUANTS[info.type_name].fast
             assert bit_equal(fast(raw), expected), info.name
-            row_bytes = expected_bytes(info.type_name, info.shape[-1:])
+            row_bytes = sizes.tensor_bytes(info.type_name, info.shape[-1:])
             rows = raw.reshape(-1, row_bytes)
             step = max(1, (1 << 24) // max(1, expected.size // rows.shape[0]))  # the clear version in slices
             for s in range(0, rows.shape[0], step):

@@ -17,6 +17,7 @@ from bytesup.model.layers import (
     rms_norm,
     sigmoid,
     silu,
+    softmax,
     tanh,
 )
 
@@ -82,6 +83,22 @@ def test_rms_norm_eps_only_matters_near_zero():
     np.testing.assert_allclose(rms_norm(big, np.ones(4), 1e-6), np.ones(4), rtol=1e-6)
     with pytest.raises(ValueError, match="weight"):
         rms_norm(np.ones(4), np.ones(3), 1e-6)
+
+
+def test_softmax_values_and_stability():
+    logits = np.array([2.0, 1.0, 0.5, 0.0, -1.0])
+    p = softmax([0.0, np.log(3.0)])
+    np.testing.assert_allclose(p, [0.25, 0.75])
+    big = softmax([1000.0, 1000.0, 0.0])  # no overflow: the maximum is subtracted first
+    np.testing.assert_allclose(big, [0.5, 0.5, 0.0], atol=1e-300)
+    assert big.dtype == np.float64 and softmax([3, 1]).dtype == np.float64  # lists and integers: float64
+    np.testing.assert_allclose(softmax(logits, 2.0), softmax(logits / 2.0))
+    # along the last axis: each row on its own; masked (-inf) scores give exactly 0; float32 stays float32
+    rows = softmax(np.array([[0.0, np.log(3.0), -np.inf], [5.0, 5.0, 5.0]], np.float32))
+    assert rows.dtype == np.float32 and rows[0, 2] == 0
+    np.testing.assert_allclose(rows, [[0.25, 0.75, 0], [1 / 3, 1 / 3, 1 / 3]], rtol=1e-6)
+    with pytest.raises(ValueError, match="temperature"):
+        softmax(logits, 0.0)
 
 
 def test_silu_values():

@@ -6,11 +6,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from workflow_helpers import run_notebook
 
 from bytesup.lessons import LessonInputError, TensorFiles, claims, metadata_values, plain, read_metadata, write_metrics
 from bytesup.lessons import ffn_by_hand as lesson
-from bytesup.lessons.spec import parameter
 
 N_EMBD, N_FF, VOCAB = 32, 80, ["<|endoftext|>", "a", "Ġthe", "Ġcat", "Ġdog", "cat"]
 REQUIRED = [
@@ -248,35 +246,7 @@ def test_tensor_files_and_metrics_json(tmp_path):
 NOTEBOOK = Path(__file__).resolve().parents[1] / "workflow" / "notebooks" / "03_ffn_by_hand.ipynb"
 
 
-def test_notebook_runs_standalone_from_its_folder(tmp_path):
-    """papermill from workflow/notebooks/ of a project with a finished extract: inputs at their default
-    paths, every output where its parameter says (no file name of the notebook's own)."""
-    pytest.importorskip("papermill")
-    meta, tensors = synthetic()
-    (tmp_path / "Snakefile").write_text("# project root marker\n")
-    write_inputs(tmp_path / "results" / "smollm2-135m" / "gguf", meta, tensors)
-    nb_dir = tmp_path / "workflow" / "notebooks"
-    nb_dir.mkdir(parents=True)
-    out = tmp_path / "elsewhere"
-    outputs = {parameter(name): out / f"x_{name}" for name in lesson.SPEC.files}
-    run_notebook(NOTEBOOK, tmp_path / "executed.ipynb", cwd=nb_dir, **outputs)
-    assert sorted(p.name for p in out.iterdir()) == sorted(f"x_{name}" for name in lesson.SPEC.files)
-    got = json.loads((out / "x_metrics.json").read_text())
-    want = plain(lesson.compute(meta, tensors))
-    for key in REQUIRED + ["x_first3", "flops_total_per_token_block", "x_mean_square", "xn_rms", "y_length"]:
-        assert got[key] == want[key], key
-    assert got["is_specimen"] is False and got["model"] == "smollm2-135m"
-    assert any("summary not found" in n for n in got["timing_missing"])
-    with (out / "x_claims.csv").open(encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
-    assert list(rows[0]) == list(claims.COLUMNS)
-    assert {r["status"] for r in rows} == {"reproduced", "specimen differs"}
-    with (out / "x_matvec_vs_matmul.csv").open() as f:
-        assert f.read() == ",".join(lesson.TABLE_COLUMNS) + "\n"
-    with (out / "x_flops_per_token.csv").open() as f:
-        assert [r["step"] for r in csv.DictReader(f)] == [r["step"] for r in lesson.flops_table(lesson.dims(meta))]
-    assert (out / "x_gate_histogram.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    # the steps are done in the cells, on the real arrays
+def test_the_notebook_does_each_step_in_its_cells_on_the_real_arrays():
     code = "\n".join(
         "".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code"
     )
@@ -288,9 +258,29 @@ def test_notebook_runs_standalone_from_its_folder(tmp_path):
         "h = act(g) * u",
         "down = W_down @ h",
         "y = x + out",
-        "matplotlib.use",
     ):
-        assert (step in code) == (step != "matplotlib.use"), step
+        assert step in code, step
+    assert "matplotlib.use" not in code
+
+
+def test_the_notebook_on_the_tiny_run_computes_what_the_package_does(standalone, finished_tiny):
+    """The shared standalone run (tests/test_notebooks.py checks what every lesson's must do)."""
+    out = standalone(lesson.SPEC.id)
+    base = finished_tiny / "results" / "tiny" / "gguf"
+    meta = read_metadata(base / "metadata.json")
+    got = json.loads((out / "x_metrics.json").read_text())
+    want = plain(lesson.compute(meta, TensorFiles(base / "extract.json")))
+    for key in REQUIRED + ["x_first3", "flops_total_per_token_block", "x_mean_square", "xn_rms", "y_length"]:
+        assert got[key] == want[key], key
+    assert got["is_specimen"] is False and got["model"] == "tiny" and got["timing_missing"] == []
+    with (out / "x_claims.csv").open(encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == list(claims.COLUMNS)
+    assert {r["status"] for r in rows} <= {"reproduced", "specimen differs"}
+    with (out / "x_matvec_vs_matmul.csv").open() as f:
+        assert list(csv.DictReader(f).fieldnames) == list(lesson.TABLE_COLUMNS)
+    with (out / "x_flops_per_token.csv").open() as f:
+        assert [r["step"] for r in csv.DictReader(f)] == [r["step"] for r in lesson.flops_table(lesson.dims(meta))]
 
 
 def test_on_a_tiny_gguf_through_the_extract_stage(tmp_path):
@@ -321,14 +311,22 @@ def gemma_extract(gguf_path, folder):
     return read_metadata(folder / "metadata.json"), TensorFiles(folder / "extract.json")
 
 
+# Lesson 3's float32 walk against reference_gemma's float64 one, measured: every length, RMS and cosine
+# within 1.2e-7 of itself on the tiny file and 6.7e-8 on Gemma 3 270M; gate_first, one 640-term dot
+# product, within 7.5e-7 there; the angle within 2e-5 degrees. Without the RMSNorm epsilon (1e-6) the
+# tiny file's out_length moves by 1.4e-6, the real model's xn_rms by 4.4e-7 and down_length by 8.5e-7.
+WALK_REL = {"gate_first": 2.5e-6}
+WALK_REL_DEFAULT, ANGLE_ABS_DEG = 3e-7, 1e-5
+
+
 def check_against_reference(m, want):
     """Lesson 3's float32 metrics against reference_gemma's float64 ones."""
     assert m["token_id"] == want["token_id"] and m["activation"] == "gelu_tanh" and m["post_ffn_norm"] is True
     assert m["embedding_scale"] == pytest.approx(want["embedding_scale"], rel=1e-12)
-    np.testing.assert_allclose(plain(m["x_first3"]), want["x_first3"], rtol=1e-6)
+    np.testing.assert_allclose(plain(m["x_first3"]), want["x_first3"], rtol=2e-7)
     for key in ("x_rms", "x_length", "xn_rms", "gate_first", "down_length", "out_length", "y_length", "cosine_x_y"):
-        assert float(m[key]) == pytest.approx(want[key], rel=2e-4, abs=1e-6), key
-    assert float(m["angle_deg"]) == pytest.approx(want["angle_deg"], abs=0.02)
+        assert float(m[key]) == pytest.approx(want[key], rel=WALK_REL.get(key, WALK_REL_DEFAULT), abs=0), key
+    assert float(m["angle_deg"]) == pytest.approx(want["angle_deg"], abs=ANGLE_ABS_DEG)
     n = len(want["h"])
     for key in ("gate_negative_fraction", "act_abs_below_0_1_fraction", "act_abs_below_0_01_fraction"):
         assert float(m[key]) == pytest.approx(want[key], abs=2.5 / n), key  # float32 may flip a value at a threshold

@@ -267,7 +267,9 @@ def test_gemma3_coefficients_use_its_activation_and_scale(tmp_path):
     rows = pc.read_tensor_table(tmp_path / "gguf" / "tensors.csv")
     run = lesson.run(doc, tensors, rows, " cat", " dog", n_keys=20, top_k=3, n_tokens=3)
     want = lesson3_reference(gguf, " cat")
-    np.testing.assert_allclose(run.slots.a, want["h"], rtol=1e-4, atol=1e-6)
+    # float32 against float64: measured 1.8e-7 of the largest coefficient (the epsilon, 1e-6 beside an x of RMS
+    # 2.8, is below float32's resolution here; the FFN's output length below catches it: 8e-9 clean, 2e-7 without)
+    assert np.abs(run.slots.a - want["h"]).max() < 5e-7 * np.abs(want["h"]).max()
     s = run.slots
     assert s.walk.recipe.activation == "gelu_tanh" and s.walk.recipe.embed_scale == pytest.approx(32**0.5)
     batched = regroup.coefficients(
@@ -282,7 +284,7 @@ def test_gemma3_coefficients_use_its_activation_and_scale(tmp_path):
     np.testing.assert_allclose(batched, s.a, rtol=1e-5, atol=1e-6)
     m = run.metrics
     # the regrouping is of W_down h, before post_ffw_norm
-    assert m["regroup_rel_diff"] < 1e-5 and m["ffn_out_length"] == pytest.approx(want["down_length"], rel=1e-4)
+    assert m["regroup_rel_diff"] < 1e-5 and m["ffn_out_length"] == pytest.approx(want["down_length"], rel=5e-8)
     assert m["rome_update_rank"] == 1 and m["rome_target_rel_err"] < 1e-12 and m["tied"] is True
     assert {r.status for r in lesson.evaluate_claims(m, model="tiny", metadata=doc)} == {"reproduced"}
 
@@ -410,36 +412,21 @@ def extracted_project(root: Path, gguf: Path) -> Path:
     return base
 
 
-def test_notebook_runs_standalone_from_its_folder(tmp_path):
-    """papermill with the default parameters, from workflow/notebooks/ of a project with a finished extract."""
-    pytest.importorskip("papermill")
-    base = extracted_project(tmp_path, write_tiny_llama(tmp_path / "tiny.gguf", tied=True))
-    run_notebook(NOTEBOOK, tmp_path / "executed.ipynb", cwd=tmp_path / "workflow" / "notebooks")
-    out = tmp_path / "results" / "smollm2-135m" / "lessons" / "03b_what_the_ffn_stores"
-    assert sorted(p.name for p in out.iterdir()) == WRITES
-    got = json.loads((out / "metrics.json").read_text())
-    want = plain(
-        lesson.compute(
-            read_json(base / "metadata.json"),
-            TensorFiles(base / "extract.json"),
-            pc.read_tensor_table(base / "tensors.csv"),
-            model="smollm2-135m",
-        )
-    )
-    for key in want:
-        assert got[key] == want[key], key
+def test_the_notebook_on_the_tiny_run(standalone, finished_tiny):
+    """The shared standalone run (tests/test_notebooks.py checks what every lesson's must do)."""
+    out = standalone(lesson.SPEC.id)
+    base = finished_tiny / "results" / "tiny" / "gguf"
+    got = json.loads((out / "x_metrics.json").read_text())
     assert (
         got["is_specimen"] is False
         and got["model_sha256"] == json.loads((base / "extract.json").read_text())["gguf"]["sha256"]
     )
-    with (out / "claims.csv").open(encoding="utf-8") as f:
+    with (out / "x_claims.csv").open(encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert list(rows[0]) == list(claims.COLUMNS) and {r["status"] for r in rows} == {"reproduced"}
-    with (out / "rome_drift.csv").open(encoding="utf-8") as f:
+    with (out / "x_rome_drift.csv").open(encoding="utf-8") as f:
         drift = list(csv.DictReader(f))
     assert drift and all(abs(float(r["drift_length"]) - float(r["formula_drift_length"])) < 1e-9 for r in drift)
-    for name in ("slot_coefficients.png", "rome_drift.png", "parameter_shares.png"):
-        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_notebook_on_a_tiny_gemma3(tmp_path):

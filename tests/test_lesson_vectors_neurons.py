@@ -7,11 +7,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from workflow_helpers import run_notebook
+import yaml
 
 from bytesup.lessons import claims, plain
 from bytesup.lessons import vectors_neurons as lesson
-from bytesup.lessons.spec import parameter
 
 
 @pytest.fixture(scope="module")
@@ -163,29 +162,7 @@ def test_run_returns_the_tables_it_computed_once():
     assert metrics["fold_points"] == 50 and metrics["seed"] == 3
 
 
-def test_notebook_runs_standalone_from_its_folder(tmp_path):
-    """papermill from workflow/notebooks/ of a bare project, seed 3, every output where its parameter says."""
-    pytest.importorskip("papermill")
-    (tmp_path / "Snakefile").write_text("# project root marker\n")
-    nb_dir = tmp_path / "workflow" / "notebooks"
-    nb_dir.mkdir(parents=True)
-    out = tmp_path / "elsewhere"
-    outputs = {parameter(name): out / f"x_{name}" for name in lesson.SPEC.files}
-    run_notebook(NOTEBOOK, tmp_path / "executed.ipynb", cwd=nb_dir, seed=3, **outputs)
-    assert sorted(p.name for p in out.iterdir()) == sorted(f"x_{name}" for name in lesson.SPEC.files)
-    assert not (tmp_path / "results").exists()
-    got = json.loads((out / "x_metrics.json").read_text())
-    want = plain(lesson.compute(seed=3))
-    for key in want:
-        assert got[key] == want[key], key
-    assert got["seed"] == 3 and got["model"] == "smollm2-135m"
-    with (out / "x_claims.csv").open(encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
-    assert list(rows[0]) == list(claims.COLUMNS)
-    assert {r["status"] for r in rows} == {"reproduced"}
-    for name in ("fold.png", "activations.png", "composition.png"):
-        assert (out / f"x_{name}").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    # the by-hand steps are written in the cells with numpy, not read back from the metrics
+def test_the_notebook_does_the_by_hand_steps_in_its_cells_with_numpy():
     code = "\n".join(
         "".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code"
     )
@@ -199,3 +176,17 @@ def test_notebook_runs_standalone_from_its_folder(tmp_path):
     ):
         assert step in code, step
     assert "matplotlib.use" not in code and "show(" not in code
+
+
+def test_the_notebook_on_the_tiny_run_computes_what_the_package_does(standalone, finished_tiny):
+    """The shared standalone run (tests/test_notebooks.py checks what every lesson's must do)."""
+    seed = yaml.safe_load((finished_tiny / "config" / "config.yaml").read_text())["seed"]
+    out = standalone(lesson.SPEC.id)
+    got = json.loads((out / "x_metrics.json").read_text())
+    want = plain(lesson.compute(seed=seed))
+    for key in want:
+        assert got[key] == want[key], key
+    assert got["seed"] == seed and got["model"] == "tiny"
+    with (out / "x_claims.csv").open(encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == list(claims.COLUMNS) and {r["status"] for r in rows} == {"reproduced"}

@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch", reason="torch not installed: the torch forw
 
 from bytesup.model import forward as fnp
 from bytesup.model import forward_torch as ft
+from bytesup.model import layers
 from bytesup.model.forward import ForwardInputError, Model
 from bytesup.model.forward_torch import TorchModel, TorchUnavailable
 from bytesup.model.synthetic import write_tiny_gemma3, write_tiny_llama
@@ -149,19 +150,34 @@ def test_steps_equal_forward_py_steps():
             )
     with pytest.raises(ValueError, match="rope layout 'gptj' is not known"):
         ft.rope(torch.from_numpy(x), tc, ts, "gptj")
+
+
+def test_the_one_rms_norm_softmax_and_activations_take_torch_tensors():
+    """bytesup.model.layers' functions, given torch tensors, compute in torch (a tensor comes back, on
+    the tensor's device) what they compute on the NumPy arrays, and against torch's own functions."""
+    rng = np.random.default_rng(1)
     g = rng.standard_normal((3, 16)).astype(np.float32) * 3
-    for name in ("silu", "gelu_tanh"):
-        np.testing.assert_allclose(
-            ft.ACTIVATIONS[name](torch.from_numpy(g)).numpy(), fnp.activation(name)(g), rtol=1e-6, atol=1e-6
-        )
+    for name, torch_own in (
+        ("silu", torch.nn.functional.silu),
+        ("gelu_tanh", lambda z: torch.nn.functional.gelu(z, approximate="tanh")),
+    ):
+        got = fnp.activation(name)(torch.from_numpy(g))
+        assert isinstance(got, torch.Tensor) and got.dtype == torch.float32
+        np.testing.assert_allclose(got.numpy(), fnp.activation(name)(g), rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(got.numpy(), torch_own(torch.from_numpy(g)).numpy(), rtol=1e-6, atol=1e-6)
     h = rng.standard_normal((4, 32)).astype(np.float32)
     w = rng.standard_normal(32).astype(np.float32)
-    np.testing.assert_allclose(
-        ft.rms_norm(torch.from_numpy(h), torch.from_numpy(w), 1e-5).numpy(),
-        fnp.rms_norm(h, w, 1e-5),
-        rtol=1e-6,
-        atol=1e-6,
-    )
+    got = layers.rms_norm(torch.from_numpy(h), torch.from_numpy(w), 1e-5)
+    assert isinstance(got, torch.Tensor) and got.dtype == torch.float32
+    np.testing.assert_allclose(got.numpy(), layers.rms_norm(h, w, 1e-5), rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="must match the last axis"):
+        layers.rms_norm(torch.from_numpy(h), torch.from_numpy(w[:8]), 1e-5)
+    s = rng.standard_normal((2, 3, 7)).astype(np.float32) * 4
+    s[0, 1, 4:] = -np.inf  # masked scores
+    got = layers.softmax(torch.from_numpy(s))
+    assert isinstance(got, torch.Tensor) and got.dtype == torch.float32 and torch.all(got[0, 1, 4:] == 0)
+    np.testing.assert_allclose(got.numpy(), layers.softmax(s), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(got.numpy(), torch.softmax(torch.from_numpy(s), dim=-1).numpy(), rtol=1e-6, atol=1e-7)
 
 
 def test_attention_is_causal_and_grouped(tiny_gguf):
@@ -174,7 +190,7 @@ def test_attention_is_causal_and_grouped(tiny_gguf):
     k = rng.standard_normal((spec.n_kv_heads, 6, spec.head_dim)).astype(np.float32)
     v = rng.standard_normal((spec.n_kv_heads, 6, spec.head_dim)).astype(np.float32)
     got = ft.attention(torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v), 2, spec).numpy()
-    np.testing.assert_allclose(got, fnp.attention(q, k, v, 2, spec), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(got, fnp.attention(q, k, v, 2, spec)[0], rtol=0, atol=1e-6)
     v2 = v.copy()
     v2[:, 5] += 100.0  # only the last query (position 5) sees key 5
     got2 = ft.attention(torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v2), 2, spec).numpy()
@@ -182,7 +198,7 @@ def test_attention_is_causal_and_grouped(tiny_gguf):
     assert np.abs(got2[3] - got[3]).max() > 1.0
     # a window of 2: the query at position 5 sees keys 4 and 5 only, as forward.attention
     got3 = ft.attention(torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v), 2, spec, window=2).numpy()
-    np.testing.assert_allclose(got3, fnp.attention(q, k, v, 2, spec, window=2), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(got3, fnp.attention(q, k, v, 2, spec, window=2)[0], rtol=0, atol=1e-6)
     v3 = v.copy()
     v3[:, :3] += 100.0  # keys 0..2 are outside every window of 2 for positions 4 and 5
     got4 = ft.attention(torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v3), 2, spec, window=2).numpy()

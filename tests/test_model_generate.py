@@ -9,20 +9,23 @@ from bytesup.model.generate import (
     GenerationError,
     filter_probs,
     generate,
+    next_token_probs,
     sample_next,
-    softmax,
 )
+from bytesup.model.layers import softmax
 
 LOGITS = np.array([2.0, 1.0, 0.5, 0.0, -1.0])
 
 
-def test_softmax_values_and_stability():
-    p = softmax([0.0, np.log(3.0)])
-    np.testing.assert_allclose(p, [0.25, 0.75])
-    big = softmax([1000.0, 1000.0, 0.0])  # no overflow: the maximum is subtracted first
-    np.testing.assert_allclose(big, [0.5, 0.5, 0.0], atol=1e-300)
-    assert big.dtype == np.float64
-    np.testing.assert_allclose(softmax(LOGITS, 2.0), softmax(LOGITS / 2.0))
+def test_next_token_probs_are_float64_softmax_at_the_temperature():
+    logits32 = (LOGITS * 7).astype(np.float32)
+    p = next_token_probs(logits32, 0.7)
+    assert p.dtype == np.float64 and abs(p.sum() - 1) < 1e-15
+    z = logits32.astype(np.float64) / 0.7
+    np.testing.assert_allclose(p, np.exp(z - z.max()) / np.exp(z - z.max()).sum(), rtol=1e-15)
+    for bad in (0.0, -1.0):
+        with pytest.raises(GenerationError, match="temperature"):
+            next_token_probs(LOGITS, bad)
 
 
 def test_temperature_sharpens_and_flattens():

@@ -4,10 +4,11 @@ hand-computed SentencePiece cases, the tiny synthetic vocabulary, and the refusa
 from __future__ import annotations
 
 import os
-import random
 
 import pytest
 import regex
+from tokenizer_cases import ORDER_PIECES, SPM_PIECES, STRINGS
+from tokenizer_vocabs import spm_metadata
 
 from bytesup.gguf.file import GGUFFile
 from bytesup.model.synthetic import write_tiny_llama
@@ -18,143 +19,6 @@ from bytesup.model.tokenizer import (
     UnsupportedTokenizerError,
     pre_tokenize,
 )
-
-# --- deterministic test strings ------------------------------------------------------------
-
-WORDS = [
-    "the",
-    "cat",
-    "sat",
-    "on",
-    "a",
-    "mat",
-    "while",
-    "the",
-    "quick",
-    "brown",
-    "fox",
-    "jumps",
-    "over",
-    "lazy",
-    "dogs",
-    "tokenizer",
-    "embedding",
-    "attention",
-    "transformer",
-    "don't",
-    "it's",
-    "we're",
-    "they've",
-    "I'm",
-    "you'll",
-    "he'd",
-    "Hello",
-    "WORLD",
-    "café",
-    "naïve",
-    "résumé",
-    "façade",
-    "Ångström",
-    "Straße",
-    "mañana",
-]
-CODE = [
-    "def f(x):\n    return x + 1\n",
-    "for i in range(10):\n\tprint(i)\n\t\tpass\n",
-    "if (a && b) { return -1; }\n",
-    'x = {"key": [1, 2, 3]}  # comment',
-    "    indented\n        twice\n",
-    "class A:\n    def __init__(self):\n        self.x = 0\n",
-    "a\tb\t\tc   d",
-    'int main(void){printf("%d\\n", 42);}',
-]
-NUMBERS = [
-    "0",
-    "7",
-    "42",
-    "123",
-    "1234",
-    "12345",
-    "1000000",
-    "3.14159",
-    "-273.15",
-    "1,234,567",
-    "2024-06-01",
-    "x=1000000",
-    "a  1",
-    "a   22",
-    "\t 3",
-    "  2024",
-    "v1.2.3",
-    "0x1F",
-    "1e-5",
-    "½ ²",
-]
-SPACES = [
-    "",
-    " ",
-    "  ",
-    "   ",
-    "\n",
-    "\n\n",
-    "\r\n",
-    " \n ",
-    "a  b",
-    "a\n\nb",
-    "a \n b",
-    "  lead",
-    "trail  ",
-    "\t",
-    "\t\t",
-    "x \t y",
-    "\u00a0nbsp",
-    "line\u2028sep",
-    "end\n",
-]
-UNICODE = [
-    "中文分词测试",
-    "日本語のテキスト",
-    "한국어 텍스트",
-    "Привет мир",
-    "مرحبا بالعالم",
-    "שלום",
-    "emoji 😀 here",
-    "👍🏽",
-    "👨‍👩‍👧‍👦 family",
-    "🏳️‍🌈",
-    "e\u0301 combining",
-    "Ω≈ç√∫",
-    "ａｂｃ full width",
-    "ﬁ ligature",
-    "𝔘𝔫𝔦𝔠𝔬𝔡𝔢",
-    "🤖🤖🤖",
-    "\u200bzero width",
-]
-SPECIALS = [
-    "<|im_start|>user\nhi<|im_end|>",
-    "text<|endoftext|>more",
-    "<|im_start|><|im_end|>",
-    "a <|im_start|> b",
-    "<|im_start|",
-    "<repo_name>x<file_sep>y",
-    "<<|im_end|>>",
-]
-
-
-def generated_strings(n_random: int = 300, seed: int = 0) -> list[str]:
-    """The fixed lists plus random mixtures of their parts: the same strings on every run."""
-    rng = random.Random(seed)
-    parts = WORDS + CODE + NUMBERS + SPACES + UNICODE + SPECIALS + [" ", " ", "\n", ".", ",", "!?", "'s"]
-    out = list(dict.fromkeys(WORDS + CODE + NUMBERS + SPACES + UNICODE + SPECIALS))
-    out += [" ".join(WORDS[i : i + 7]) + "." for i in range(0, len(WORDS), 7)]
-    for _ in range(n_random):
-        k = rng.randint(1, 6)
-        sep = rng.choice(["", " ", "  ", "\n", "\t"])
-        out.append(sep.join(rng.choice(parts) for _ in range(k)))
-    return out
-
-
-STRINGS = generated_strings()
 
 
 @pytest.fixture(scope="module")
@@ -219,6 +83,10 @@ def test_ids_match_transformers(ours, hf_pair):
     assert ours.encode("hi", add_special=True) == as_built.encode("hi") == [6004]
 
 
+def test_text_that_is_no_utf8_reads_as_llama_cpp_reads_a_bad_byte(ours):
+    assert ours.encode("a\ud800b") == ours.encode("a\ufffdb")  # a lone surrogate: the replacement character
+
+
 def test_round_trip(ours):
     bytes_missing = {0x04, 0x06, 0x13, 0x14, 0x16, 0x1D}  # control bytes absent from this vocabulary
     for s in STRINGS:
@@ -239,12 +107,33 @@ def test_decode_skip_special_and_partial_bytes(ours):
 
 
 def test_pre_tokenizers_split_as_llama_cpp():
-    assert pre_tokenize("Hello world's 12345!!", PRE_TOKENIZERS["gpt2"]) == ["Hello", " world", "'s", " 12345", "!!"]
-    assert pre_tokenize("a  1", PRE_TOKENIZERS["smollm"]) == ["a", "  ", "1"]
-    assert pre_tokenize("x 12345", PRE_TOKENIZERS["llama-bpe"]) == ["x", " ", "123", "45"]
-    assert pre_tokenize("I'M here\n\n", PRE_TOKENIZERS["llama-bpe"]) == ["I", "'M", " here", "\n\n"]
-    assert pre_tokenize("a\nbc 12", PRE_TOKENIZERS["deepseek-coder"]) == ["a", "\n", "bc", " ", "1", "2"]
-    assert pre_tokenize("\tb", PRE_TOKENIZERS["gpt2"]) == ["\t", "b"]  # gaps are kept, never dropped
+    assert pre_tokenize("Hello world's 12345!!", "gpt-2") == ["Hello", " world", "'s", " 12345", "!!"]
+    assert pre_tokenize("a  1", "smollm") == ["a", "  ", "1"]
+    assert pre_tokenize("x 12345", "llama-bpe") == ["x", " ", "123", "45"]
+    assert pre_tokenize("x 12345", "qwen2") == ["x", " ", "1", "2", "3", "4", "5"]  # Qwen: one digit each
+    assert pre_tokenize("I'M here\n\n", "llama-bpe") == ["I", "'M", " here", "\n\n"]
+    assert pre_tokenize("a\nbc 12", "deepseek-coder") == ["a", "\n", "bc", " ", "1", "2"]
+    assert pre_tokenize("\tb", "gpt-2") == ["\t", "b"]  # gaps are kept, never dropped
+    assert pre_tokenize("中文English混合 it's", "kimi-k2") == ["中文", "English", "混合", " it's"]
+    assert pre_tokenize("x1234567", "superbpe") == ["x", "1", "234", "567"]  # threes from the right
+    assert pre_tokenize("1234567 12ab", "tiny_aya") == ["1", "234", "567", " ", "12", "ab"]
+
+
+def test_pre_tokenizers_keep_llama_cpps_quirks():
+    """Where llama.cpp parts from Hugging Face's tokenizers, it is followed (each checked with llama.cpp)."""
+    # std::regex knows no \p{Lu}: Tekken's "upper case then lower case" sees a non-ASCII letter as both
+    assert pre_tokenize("ÀB éCOLE", "tekken") == ["À", "B", " é", "COLE"]  # HF: "ÀB", " éCOLE"... by case
+    # Unicode 15.1: a letter added in 16.0 is no letter to llama.cpp (HF: one word "a\u0c5cb")
+    assert pre_tokenize("a\u0c5cb", "gpt-2") == ["a", "\u0c5c", "b"]
+    # std::wregex sees non-ASCII white space as a vertical tab, so U+3000 joins the letters after it
+    assert pre_tokenize("a。\u3000b", "deepseek-llm") == ["a", "。", "\u3000b"]
+    # AFMoE's digit code cuts what precedes a number off with its first group (the next pattern parts them)
+    from bytesup.model.pretokenizers import AFMOE_DIGITS
+
+    assert pre_tokenize("ab1234cd", [AFMOE_DIGITS]) == ["ab1", "234", "cd"]
+    assert pre_tokenize("ab1234cd", "afmoe") == ["ab", "1", "234", "cd"]
+    # ECMAScript's '$' is the end only: deepseek-llm's trailing white space
+    assert pre_tokenize("end  ", "deepseek-llm") == ["end", "  "]
 
 
 # --- the tiny synthetic model ------------------------------------------------------------------
@@ -262,39 +151,6 @@ def test_tiny_synthetic_model_merges(tmp_path):
 
 
 # --- SentencePiece-style, synthetic vocabularies -------------------------------------------------
-
-
-def spm_metadata(pieces: list[tuple[str, float, int]], **extra) -> dict:
-    meta = {
-        "tokenizer.ggml.model": "llama",
-        "tokenizer.ggml.tokens": [p for p, _, _ in pieces],
-        "tokenizer.ggml.scores": [s for _, s, _ in pieces],
-        "tokenizer.ggml.token_type": [t for _, _, t in pieces],
-        "tokenizer.ggml.bos_token_id": 1,
-        "tokenizer.ggml.eos_token_id": 2,
-        "tokenizer.ggml.unknown_token_id": 0,
-    }
-    meta.update(extra)
-    return meta
-
-
-SPM_PIECES = [
-    ("<unk>", 0.0, 2),
-    ("<s>", 0.0, 3),
-    ("</s>", 0.0, 3),
-    *[(f"<0x{b:02X}>", 0.0, 6) for b in range(256)],  # ids 3..258
-    ("▁", -1.0, 1),
-    ("c", -2.0, 1),
-    ("a", -2.0, 1),
-    ("t", -2.0, 1),
-    ("s", -2.0, 1),  # 259..263
-    ("▁c", -5.0, 1),
-    ("at", -3.0, 1),
-    ("▁cat", -1.5, 1),
-    ("ca", -4.0, 1),
-    ("cat", -6.0, 1),  # 264..268
-    ("<start>", 0.0, 3),  # 269
-]
 
 
 def test_spm_score_ordered_merges():
@@ -332,20 +188,83 @@ def test_spm_byte_fallback_and_specials():
     assert eos.encode("cat") == [1, 266, 2]
 
 
+ORDER_CASES = {"abc": [6, 5], "aaa": [8, 3], "cabc": [9, 5], "bcab": [4, 9], "aaaa": [8, 8], "abab": [6, 6]}
+
+
+def test_spm_merges_follow_the_scores_highest_first_then_leftmost():
+    """Issue 23 item 7: with the scores reversed (lowest merged first) abc, cabc and bcab change, and
+    merging equal scores rightmost first changes aaa."""
+    tok = Tokenizer.from_metadata(spm_metadata(ORDER_PIECES, **{"tokenizer.ggml.add_space_prefix": False}))
+    assert {text: tok.encode(text, add_special=False) for text in ORDER_CASES} == ORDER_CASES
+    flipped = spm_metadata(
+        [(p, -s if t == 1 else s, t) for p, s, t in ORDER_PIECES], **{"tokenizer.ggml.add_space_prefix": False}
+    )
+    reverse = Tokenizer.from_metadata(flipped)
+    assert [reverse.encode(t, add_special=False) for t in ("abc", "cabc", "bcab")] == [[3, 7], [5, 3, 7], [7, 6]]
+
+
+# --- special tokens as llama.cpp treats them ---------------------------------------------------------
+
+
+def test_user_defined_tokens_are_cut_out_even_unparsed():
+    """deepseek-coder's 'Führer' case: a user-defined token is never split; a control token only
+    when special tokens are parsed."""
+    pieces = SPM_PIECES + [("Führer", 0.0, 4), ("<tool>", 0.0, 4), ("<|im_end|>", 0.0, 4), ("<|channel|>", 0.0, 3)]
+    tok = Tokenizer.from_metadata(spm_metadata(pieces, **{"tokenizer.ggml.add_space_prefix": False}))
+    fuehrer, tool, im_end, channel = (tok.ids[t] for t in ("Führer", "<tool>", "<|im_end|>", "<|channel|>"))
+    for parse in (False, True):
+        assert tok.encode("cat Führer<tool>cat", add_special=False, parse_special=parse)[2:4] == [fuehrer, tool]
+    assert 269 not in tok.encode("<start>", add_special=False, parse_special=False)  # control: as text
+    assert tok.encode("<start>", add_special=False, parse_special=True) == [269]
+    # by its text, llama.cpp makes a user-defined '<|im_end|>' a control token, and gpt-oss's
+    # control '<|channel|>' a user-defined one
+    assert im_end not in tok.encode("<|im_end|>", add_special=False, parse_special=False)
+    assert tok.encode("<|channel|>", add_special=False, parse_special=False) == [channel]
+
+
+def test_special_tokens_are_cut_longest_first_one_token_at_a_time():
+    """llama.cpp cuts every occurrence of the longest special text, then the next: 'xabc' with the
+    specials 'abc' and 'xa' is 'x' + abc, where a regex alternation would take 'xa' first."""
+    from bytesup.model.special_tokens import USER_DEFINED, partition, special_order
+
+    tokens, attrs = ["xa", "abc", "b"], [USER_DEFINED] * 3
+    order = special_order(tokens, attrs)
+    assert order == [1, 0, 2]
+    assert partition("xabcxa b", order, tokens, attrs, parse_special=False) == ["x", 1, 0, " ", 2]
+
+
+def test_phi3_special_tokens_swallow_the_spaces_after_them():
+    """llama.cpp strips white space after Phi-3's special tokens (it keys this on general.name)."""
+    pieces = SPM_PIECES + [("<|user|>", 0.0, 4), ("<|endoftext|>", 0.0, 3)]
+    extra = {"tokenizer.ggml.add_space_prefix": False}
+    phi3 = Tokenizer.from_metadata(spm_metadata(pieces, **extra, **{"general.name": "Phi-3 mini"}))
+    other = Tokenizer.from_metadata(spm_metadata(pieces, **extra))
+    user, eot = phi3.ids["<|user|>"], phi3.ids["<|endoftext|>"]
+    assert phi3.encode("<|user|>  \ncat", add_special=False) == [user, 268]
+    assert other.encode("<|user|>  \ncat", add_special=False)[-1] == 268 and len(other.encode("<|user|>  \ncat")) > 3
+    assert phi3.encode("<|endoftext|> cat", add_special=False) == [eot, 266]  # not stripped after this one
+
+
 # --- refusals -------------------------------------------------------------------------------------
 
 
 def test_unsupported_model_and_pre(default_gguf):
     meta = dict(GGUFFile(default_gguf).metadata)
-    with pytest.raises(UnsupportedTokenizerError) as err:
-        Tokenizer.from_metadata({**meta, "tokenizer.ggml.model": "bert"}, source="m.gguf")
+    for model, kind in (("bert", "WordPiece"), ("t5", "unigram"), ("rwkv", "RWKV")):
+        with pytest.raises(UnsupportedTokenizerError) as err:
+            Tokenizer.from_metadata({**meta, "tokenizer.ggml.model": model}, source="m.gguf")
+        msg = str(err.value)
+        assert "\n" not in msg and msg.startswith(f"m.gguf: tokenizer.ggml.model = {model!r} ({kind}") and "gpt2" in msg
+    with pytest.raises(UnsupportedTokenizerError) as err:  # llama.cpp's spelling is 'gpt-2'
+        Tokenizer.from_metadata({**meta, "tokenizer.ggml.pre": "gpt2"}, source="m.gguf")
     msg = str(err.value)
-    assert "\n" not in msg and "tokenizer.ggml.model" in msg and "'bert'" in msg and "m.gguf" in msg and "gpt2" in msg
-    with pytest.raises(UnsupportedTokenizerError) as err:
-        Tokenizer.from_metadata({**meta, "tokenizer.ggml.pre": "qwen2"}, source="m.gguf")
-    msg = str(err.value)
-    assert "\n" not in msg and "tokenizer.ggml.pre" in msg and "'qwen2'" in msg and "smollm" in msg
-    assert isinstance(err.value, ValueError)
+    assert "\n" not in msg and "tokenizer.ggml.pre = 'gpt2' is no pre-tokenizer llama.cpp knows" in msg
+    assert "did you mean 'gpt-2'" in msg and isinstance(err.value, ValueError)
+    with pytest.raises(UnsupportedTokenizerError, match="'whitespace' is not followed: .*embedding models"):
+        Tokenizer.from_metadata({**meta, "tokenizer.ggml.pre": "whitespace"}, source="m.gguf")
+    with pytest.raises(UnsupportedTokenizerError, match=r"'x{80}' is no pre-tokenizer"):  # a long name is cut
+        Tokenizer.from_metadata({**meta, "tokenizer.ggml.pre": "x" * 10_000}, source="m.gguf")
+    assert Tokenizer.from_metadata({**meta, "tokenizer.ggml.pre": "deepseek-r1-qwen"}).pre == "deepseek-r1-qwen"
 
 
 def test_missing_vocabulary_is_one_line():
@@ -364,7 +283,7 @@ def test_pre_tokenizer_regexes_match_hf_tokenizers():
     table = gpt2_byte_to_char()
     byte_level = pt.ByteLevel(add_prefix_space=False, use_regex=True)
     hf = {
-        "gpt2": byte_level,
+        "gpt-2": byte_level,
         "smollm": pt.Sequence([pt.Digits(individual_digits=True), byte_level]),
         "llama-bpe": pt.Sequence(
             [

@@ -466,8 +466,10 @@ def test_each_footnote_has_one_marker_and_one_text(built):
     _, _, report_dir = built
     md = (report_dir / "report.md").read_text()
     manifest = json.loads((report_dir / "manifest.json").read_text())
+    assert len(manifest["notes"]) >= 5  # the built report cites files and claims: it has footnotes
     for note in manifest["notes"]:
         assert md.count(f"[^{note['id']}]") == 2, note  # its marker and its text
+    assert len(re.findall(r"^\[\^[^\]]+\]:", md, re.M)) == len(manifest["notes"])  # no footnote without an entry
 
 
 def test_every_lesson_has_its_narrative():
@@ -643,6 +645,36 @@ def test_a_notebook_page_shows_hostile_markdown_and_outputs_as_text(tmp_path):
     assert "<b>kept</b>" in page  # harmless HTML in an HTML output stays HTML
     text = html_lib.unescape(page)
     assert text.count(HOSTILE) >= 4 and onerror in text  # shown, as text: title, markdown, stream, HTML output
+
+
+def test_a_notebook_page_shows_control_characters_escaped(tmp_path):
+    """A NUL a chat template rendered (lesson 5 prints the chat prompt), or any other control character,
+    never lands raw in the page: each shows as \\x.. where it was."""
+    from bytesup.report import notebook_pages
+
+    chat = "<|im_start|>user\x00\x0b\x7f\x85<|im_end|>\x1b]0;title\x07"
+    nb = _notebook(
+        [
+            {"cell_type": "markdown", "source": f"The prompt \x00{chat}"},
+            {
+                "cell_type": "code",
+                "execution_count": 1,
+                "source": f"print({chat!r})  # \x00",
+                "outputs": [
+                    {"output_type": "stream", "name": "stdout", "text": chat + "\n"},
+                    {"output_type": "execute_result", "execution_count": 1, "metadata": {},
+                     "data": {"text/plain": chat, "text/html": f"<b>{chat}</b>"}},
+                ],
+            },
+        ]
+    )  # fmt: skip
+    path = tmp_path / "05_generating_text.ipynb"
+    path.write_text(json.dumps(nb))
+    page = notebook_pages.render(path, "Lesson 5 \x00")
+    controls = [c for c in page if (ord(c) < 32 and c not in "\t\n\r") or 0x7F <= ord(c) <= 0x9F]
+    assert controls == []
+    assert "user\\x00\\x0b\\x7f\\x85&lt;|im_end|&gt;\\x1b]0;title\\x07" in page  # the stream, as printed
+    assert "Lesson 5 \\x00</h1>" in page
 
 
 def test_a_notebook_page_is_the_same_bytes_every_time_and_in_every_process(tmp_path):

@@ -182,92 +182,7 @@ def test_matvec_sweep_rows_per_n(ffn_gguf):
         assert x["time_over_n1"] == pytest.approx(x["median_s"] / rows[0]["median_s"])
 
 
-# --- dequantization ---------------------------------------------------------------------
-
-
-def test_dequant_bench_is_bit_exact_and_rates_follow_the_counts(ffn_gguf):
-    rows = timing.dequant_bench(
-        GGUFFile(ffn_gguf), ["Q8_0", "Q4_1", "Q6_K"], budget_bytes=1, repeats=3, warmup=1, noisy_spread=0.1
-    )
-    by_type = {r["type"]: r for r in rows}
-    for t, goal in (("Q8_0", 5.0), ("Q4_1", 3.0)):
-        r = by_type[t]
-        assert r["present"] and r["hand_written"] and r["bit_exact"] is True
-        assert r["n_tensors"] == 1  # budget of 1 byte: the first tensor of that type
-        assert r["ours_mbps"] == pytest.approx(r["quant_bytes"] / r["ours_median_s"] / 1e6)
-        assert r["ratio"] == pytest.approx(r["gguf_median_s"] / r["ours_median_s"])
-        assert r["ratio"] == pytest.approx(r["ours_mbps"] / r["gguf_mbps"])
-        assert r["target"] == goal and r["met"] == (r["ratio"] >= goal) and r["threads"] == 1
-    assert by_type["Q6_K"] == {"type": "Q6_K", "present": False, "note": "no Q6_K tensors in this model", "target": 3.0}
-
-
-def test_dequant_bench_covers_every_type_of_the_model(ffn_gguf):
-    """types=None: one row per type the model holds, in file order, the tensor named; floats have no goal."""
-    model = GGUFFile(ffn_gguf)
-    held = list(dict.fromkeys(t.type_name for t in model.tensors))
-    rows = timing.dequant_bench(model, None, budget_bytes=1, repeats=3, warmup=0, noisy_spread=0.1, threads=2)
-    assert [r["type"] for r in rows] == held == timing.model_types(model)
-    assert "F32" in held and "Q4_1" in held
-    for r in rows:
-        first = next(t.name for t in model.tensors if t.type_name == r["type"])
-        assert r["tensors"] == first and r["bit_exact"] is True and r["threads"] == 2
-        assert r["target"] == timing.dequant_goal(r["type"])
-    assert timing.dequant_goal("F32") is None and timing.dequant_goal("Q6_K") == 3.0
-    assert [t["name"] for t in timing.dequant_targets(rows)] == [
-        f"dequant_{t}_speedup_over_gguf" for t in held if t not in ("F32", "F16", "BF16")
-    ]
-
-
-def test_dequant_bench_catches_a_wrong_dequantizer(ffn_gguf):
-    from bytesup.gguf.dequant import dequantize
-
-    def off_by_one_ulp(raw, type_name, shape):
-        out = dequantize(raw, type_name, shape)
-        return np.nextafter(out, np.inf, dtype=np.float32)
-
-    [row] = timing.dequant_bench(GGUFFile(ffn_gguf), ["Q8_0"], 1, 3, 1, 0.1, ours=off_by_one_ulp, hand_written=set())
-    assert row["bit_exact"] is False and row["hand_written"] is False
-    targets = timing.dequant_targets([dict(row, ratio=100.0)])  # fast is no excuse for wrong
-    [t] = [t for t in targets if t["name"].startswith("dequant_Q8_0")]
-    assert t["met"] is False and "bit-exact" in t["note"]
-
-
-def test_bit_exact_compares_bits_not_values():
-    a = np.array([0.0, 1.0], np.float32)
-    assert timing.bit_exact(a, a.copy())
-    assert not timing.bit_exact(a, np.array([-0.0, 1.0], np.float32))  # equal values, different bits
-    assert not timing.bit_exact(a, a.reshape(2, 1))
-    nan = np.array([np.nan], np.float32)
-    assert timing.bit_exact(nan, nan.copy())
-
-
 # --- targets ----------------------------------------------------------------------------
-
-
-def _deq(type_name, ratio, exact=True, noisy=False):
-    return {"type": type_name, "present": True, "ratio": ratio, "bit_exact": exact, "noisy": noisy}
-
-
-def test_dequant_targets_met_logic():
-    rows = [_deq("Q8_0", 5.0), _deq("Q4_1", 2.99, noisy=True), _deq("Q6_K", 3.0), _deq("F32", 1.1)]
-    targets = {t["name"]: t for t in timing.dequant_targets(rows)}
-    q8, q4 = targets["dequant_Q8_0_speedup_over_gguf"], targets["dequant_Q4_1_speedup_over_gguf"]
-    assert (q8["target"], q8["measured"], q8["met"]) == (5.0, 5.0, True)  # >= is met
-    assert (q4["target"], q4["measured"], q4["met"], q4["noisy"]) == (3.0, 2.99, False, True)  # a miss stays
-    assert targets["dequant_Q6_K_speedup_over_gguf"]["met"] is True  # any other quantized type: 3x
-    assert list(targets) == [
-        "dequant_Q8_0_speedup_over_gguf",
-        "dequant_Q4_1_speedup_over_gguf",
-        "dequant_Q6_K_speedup_over_gguf",
-    ]  # F32 is a copy: measured, no goal
-
-
-def test_dequant_target_for_an_unmeasured_type_is_listed_not_dropped():
-    absent = {"type": "Q4_1", "present": False, "note": "no Q4_1 tensors in this model"}
-    [q8, q4] = timing.dequant_targets([_deq("Q8_0", 9.0), absent])
-    assert q8["met"] is True
-    assert q4["name"] == "dequant_Q4_1_speedup_over_gguf" and q4["target"] == 3.0
-    assert q4["measured"] is None and q4["met"] is None and "not measured: no Q4_1 tensors" in q4["note"]
 
 
 def test_fraction_target():
@@ -383,12 +298,9 @@ def test_a_model_without_an_ffn_is_a_one_line_error(tmp_path):
 
 
 @pytest.mark.slow
-def test_default_model_weights_and_dequant(default_gguf):
-    """On SmolLM2-135M: the sweep stacks its 1536 x 576 Q4_1 FFN matrices; dequant is bit-exact."""
+def test_default_model_weights(default_gguf):
+    """On SmolLM2-135M: the sweep stacks its 1536 x 576 Q4_1 FFN matrices."""
     with GGUFFile(default_gguf) as model:
         weights = timing.ffn_weight_buffers(model, min_bytes=64 << 20)
         assert [m.shape for m in weights.matrices] == [(19 * 1536, 576)] * 2  # 19 blocks: >= 64 MiB each
         assert weights.describe(32 << 20)["source_types"] == ["Q4_1"]
-        rows = timing.dequant_bench(model, ["Q8_0", "Q4_1"], 1, repeats=3, warmup=1, noisy_spread=0.1)
-    assert [(r["type"], r["n_tensors"], r["bit_exact"]) for r in rows] == [("Q8_0", 1, True), ("Q4_1", 1, True)]
-    assert rows[0]["tensors"] == "token_embd.weight"

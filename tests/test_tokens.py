@@ -26,6 +26,7 @@ def test_vocab_forms():
     assert vocab_form(" café", "gpt2") == "ĠcafÃ©"  # UTF-8 bytes, each mapped to a character
     assert vocab_form(" cat", "llama") == "▁cat"
     assert vocab_form("cat", "gpt2") == "cat"
+    assert vocab_form(" cat", "gemma4") == "▁cat" and display("▁cat", "gemma4") == '" cat"'  # Gemma 4's BPE
 
 
 def test_token_id_with_gpt2_space_marker():

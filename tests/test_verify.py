@@ -4,6 +4,7 @@ file and each number; damaged archives, added files and a moved folder are one c
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
@@ -229,3 +230,72 @@ def test_not_a_report_and_a_hostile_archive_are_one_line_errors(tmp_path, capsys
     (tmp_path / "text.txt").write_text("hello")
     code, lines = verify(capsys, tmp_path / "text.txt")
     assert code == 2 and "neither a report folder nor a .zip archive" in lines[0]
+
+
+# --- the report's own files: re-hashed, and re-derived where they are derived -------------------------
+
+
+def forge(report_dir: Path, root: Path) -> None:
+    """Make the rest of the report agree with whatever was edited in its folder, as a careful forger
+    would: each in-report file's manifest entry re-hashed, the pages and the manifest's citations
+    re-rendered from that manifest. What verify still catches is then only what it re-derives."""
+    from bytesup.report import build
+
+    manifest = json.loads((report_dir / "manifest.json").read_text())
+    for entry in manifest["files"]:
+        if entry["in_report"]:
+            data = (report_dir / entry["path"]).read_bytes()
+            entry["sha256"], entry["bytes"] = hashlib.sha256(data).hexdigest(), len(data)
+    doc = build.render({k: v for k, v in manifest.items() if k not in build.OUTPUTS}, report_dir, root)
+    manifest.update(build.rendered_outputs(doc))
+    (report_dir / "index.html").write_text(doc.render_html())
+    (report_dir / "report.md").write_text(doc.render_md())
+    (report_dir / "manifest.json").write_text(build.manifest_text(manifest))
+
+
+def test_a_file_of_the_report_folder_edited_is_named(built, capsys):
+    """claims.csv with other line ends reads the same to the page: only its hash tells."""
+    _, report_dir = built
+    claims = report_dir / "claims.csv"
+    claims.write_bytes(claims.read_bytes().replace(b"\n", b"\r\n"))
+    code, lines = verify(capsys, report_dir)
+    assert code == 1, lines
+    assert lines[0].startswith("claims.csv: ") and "bytes, the manifest says" in lines[0]
+    assert lines[1].startswith("claims.csv: sha256 ") and "(the file changed)" in lines[1]
+
+
+def test_the_claims_table_forged_with_its_manifest_entry_fails(built, capsys):
+    """claims.csv is every lesson's claims.csv in one table: verify builds it again from those files."""
+    root, report_dir = built
+    claims = report_dir / "claims.csv"
+    claims.write_text(claims.read_text().replace("share of negative gates", "share of positive gates"))
+    forge(report_dir, root)
+    code, lines = verify(capsys, report_dir)
+    assert code == 1 and len(lines) == 2, lines
+    assert lines[0].startswith("claims.csv, line 4") and "positive" in lines[0] and "negative" in lines[0]
+
+
+@pytest.fixture
+def built_with_notebook(tmp_path):
+    root = tmp_path / "project"
+    run = fake_run(root)
+    notebook = f"results/{MODEL}/lessons/{LESSON}/notebook.ipynb"
+    cells = [
+        {"cell_type": "markdown", "id": "a", "metadata": {}, "source": "# The lesson\nThe step: x times W."},
+        {"cell_type": "code", "id": "b", "metadata": {}, "execution_count": 1, "source": "print(2 + 2)",
+         "outputs": [{"output_type": "stream", "name": "stdout", "text": "4\n"}]},
+    ]  # fmt: skip
+    (root / notebook).write_text(json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": cells}))
+    run["sources"][f"lesson_{LESSON}"]["notebook"] = notebook
+    return root, build_and_publish(root, run)
+
+
+def test_a_notebook_page_forged_with_its_manifest_entry_fails(built_with_notebook, capsys):
+    root, report_dir = built_with_notebook
+    assert verify(capsys, report_dir)[0] == 0
+    page = report_dir / "notebooks" / f"{LESSON}.html"
+    page.write_text(page.read_text().replace("<p>The step: x times W.</p>", "<p>The step: W times x.</p>"))
+    forge(report_dir, root)
+    code, lines = verify(capsys, report_dir)
+    assert code == 1 and len(lines) == 2, lines
+    assert lines[0].startswith(f"notebooks/{LESSON}.html, line ") and "W times x" in lines[0]

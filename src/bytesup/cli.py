@@ -197,8 +197,10 @@ def add_verify(sub: argparse._SubParsersAction) -> None:
         description="Re-hash every file a dated report cites, re-render index.html, report.md and the notebook"
         " pages from the manifest and those files, and compare them byte for byte with what was"
         " shared. Exit 0 with one line when all agree; 1 with one line per difference (the first"
-        " place each page differs, each changed file and number, each added file) otherwise; 2 when"
-        " PATH is not a report, the archive is damaged, or the folder was moved from its project.",
+        " place each page differs, each changed file and number, each added file; the first 100) otherwise;"
+        " 2, with one line, when PATH is not a report, the archive is damaged, the folder was moved from"
+        " its project, or verify refuses to read it (a manifest off its schema, a file outside the"
+        " report's root or not a regular file, an archive member past its size, ratio or total caps).",
     )
     p.add_argument(
         "path",
@@ -210,10 +212,17 @@ def add_verify(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run_verify)
 
 
+VERIFY_LINES = 100  # differences printed; the rest are counted (a hostile manifest can name millions)
+VERIFY_LINE_CHARS = 1_000
+
+
 def run_verify(args: argparse.Namespace) -> int:
     result = verify_path(args.path, args.root)
-    for problem in result.problems:
-        print(printable(problem))
+    for problem in result.problems[:VERIFY_LINES]:
+        line = printable(problem)
+        print(line if len(line) <= VERIFY_LINE_CHARS else line[: VERIFY_LINE_CHARS - 1] + "\u2026")
+    if len(result.problems) > VERIFY_LINES:
+        print(f"... and {len(result.problems) - VERIFY_LINES:,} more differences, not shown")
     print(printable(result.summary()))
     return 0 if result.ok else 1
 

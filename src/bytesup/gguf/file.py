@@ -34,9 +34,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+from gguf.constants import GGMLQuantizationType
 
 from bytesup.errors import printable, quote
+from bytesup.gguf import sizes
 from bytesup.gguf.accounting import HEADER_BYTES, byte_accounting
 from bytesup.gguf.dequant import dequantize
 from bytesup.gguf.errors import (
@@ -422,11 +423,9 @@ class GGUFFile:
         ggml_type = cur.u32(f"{field} ggml type")
         try:
             qtype = GGMLQuantizationType(ggml_type)
-        except ValueError:
-            qtype = None
-        if qtype is None or qtype not in GGML_QUANT_SIZES:
+            block_size, _ = sizes.block_shape(qtype.name)
+        except ValueError:  # no such type (QuantSizeError is a ValueError too: no block size)
             cur.fail(f"unknown ggml type {ggml_type}", at=type_at, field=field)
-        block_size, type_size = GGML_QUANT_SIZES[qtype]
         row = dims[0] if dims else 1
         if row % block_size:
             cur.fail(
@@ -437,7 +436,7 @@ class GGUFFile:
         n_elements = 1
         for dim in dims:
             n_elements *= dim
-        n_bytes = n_elements // block_size * type_size
+        n_bytes = sizes.type_bytes(qtype.name, n_elements)
         rel_at = cur.pos
         rel = cur.u64(f"{field} data offset")
         if rel % self.alignment:

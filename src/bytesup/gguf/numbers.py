@@ -9,8 +9,8 @@ the forward pass's weights (bytesup.model.weights) call `check_finite` on what t
 from __future__ import annotations
 
 import numpy as np
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
+from bytesup.gguf import sizes
 from bytesup.gguf.errors import GGUFFormatError, tensor_field
 
 
@@ -42,8 +42,8 @@ def check_finite(path, info, values: np.ndarray, *, start: int | None = 0) -> np
         where = f"among the {flat.size:,} weights of the rows read"
     else:
         first = start + int(np.argmin(finite))
-        block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(info.ggml_type)]
-        offset = info.offset + first // block * type_size
+        block, _ = sizes.block_shape(info.type_name)
+        offset = info.offset + sizes.type_bytes(info.type_name, first // block * block)  # where its block starts
         whole = start == 0 and flat.size == info.n_elements
         span = "elements" if whole else f"elements {start:,} to {start + flat.size:,}"
         where = f"among its {span} (the first at element {first:,})"

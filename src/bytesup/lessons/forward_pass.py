@@ -44,14 +44,15 @@ from bytesup.model.arch import (
 )
 from bytesup.model.forward import (
     Model,
-    Trace,
     flops_per_token,
     macs_per_token,
     rms_norm,
     unembed,
     weight_float32_bytes_per_token,
 )
+from bytesup.model.generate import next_token_probs
 from bytesup.model.tokenizer import Tokenizer, TokenizerError, UnsupportedTokenizerError
+from bytesup.model.trace import Trace
 from bytesup.model.weights import WeightBytes
 
 SPEC = LessonSpec(
@@ -197,16 +198,9 @@ def traced_pass(model: Model, ids: Sequence[int]) -> tuple[np.ndarray, Trace]:
     return logits, trace
 
 
-def softmax64(logits: np.ndarray) -> np.ndarray:
-    """Probabilities from logits, in float64: exp(l - max) / sum."""
-    z = np.asarray(logits, np.float64)
-    e = np.exp(z - z.max())
-    return e / e.sum()
-
-
 def top_tokens(tok: Tokenizer, logits: np.ndarray, k: int = TOP_K) -> list[dict]:
     """The k most likely next tokens: id, text, logit, probability (ties: the lower id first)."""
-    p = softmax64(logits)
+    p = next_token_probs(logits)
     top = np.argsort(-logits, kind="stable")[:k]
     return [
         {"rank": r, "id": int(i), "token": tok.token_text(int(i)), "logit": float(logits[i]), "prob": float(p[i])}
@@ -235,7 +229,7 @@ def logit_lens(model: Model, tok: Tokenizer, residuals: Sequence[np.ndarray], ne
     rows = []
     for i, r in enumerate(residuals):
         lg = lens_logits(model, r)
-        p = softmax64(lg)
+        p = next_token_probs(lg)
         top = int(np.argmax(lg))
         rows.append(
             {

@@ -28,9 +28,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bytesup.gguf.blocks import BLOCK_DECODERS
-from bytesup.gguf.dequant import HAND_DEQUANTIZERS, bit_equal, expected_bytes, reference_dequantize
+from bytesup.gguf.dequant import bit_equal, reference_dequantize
 from bytesup.gguf.file import GGUFFile
+from bytesup.gguf.quants import QUANTS
+from bytesup.gguf.sizes import tensor_bytes
 from bytesup.lessons import LessonInputError, figure, metadata_values
 from bytesup.lessons import claims as claims_mod
 from bytesup.lessons.spec import SERIES, Headline, LessonSpec
@@ -110,7 +111,7 @@ def token_facts(metadata: Mapping, token: str) -> dict:
 
 
 # The block formulas the notebook shows for the row's first block: w = d * q, w = d * q + m (blocks of 32);
-# bytesup.gguf.blocks decodes more types than these (K-quants, floats), which the notebook does not explain.
+# bytesup.gguf.quants decodes more types than these (K-quants, floats), which the notebook does not explain.
 FIRST_BLOCK_TYPES = ("Q8_0", "Q4_1")
 
 
@@ -135,21 +136,21 @@ def row_by_hand(f: GGUFFile, token_id: int) -> Row:
     if len(info.shape) != 2 or not 0 <= token_id < info.shape[0]:
         raise LessonInputError(f"{f.path}: {EMBEDDINGS} has shape {info.shape}; no row {token_id}")
     n = info.shape[1]
-    row_bytes = expected_bytes(info.type_name, (n,))
+    row_bytes = tensor_bytes(info.type_name, (n,))
     start = token_id * row_bytes
     raw = np.array(f.raw(EMBEDDINGS)[start : start + row_bytes])  # a copy of just these bytes
-    if info.type_name in HAND_DEQUANTIZERS:
-        clear, _ = HAND_DEQUANTIZERS[info.type_name]  # the block-layout version, not the fast one
+    if info.type_name in QUANTS:
+        quant = QUANTS[info.type_name]  # the clear, block-layout version, not the fast one
         values, how = (
-            clear(raw).astype(np.float32, copy=False),
-            f"bytesup.gguf.dequant {info.type_name} (clear version)",
+            quant.clear(raw).astype(np.float32, copy=False),
+            f"bytesup.gguf.quants {quant.name} (clear version)",
         )
     else:
         values, how = reference_dequantize(raw, info.type_name, (n,)), "gguf.quants (no hand dequantizer)"
     first = None
     if info.type_name in FIRST_BLOCK_TYPES:
-        block_bytes = expected_bytes(info.type_name, (32,))  # one block: 32 weights
-        first = BLOCK_DECODERS[info.type_name](bytes(raw[:block_bytes]))
+        quant = QUANTS[info.type_name]
+        first = quant.decode_block(bytes(raw[: quant.type_size]))  # one block: the first 32 weights
     return Row(token_id, info.type_name, info.offset + start, bytes(raw), values, first, how)
 
 

@@ -3,72 +3,37 @@
 A GGUF may carry ``tokenizer.chat_template``: a Jinja template that turns
 ``[{"role": "user", "content": "..."}]`` into text such as
 ``<|im_start|>user\\n...<|im_end|>\\n<|im_start|>assistant\\n``. The template comes with a
-downloaded file, so it is untrusted code: it is rendered in Jinja's ImmutableSandboxedEnvironment
-(no attribute starting with '_', no calls to unsafe methods, no mutation of lists or dicts), with
-the settings and helpers transformers' ``apply_chat_template`` gives it (trim_blocks,
-lstrip_blocks, loop controls, ``raise_exception``, a ``tojson`` that does not escape HTML).
+downloaded file, so it is untrusted code, bounded in time, memory and output:
+
+- each render runs in a child process forked for it (``os.fork``: the child starts with Jinja
+  already imported, in milliseconds, and sees the messages without any copying). The child lowers
+  its own limits first (address space, CPU time, no files), renders in ``BoundedSandbox``
+  (bytesup.model.chat_sandbox: Jinja's ImmutableSandboxedEnvironment with transformers' settings
+  and helpers, plus bounds on range(), ``**``, ``*``, ``+``, tojson and the output) and writes the
+  text or one line why not into a pipe;
+- this process reads at most ``Limits.answer_bytes()`` from the pipe and kills the child at
+  ``Limits.seconds`` (a fork of a threaded process that deadlocks ends there too).
+
+Whatever a template does, the caller gets the prompt text or a ChatTemplateError whose message is
+one line (lesson 5 prints it as "chat part skipped: ..."). The limits are in ``chat_sandbox.Limits``.
 """
 
 from __future__ import annotations
 
-import json
+import os
+import select
+import signal
+import time
 from collections.abc import Mapping, Sequence
-from datetime import datetime
-from functools import lru_cache
-
-import jinja2
-import jinja2.ext
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from bytesup.errors import BytesupError
+from bytesup.model.chat_sandbox import ERROR, LIMITS, TEXT, Limits, answer
 
 TEMPLATE_KEY = "tokenizer.chat_template"
 
 
 class ChatTemplateError(BytesupError, ValueError):
-    """A chat template that is missing, does not parse, raises, or tries something unsafe."""
-
-
-def _raise_exception(message):
-    raise jinja2.exceptions.TemplateError(message)
-
-
-def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-
-def _strftime_now(fmt):
-    return datetime.now().strftime(fmt)
-
-
-class _Namespace(jinja2.utils.Namespace):
-    """Jinja's namespace() refusing names that start with '_' (as transformers' does)."""
-
-    def __init__(*args, **kwargs):
-        self, args = args[0], args[1:]
-        attrs = dict(*args, **kwargs)
-        for name in attrs:
-            _Namespace._check(name)
-        jinja2.utils.Namespace.__init__(self, attrs)
-
-    def __setitem__(self, name, value):
-        _Namespace._check(name)
-        jinja2.utils.Namespace.__setitem__(self, name, value)
-
-    @staticmethod
-    def _check(name):
-        if isinstance(name, str) and name.startswith("_"):
-            raise jinja2.exceptions.SecurityError(f"namespace attribute {name!r} starts with '_'")
-
-
-@lru_cache(maxsize=16)
-def _compile(template: str) -> jinja2.Template:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
-    env.filters["tojson"] = _tojson
-    env.globals["raise_exception"] = _raise_exception
-    env.globals["strftime_now"] = _strftime_now
-    env.globals["namespace"] = _Namespace
-    return env.from_string(template)
+    """A chat template that is missing, does not parse, raises, tries something unsafe or takes too much."""
 
 
 def _plain(value):
@@ -90,9 +55,66 @@ def _plain(value):
     raise ChatTemplateError(f"chat message value of type {type(value).__name__} is not plain JSON data")
 
 
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text[:300]
+def _read_answer(fd: int, limits: Limits) -> tuple[bytes, str | None]:
+    """The child's answer, or (what came, why it was cut off) past the deadline or the byte cap."""
+    deadline, cap = time.monotonic() + limits.seconds, limits.answer_bytes()
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    chunks, size = [], 0
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return b"", f"the chat template took longer than {limits.seconds:g} s to render and was stopped"
+        if not poller.poll(left * 1000):
+            continue
+        block = os.read(fd, 1 << 16)
+        if not block:
+            return b"".join(chunks), None
+        size += len(block)
+        if size > cap:
+            return b"", f"the chat template wrote more than {limits.output_chars:,} characters and was stopped"
+        chunks.append(block)
+
+
+def _stopped(status: int, limits: Limits) -> str:
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXCPU:
+        return f"the chat template used more than {limits.cpu_seconds} s of CPU to render and was stopped"
+    how = f"signal {signal.Signals(os.WTERMSIG(status)).name}" if os.WIFSIGNALED(status) else "no answer"
+    return f"the chat template's renderer stopped ({how})"
+
+
+def _render_in_child(template: str, context: dict, limits: Limits) -> tuple[str | None, str | None]:
+    """(text, None) or (None, one line why not), from a child forked for this one render."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: answer, then leave without running the parent's atexit or flushing its files
+        code = 1
+        try:
+            os.close(read_fd)
+            data = memoryview(answer(template, context, limits))
+            while data:
+                data = data[os.write(write_fd, data) :]
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    status = None
+    try:
+        reply, cut = _read_answer(read_fd, limits)
+        if cut is None:
+            _, status = os.waitpid(pid, 0)  # the pipe closed: the child has exited or is exiting
+    finally:
+        os.close(read_fd)
+        if status is None:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    if cut is not None:
+        return None, cut
+    if reply[:1] == TEXT:
+        return reply[1:].decode("utf-8", "surrogatepass"), None
+    if reply[:1] == ERROR:
+        return None, reply[1:].decode("utf-8", "replace")
+    return None, _stopped(status, limits)
 
 
 def render_chat(
@@ -103,29 +125,19 @@ def render_chat(
     eos_token: str,
     add_generation_prompt: bool = True,
     source: str = TEMPLATE_KEY,
+    limits: Limits = LIMITS,
 ) -> str:
-    """The prompt text for ``messages`` under ``template`` (rendered in the sandbox)."""
-    try:
-        compiled = _compile(template)
-    except jinja2.TemplateSyntaxError as exc:
-        raise ChatTemplateError(
-            f"{source}: the chat template does not parse (line {exc.lineno}): {_one_line(exc)}"
-        ) from None
-    try:
-        return compiled.render(
-            messages=_plain(list(messages)),
-            bos_token=bos_token,
-            eos_token=eos_token,
-            add_generation_prompt=bool(add_generation_prompt),
-        )
-    except jinja2.exceptions.SecurityError as exc:
-        raise ChatTemplateError(
-            f"{source}: the chat template tried something unsafe and was stopped: {_one_line(exc)}"
-        ) from None
-    except Exception as exc:  # a template is data: whatever it raises becomes one line
-        raise ChatTemplateError(
-            f"{source}: the chat template failed ({type(exc).__name__}): {_one_line(exc)}"
-        ) from None
+    """The prompt text for ``messages`` under ``template``, rendered in a bounded child (module docstring)."""
+    context = {
+        "messages": _plain(list(messages)),
+        "bos_token": bos_token,
+        "eos_token": eos_token,
+        "add_generation_prompt": bool(add_generation_prompt),
+    }
+    text, why = _render_in_child(template, context, limits)
+    if why is not None:
+        raise ChatTemplateError(f"{source}: {why}")
+    return text
 
 
 def chat_template(metadata: Mapping, source: str = "<metadata>") -> str:

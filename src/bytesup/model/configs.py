@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
-
+from bytesup.gguf.sizes import type_bytes
 from bytesup.model.arch import ArchSpec
 
 
@@ -112,18 +111,6 @@ DEEPSEEK_CODER_6_7B = Architecture(
 
 
 PUBLISHED = {a.name: a for a in (DEEPSEEK_CODER_6_7B, LLAMA3_8B, LLAMA3_70B, LLAMA31_405B, GPT2_SMALL)}
-
-
-def type_bytes(type_name: str, elements: int) -> int:
-    """Bytes of `elements` weights stored as `type_name`, from gguf-py's block table
-    (GGML_QUANT_SIZES: F32 4 bytes per weight, BF16 2, Q8_0 34 per block of 32, ...)."""
-    try:
-        block, size = GGML_QUANT_SIZES[GGMLQuantizationType[type_name]]
-    except KeyError:
-        raise ValueError(f"unknown ggml type {type_name!r}; expected a name like F32, BF16, Q8_0") from None
-    if elements % block:
-        raise ValueError(f"{elements} weights do not fill whole {type_name} blocks of {block}")
-    return elements // block * size
 
 
 def llama_tensor_shapes(a: Architecture) -> list[tuple[str, tuple[int, ...]]]:

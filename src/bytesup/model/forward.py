@@ -15,13 +15,16 @@ layers with their own rope base.
 
 Arithmetic is float32 throughout, like the model. Activations are (tokens, features): a batch of
 N new tokens multiplies x @ W.T once per matrix (prefill); one token is a matvec (decode), where
-the time goes into reading the weights (memory-bound: 4 bytes per multiply-add).
+the time goes into reading the weights (memory-bound: 4 bytes per multiply-add). They live in a
+RunState (llama2.c's names: x the residual stream, xb, qkv, hb), allocated once per batch size
+and written in place. The network does no bookkeeping: a Trace (bytesup.model.trace) watches
+the weights it reads. RMSNorm and softmax are bytesup.model.layers' (one copy, shared with the
+lessons and the torch twin).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from typing import Self
 
 import numpy as np
@@ -29,8 +32,8 @@ import numpy as np
 from bytesup.errors import BytesupError
 from bytesup.gguf.file import GGUFFile
 from bytesup.model.arch import ArchSpec, spec_from_metadata
-from bytesup.model.layers import gelu, silu
-from bytesup.model.layers import rms_norm as rms_norm_vector
+from bytesup.model.layers import gelu, rms_norm, silu, softmax
+from bytesup.model.trace import Trace
 from bytesup.model.weights import (
     DEFAULT_RESIDENT_BUDGET,
     BlockWeights,
@@ -105,27 +108,34 @@ def cache_max_tokens(spec: ArchSpec, max_tokens: int | None) -> int:
     return n
 
 
+def float32_array(shape: tuple[int, ...]) -> np.ndarray:
+    """An uninitialised NumPy float32 array: the KV cache's storage unless it is given another."""
+    return np.empty(shape, np.float32)
+
+
 class KVCache:
     """Keys and values of every position seen so far, per block: (n_kv_heads, positions, head_dim).
 
     Grows by doubling up to max_tokens (default: the model's context length), so a short chat
-    does not allocate 8192 positions of every block up front.
+    does not allocate 8192 positions of every block up front. `empty(shape)` makes its arrays:
+    NumPy float32 here; the torch twin passes one that makes float32 tensors on its device.
     """
 
-    def __init__(self, spec: ArchSpec, max_tokens: int | None = None):
+    def __init__(self, spec: ArchSpec, max_tokens: int | None = None, empty=float32_array):
         self.spec = spec
         self.max_tokens = cache_max_tokens(spec, max_tokens)
+        self.empty = empty
         self.n = 0  # positions stored
         self._capacity = 0
-        self.k: list[np.ndarray] = []
-        self.v: list[np.ndarray] = []
+        self.k: list = []
+        self.v: list = []
 
     def _grow(self, needed: int) -> None:
         cap = min(self.max_tokens, max(needed, 2 * self._capacity, 64))
         s = self.spec
         for layer in range(s.n_layers):
-            k = np.empty((s.n_kv_heads, cap, s.head_dim), np.float32)
-            v = np.empty((s.n_kv_heads, cap, s.head_dim), np.float32)
+            k = self.empty((s.n_kv_heads, cap, s.head_dim))
+            v = self.empty((s.n_kv_heads, cap, s.head_dim))
             if self._capacity:
                 k[:, : self.n] = self.k[layer][:, : self.n]
                 v[:, : self.n] = self.v[layer][:, : self.n]
@@ -135,9 +145,9 @@ class KVCache:
                 self.v.append(v)
         self._capacity = cap
 
-    def append(self, layer: int, k: np.ndarray, v: np.ndarray, start: int) -> tuple[np.ndarray, np.ndarray]:
+    def append(self, layer: int, k, v, start: int):
         """Store k, v (n_kv_heads, N, head_dim) at positions start..start+N-1 of `layer`;
-        return all keys and values up to there."""
+        return all keys and values up to there (views, no copies)."""
         end = start + k.shape[1]
         if end > self._capacity:
             self._grow(end)
@@ -150,60 +160,52 @@ class KVCache:
         return sum(a.nbytes for a in self.k) + sum(a.nbytes for a in self.v)
 
 
-# -- the trace: what a forward pass did -----------------------------------------------------
+# -- the activations ------------------------------------------------------------------------
 
 
-@dataclass
-class Trace:
-    """Pass one to forward() to record what happened.
+class RunState:
+    """The activations of a pass of N tokens, allocated once and written in place (llama2.c's RunState).
 
-    residual[0] is the stream after the embedding, residual[i+1] after block i; each is
-    (N, d_model) when all_positions else (d_model,) for the last token (cheap). attention[i]
-    (heads x queries x keys) only when keep_attention. macs counts the multiply-adds the
-    matmuls actually performed (a prefill's attention counts the masked-out entries too: they
-    were multiplied); weight_bytes the float32 bytes of weights used, weight_file_bytes the
-    same tensors' bytes in the file.
+    x    (N, d_model)             the residual stream
+    xb   (N, d_model)             the final norm of x, the input of the head
+    qkv  (N, q_dim + 2 kv_dim)    the stacked Q K V product of a block; q, k, v are views of it
+    hb   (N, 2 d_ff)              the stacked gate and up product; hb (gate), hb2 (up) are views of it
+    att  (n_heads, N, keys)       the last block's attention weights (set by attention_block)
     """
 
-    all_positions: bool = False
-    keep_attention: bool = False
-    residual: list = field(default_factory=list)
-    final_norm: np.ndarray | None = None
-    attention: list = field(default_factory=list)
-    macs: int = 0
-    weight_bytes: int = 0
-    weight_file_bytes: int = 0
-
-    def keep(self, x: np.ndarray) -> None:
-        self.residual.append(x.copy() if self.all_positions else x[-1].copy())
-
-    def matmul(self, x: np.ndarray, w: np.ndarray) -> None:
-        self.macs += x.shape[0] * w.shape[0] * w.shape[1]
+    def __init__(self, spec: ArchSpec, n: int):
+        self.n = n
+        self.x = np.empty((n, spec.d_model), np.float32)
+        self.xb = np.empty((n, spec.d_model), np.float32)
+        self.qkv = np.empty((n, spec.q_dim + 2 * spec.kv_dim), np.float32)
+        self.hb = np.empty((n, 2 * spec.d_ff), np.float32)
+        self.att: np.ndarray | None = None
 
 
 # -- the steps ------------------------------------------------------------------------------
 
 
-def embed(weights, ids: np.ndarray) -> np.ndarray:
+def embed(weights, ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """Token ids -> their rows of token_embd: (N, d_model). A lookup, no arithmetic."""
-    return np.ascontiguousarray(weights.embed_rows(ids), dtype=np.float32)
+    rows = weights.embed_rows(ids)
+    if out is None:
+        return np.ascontiguousarray(rows, dtype=np.float32)
+    out[...] = rows
+    return out
 
 
-def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
-    """bytesup.model.layers.rms_norm on each row (token) of x: x / sqrt(mean(x^2) + eps) * weight."""
-    if x.ndim == 1:
-        return rms_norm_vector(x, weight, eps)
-    scale = np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + x.dtype.type(eps))
-    return x / scale * weight
+def matmul(x: np.ndarray, w: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """y = x @ W.T: every row of x times every row of W. This is where the time goes.
 
-
-def matmul(x: np.ndarray, w: np.ndarray, trace: Trace | None = None) -> np.ndarray:
-    """y = x @ W.T: every row of x times every row of W. This is where the time goes."""
-    if trace is not None:
-        trace.matmul(x, w)
+    out: where to write y, (N, rows of W); a new array when None.
+    """
+    if out is None:
+        out = np.empty((x.shape[0], w.shape[0]), np.result_type(x, w))
     if x.shape[0] == 1:  # one token (decode): a matrix-vector product, BLAS's gemv, W read once
-        return (w @ x[0])[None, :]
-    return x @ w.T
+        np.matmul(w, x[0], out=out[0])
+    else:
+        np.matmul(x, w.T, out=out)
+    return out
 
 
 def rope_angles(positions: np.ndarray, n_rot: int, base: float) -> tuple[np.ndarray, np.ndarray]:
@@ -236,59 +238,53 @@ def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str = "adjacen
     return out
 
 
-def softmax(scores: np.ndarray) -> np.ndarray:
-    """exp(s - max) / sum, along the last axis (keys); -inf (masked) gives exactly 0."""
-    e = np.exp(scores - scores.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
-
-
-def attention(q, k, v, start: int, spec: ArchSpec, trace: Trace | None = None, window: int | None = None):
+def attention(q, k, v, start: int, spec: ArchSpec, window: int | None = None):
     """Grouped-query causal attention for N new queries against all T keys so far.
 
     q: (N, n_heads, head_dim); k, v: (n_kv_heads, T, head_dim). Query head h reads K/V head
     h // group. window: a sliding layer's query sees only the last `window` positions, itself
-    included. Returns (N, n_heads * head_dim).
+    included. Returns (the heads' outputs side by side (N, n_heads * head_dim), the attention
+    weights (n_heads, N, T)).
     """
     n, t = q.shape[0], k.shape[1]
     kv, g, hd = spec.n_kv_heads, spec.group, spec.head_dim
     # group the query heads under the K/V head they share: (kv, g*N, hd), no Python loop over heads
     qg = q.reshape(n, kv, g, hd).transpose(1, 2, 0, 3).reshape(kv, g * n, hd)
     # scores: every query against every key, / sqrt(head_dim)
-    scores = qg @ k.transpose(0, 2, 1)  # (kv, g*N, T)
-    scores *= np.float32(spec.attn_scale)
+    att = qg @ k.transpose(0, 2, 1)  # (kv, g*N, T)
+    att *= np.float32(spec.attn_scale)
     # causal mask: query at position start+i sees keys 0..start+i
-    scores = scores.reshape(kv, g, n, t)
+    att = att.reshape(kv, g, n, t)
     if n > 1:
         future = np.arange(t)[None, :] > (start + np.arange(n))[:, None]  # (N, T)
-        scores[:, :, future] = -np.inf
+        att[:, :, future] = -np.inf
     # sliding window: ... and only keys start+i-window+1 .. start+i
     if window is not None and t > window:
         too_old = np.arange(t)[None, :] <= (start + np.arange(n))[:, None] - window  # (N, T)
-        scores[:, :, too_old] = -np.inf
+        att[:, :, too_old] = -np.inf
     # softmax over the keys: attention weights, each row sums to 1
-    weights = softmax(scores)
+    att = softmax(att, out=att)
     # weighted sum of the values
-    out = weights.reshape(kv, g * n, t) @ v  # (kv, g*N, hd)
-    if trace is not None:
-        trace.macs += 2 * spec.n_heads * n * t * hd
-        if trace.keep_attention:
-            trace.attention.append(weights.reshape(spec.n_heads, n, t).copy())
-    return out.reshape(kv, g, n, hd).transpose(2, 0, 1, 3).reshape(n, spec.q_dim)
+    out = att.reshape(kv, g * n, t) @ v  # (kv, g*N, hd)
+    return out.reshape(kv, g, n, hd).transpose(2, 0, 1, 3).reshape(n, spec.q_dim), att.reshape(spec.n_heads, n, t)
 
 
-def attention_block(x, w: BlockWeights, layer: int, start: int, cos, sin, spec, cache, trace=None):
+def attention_block(x, w: BlockWeights, layer: int, start: int, cos, sin, spec, cache, s: RunState | None = None):
     """The attention half of a block, residual included: x + W_o · attention(rope(Q), rope(K), V).
 
-    Steps the table switches on: Q K V biases (qwen2), per-head norms of q and k and a norm of
-    the output before the residual add (gemma3), a sliding window on some layers (gemma3).
+    The result is written into s.x (x itself when x is s.x, as in transformer(); without s, into
+    a new array). Steps the table switches on: Q K V biases (qwen2), per-head norms of q and k and
+    a norm of the output before the residual add (gemma3), a sliding window on some layers (gemma3).
     """
     n = x.shape[0]
+    if s is None:
+        s = RunState(spec, n)
     # attention rmsnorm
-    xn = rms_norm(x, w.attn_norm, spec.rms_eps)
-    # Q, K, V: one matmul with the fused (q_dim + 2 kv_dim, d_model) matrix
-    qkv = matmul(xn, w.wqkv, trace)
+    xb = rms_norm(x, w.attn_norm, spec.rms_eps)
+    # Q, K, V: one product with the (q_dim + 2 kv_dim, d_model) matrix weights.py stacks at load
+    qkv = matmul(xb, w.wqkv, out=s.qkv)
     if w.bqkv is not None:  # qwen2: a bias on each of Q, K, V
-        qkv = qkv + w.bqkv
+        qkv += w.bqkv
     q = qkv[:, : spec.q_dim].reshape(n, spec.n_heads, spec.head_dim)
     k = qkv[:, spec.q_dim : spec.q_dim + spec.kv_dim].reshape(n, spec.n_kv_heads, spec.head_dim)
     v = qkv[:, spec.q_dim + spec.kv_dim :].reshape(n, spec.n_kv_heads, spec.head_dim)
@@ -299,91 +295,71 @@ def attention_block(x, w: BlockWeights, layer: int, start: int, cos, sin, spec, 
     # KV cache: append this batch's keys and values, read back all positions so far
     k_all, v_all = cache.append(layer, k.transpose(1, 0, 2), v.transpose(1, 0, 2), start)
     # grouped-query causal attention (within the window on a sliding layer)
-    a = attention(q, k_all, v_all, start, spec, trace, window=spec.layer_window(layer))
+    xa, s.att = attention(q, k_all, v_all, start, spec, window=spec.layer_window(layer))
     # output projection
-    out = matmul(a, w.wo, trace)
+    xb = matmul(xa, w.wo)
     if w.post_attn_norm is not None:  # gemma3: normalize what attention adds
-        out = rms_norm(out, w.post_attn_norm, spec.rms_eps)
+        xb = rms_norm(xb, w.post_attn_norm, spec.rms_eps)
     # the residual connection
-    return x + out
+    return np.add(x, xb, out=s.x)
 
 
-def ffn(xn, w_gate, w_up, w_down, spec: ArchSpec, trace=None):
-    """The gated FFN on normalized input: W_down(act(W_gate xn) * W_up xn), act from spec.activation.
-
-    w_gate, w_up: (d_ff, d_model) (or one fused (2 d_ff, d_model) matrix passed as w_gate with
-    w_up None); w_down: (d_model, d_ff). xn is (N, d_model); returns (N, d_model).
-    """
-    if w_up is None:  # gate and up: one matmul with the fused (2 d_ff, d_model) matrix
-        gu = matmul(xn, w_gate, trace)
-        g, u = gu[:, : spec.d_ff], gu[:, spec.d_ff :]
-    else:
-        g, u = matmul(xn, w_gate, trace), matmul(xn, w_up, trace)
-    # the gate decides how much of each up value passes: SiLU (SwiGLU) or GELU-tanh (GeGLU)
-    h = activation(spec.activation)(g) * u
-    # down projection
-    return matmul(h, w_down, trace)
-
-
-def ffn_block(x, w: BlockWeights, spec: ArchSpec, trace=None):
-    """The FFN half, residual included: x + W_down(act(W_gate xn) * W_up xn) (gemma3 normalizes
-    that before the add)."""
+def ffn_block(x, w: BlockWeights, spec: ArchSpec, s: RunState | None = None):
+    """The FFN half, residual included: x + W_down(act(W_gate xn) * W_up xn), act from spec.activation
+    (gemma3 normalizes that before the add). Written into s.x, as attention_block."""
+    if s is None:
+        s = RunState(spec, x.shape[0])
     # ffn rmsnorm
-    xn = rms_norm(x, w.ffn_norm, spec.rms_eps)
-    # gate and up (fused), activation, down
-    out = ffn(xn, w.w_gate_up, None, w.w_down, spec, trace)
+    xb = rms_norm(x, w.ffn_norm, spec.rms_eps)
+    # gate and up: one product with the (2 d_ff, d_model) matrix weights.py stacks at load
+    hb_hb2 = matmul(xb, w.w_gate_up, out=s.hb)
+    hb, hb2 = hb_hb2[:, : spec.d_ff], hb_hb2[:, spec.d_ff :]  # gate, up
+    # the gate decides how much of each up value passes: SiLU (SwiGLU) or GELU-tanh (GeGLU)
+    hb = activation(spec.activation)(hb) * hb2
+    # down projection
+    xb = matmul(hb, w.w_down)
     if w.post_ffn_norm is not None:  # gemma3: normalize what the FFN adds
-        out = rms_norm(out, w.post_ffn_norm, spec.rms_eps)
+        xb = rms_norm(xb, w.post_ffn_norm, spec.rms_eps)
     # the residual connection
-    return x + out
+    return np.add(x, xb, out=s.x)
 
 
-def unembed(x: np.ndarray, weights, spec: ArchSpec, trace=None) -> np.ndarray:
+def unembed(x: np.ndarray, weights, spec: ArchSpec) -> np.ndarray:
     """Logits: x @ head.T, chunk by chunk of head rows (output.weight, or token_embd when tied)."""
     logits = np.empty((x.shape[0], spec.vocab), np.float32)
     for start, rows in weights.head_chunks():
-        logits[:, start : start + rows.shape[0]] = matmul(x, rows, trace)
+        matmul(x, rows, out=logits[:, start : start + rows.shape[0]])
     return logits
 
 
-def transformer(ids: np.ndarray, weights, spec: ArchSpec, cache: KVCache, trace: Trace | None = None):
-    """The whole network for N new tokens at positions cache.n .. cache.n + N - 1 -> (N, vocab) logits."""
+def transformer(ids: np.ndarray, weights, spec: ArchSpec, cache: KVCache, s: RunState | None = None):
+    """The whole network for N new tokens at positions cache.n .. cache.n + N - 1 -> (N, vocab) logits.
+
+    The activations live in s (a RunState for N tokens; a new one when None).
+    """
     start, n = cache.n, len(ids)
+    if s is None:
+        s = RunState(spec, n)
     # embedding: copy each token's row of token_embd into the residual stream x
-    x = embed(weights, ids)
-    if trace is not None:
-        trace.weight_bytes += x.nbytes
-        trace.weight_file_bytes += n * weights.row_file_bytes()
-    if spec.embed_scale != 1.0:  # gemma3: the row times sqrt(d_model)
-        x = x * np.float32(spec.embed_scale)
-    if trace is not None:
-        trace.keep(x)
-    # rope angles for these positions, shared by every block with the same rope base
-    angles = {}
-    for base in {spec.layer_rope_base(i) for i in range(spec.n_layers)}:
-        angles[base] = rope_angles(np.arange(start, start + n), spec.n_rot, base)
+    x = embed(weights, ids, out=s.x)
+    # gemma3: the rows times sqrt(d_model) (the table's embed_scale; 1 elsewhere)
+    x *= np.float32(spec.embed_scale)
+    # rope angles for these positions, one table per rope base (gemma3's sliding layers have their own)
+    angles = {base: rope_angles(np.arange(start, start + n), spec.n_rot, base)
+              for base in {spec.layer_rope_base(i) for i in range(spec.n_layers)}}  # fmt: skip
     # forward all the layers
     for layer in range(spec.n_layers):
         w = weights.block(layer)
         cos, sin = angles[spec.layer_rope_base(layer)]
         # attention half: norm, Q K V, rope, grouped-query attention, output projection, residual
-        x = attention_block(x, w, layer, start, cos, sin, spec, cache, trace)
+        x = attention_block(x, w, layer, start, cos, sin, spec, cache, s)
         # FFN half: norm, gate and up, act(gate) * up, down, residual
-        x = ffn_block(x, w, spec, trace)
-        if trace is not None:
-            trace.keep(x)
-            trace.weight_bytes += w.float32_bytes
-            trace.weight_file_bytes += w.file_bytes
+        x = ffn_block(x, w, spec, s)
     cache.n = start + n
     # final rmsnorm
-    x = rms_norm(x, weights.output_norm, spec.rms_eps)
-    if trace is not None:
-        trace.final_norm = x.copy() if trace.all_positions else x[-1].copy()
-        trace.weight_bytes += weights.output_norm.nbytes + 4 * spec.vocab * spec.d_model
-        trace.weight_file_bytes += weights.gguf.tensor(spec.tensor_name("output_norm")).n_bytes
-        trace.weight_file_bytes += weights.head_file_bytes()
+    xb = rms_norm(x, weights.output_norm, spec.rms_eps, out=s.xb)
     # classifier into logits
-    return unembed(x, weights, spec, trace)
+    return unembed(xb, weights, spec)
 
 
 # -- the model ------------------------------------------------------------------------------
@@ -395,6 +371,7 @@ class Model:
     def __init__(self, gguf: GGUFFile, spec: ArchSpec, mode: str):
         self.gguf, self.spec, self.mode = gguf, spec, mode
         self.weights = open_weights(gguf, spec, mode)
+        self._state: RunState | None = None
 
     @classmethod
     def from_gguf(cls, path: str | os.PathLike, *, resident_budget_bytes: int = DEFAULT_RESIDENT_BUDGET,
@@ -412,7 +389,7 @@ class Model:
             raise
 
     def close(self) -> None:
-        self.weights = None
+        self.weights = self._state = None
         self.gguf.close()
 
     def __enter__(self) -> Self:
@@ -456,10 +433,17 @@ class Model:
             )
         return arr.astype(np.int64)
 
+    def run_state(self, n: int) -> RunState:
+        """The activations for a pass of n tokens: the last pass's when it had n tokens too (decode)."""
+        if self._state is None or self._state.n != n:
+            self._state = RunState(self.spec, n)
+        return self._state
+
     def forward(self, ids, cache: KVCache | None = None, *, trace: Trace | None = None) -> np.ndarray:
         """Logits (len(ids), vocab) float32 for N new tokens; their K/V are appended to cache.
 
-        Without a cache the tokens sit at positions 0..N-1 and nothing is kept.
+        Without a cache the tokens sit at positions 0..N-1 and nothing is kept. A trace watches
+        the pass from outside the network (bytesup.model.trace).
         """
         if self.weights is None:
             raise ValueError(f"{self.gguf.path}: model is closed")
@@ -468,4 +452,6 @@ class Model:
             cache = KVCache(self.spec, max_tokens=len(ids))
         elif cache.spec != self.spec:
             raise ForwardInputError("this KV cache belongs to a different model")
-        return transformer(ids, self.weights, self.spec, cache, trace)
+        s = self.run_state(len(ids))
+        weights = self.weights if trace is None else trace.watch(self.weights, s)
+        return transformer(ids, weights, self.spec, cache, s)

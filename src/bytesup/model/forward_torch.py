@@ -17,7 +17,9 @@ The weights are the float32 arrays of forward.py's resident provider (the projec
 dequantizers, fused QKV and gate|up), moved to the device once: there is no second dequantizer.
 On device 'cpu' the tensors share the NumPy arrays' memory. Arithmetic is float32 throughout
 (TF32 is whatever torch.backends says; the GPU job leaves it at torch's default, off for matmul).
-The KV cache lives on the device too.
+The KV cache is forward.py's KVCache with its arrays on the device; RMSNorm, softmax and the
+activations are bytesup.model.layers' own functions, which take torch tensors as they take NumPy
+arrays.
 """
 
 from __future__ import annotations
@@ -32,10 +34,12 @@ from bytesup.errors import BytesupError
 from bytesup.model.arch import ArchSpec
 from bytesup.model.forward import (
     ForwardInputError,
+    KVCache,
     Model,
-    cache_max_tokens,
+    activation,
     weight_float32_bytes_per_token,
 )
+from bytesup.model.layers import rms_norm, softmax
 from bytesup.model.weights import DEFAULT_RESIDENT_BUDGET
 
 try:  # the module imports without torch; TorchModel then says how to get it
@@ -103,51 +107,16 @@ class TorchWeights:
         return sum(t.numel() * t.element_size() for t in tensors)
 
 
-# -- the KV cache ---------------------------------------------------------------------------
+# -- the KV cache: forward.KVCache, its arrays made on the device -------------------------------
 
 
-class TorchKVCache:
-    """Keys and values per block on the device: (n_kv_heads, positions, head_dim), as forward.KVCache.
+def device_cache(spec: ArchSpec, device, max_tokens: int | None = None) -> KVCache:
+    """forward.py's KVCache, its keys and values float32 tensors on `device`."""
 
-    Grows by doubling up to max_tokens (default: the model's context length).
-    """
+    def empty(shape):
+        return torch.empty(shape, dtype=torch.float32, device=device)
 
-    def __init__(self, spec: ArchSpec, device, max_tokens: int | None = None):
-        self.spec, self.device = spec, device
-        self.max_tokens = cache_max_tokens(spec, max_tokens)
-        self.n = 0  # positions stored
-        self._capacity = 0
-        self.k: list[torch.Tensor] = []
-        self.v: list[torch.Tensor] = []
-
-    def _grow(self, needed: int) -> None:
-        cap = min(self.max_tokens, max(needed, 2 * self._capacity, 64))
-        s = self.spec
-        for layer in range(s.n_layers):
-            k = torch.empty((s.n_kv_heads, cap, s.head_dim), dtype=torch.float32, device=self.device)
-            v = torch.empty_like(k)
-            if self._capacity:
-                k[:, : self.n] = self.k[layer][:, : self.n]
-                v[:, : self.n] = self.v[layer][:, : self.n]
-                self.k[layer], self.v[layer] = k, v
-            else:
-                self.k.append(k)
-                self.v.append(v)
-        self._capacity = cap
-
-    def append(self, layer: int, k, v, start: int):
-        """Store k, v (n_kv_heads, N, head_dim) at positions start..start+N-1 of `layer`;
-        return all keys and values up to there."""
-        end = start + k.shape[1]
-        if end > self._capacity:
-            self._grow(end)
-        self.k[layer][:, start:end] = k
-        self.v[layer][:, start:end] = v
-        return self.k[layer][:, :end], self.v[layer][:, :end]
-
-    @property
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.k + self.v)
+    return KVCache(spec, max_tokens, empty=empty)
 
 
 # -- the steps (forward.py's, in torch) -----------------------------------------------------
@@ -156,12 +125,6 @@ class TorchKVCache:
 def embed(weights: TorchWeights, ids):
     """Token ids -> their rows of token_embd: (N, d_model). A lookup, no arithmetic."""
     return weights.token_embd[ids]
-
-
-def rms_norm(x, weight, eps: float):
-    """Each row (token) of x: x / sqrt(mean(x^2) + eps) * weight."""
-    scale = torch.sqrt(torch.mean(x * x, dim=-1, keepdim=True) + eps)
-    return x / scale * weight
 
 
 def matmul(x, w):
@@ -222,13 +185,13 @@ def attention(q, k, v, start: int, spec: ArchSpec, window: int | None = None):
     if window is not None and t > window:
         scores = scores.masked_fill(keys[None, :] <= queries[:, None] - window, -math.inf)
     # softmax over the keys: attention weights, each row sums to 1 (-inf gives exactly 0)
-    weights = torch.softmax(scores, dim=-1)
+    weights = softmax(scores)
     # weighted sum of the values
     out = weights.reshape(kv, g * n, t) @ v  # (kv, g*N, hd)
     return out.reshape(kv, g, n, hd).permute(2, 0, 1, 3).reshape(n, spec.q_dim)
 
 
-def attention_block(x, w: TorchBlock, layer: int, start: int, cos, sin, spec: ArchSpec, cache: TorchKVCache):
+def attention_block(x, w: TorchBlock, layer: int, start: int, cos, sin, spec: ArchSpec, cache: KVCache):
     """The attention half of a block, residual included: x + W_o · attention(rope(Q), rope(K), V)."""
     n = x.shape[0]
     # attention rmsnorm
@@ -256,13 +219,6 @@ def attention_block(x, w: TorchBlock, layer: int, start: int, cos, sin, spec: Ar
     return x + out
 
 
-# The FFN gate's non-linearity by the table's name (forward.ACTIVATIONS in torch).
-ACTIVATIONS = {
-    "silu": lambda z: z * torch.sigmoid(z),  # SiLU(z) = z * sigmoid(z)
-    "gelu_tanh": lambda z: torch.nn.functional.gelu(z, approximate="tanh"),
-}
-
-
 def ffn_block(x, w: TorchBlock, spec: ArchSpec):
     """The FFN half, residual included: x + W_down(act(W_gate xn) * W_up xn) (gemma3 normalizes
     that before the add)."""
@@ -272,7 +228,7 @@ def ffn_block(x, w: TorchBlock, spec: ArchSpec):
     gu = matmul(xn, w.w_gate_up)
     g, u = gu[:, : spec.d_ff], gu[:, spec.d_ff :]
     # the gate decides how much of each up value passes: SiLU (SwiGLU) or GELU-tanh (GeGLU)
-    h = ACTIVATIONS[spec.activation](g) * u
+    h = activation(spec.activation)(g) * u
     # down projection
     out = matmul(h, w.w_down)
     if w.post_ffn_norm is not None:  # gemma3: normalize what the FFN adds
@@ -286,7 +242,7 @@ def unembed(x, weights: TorchWeights):
     return matmul(x, weights.head)
 
 
-def transformer(ids, weights: TorchWeights, spec: ArchSpec, cache: TorchKVCache):
+def transformer(ids, weights: TorchWeights, spec: ArchSpec, cache: KVCache):
     """The whole network for N new tokens at positions cache.n .. cache.n + N - 1 -> (N, vocab) logits."""
     start, n = cache.n, ids.shape[0]
     # embedding: copy each token's row of token_embd into the residual stream x
@@ -342,14 +298,14 @@ class TorchModel:
         with Model.from_gguf(path, resident_budget_bytes=resident_budget_bytes) as model:
             return cls.from_model(model, device)
 
-    def new_cache(self, max_tokens: int | None = None) -> TorchKVCache:
-        return TorchKVCache(self.spec, self.device, max_tokens)
+    def new_cache(self, max_tokens: int | None = None) -> KVCache:
+        return device_cache(self.spec, self.device, max_tokens)
 
     def weight_float32_bytes_per_token(self) -> int:
         """float32 weight bytes one decode step reads (forward.weight_float32_bytes_per_token)."""
         return weight_float32_bytes_per_token(self.spec)
 
-    def forward(self, ids, cache: TorchKVCache | None = None):
+    def forward(self, ids, cache: KVCache | None = None):
         """Logits (len(ids), vocab) float32, a torch tensor on the device; K/V appended to cache.
 
         ids are checked on the host exactly as the NumPy Model checks them. Without a cache the
@@ -366,6 +322,6 @@ class TorchModel:
         with torch.no_grad():
             return transformer(torch.as_tensor(arr, device=self.device), self.weights, self.spec, cache)
 
-    def forward_numpy(self, ids, cache: TorchKVCache | None = None) -> np.ndarray:
+    def forward_numpy(self, ids, cache: KVCache | None = None) -> np.ndarray:
         """forward() copied back to the host as a float32 NumPy array."""
         return self.forward(ids, cache).cpu().numpy()

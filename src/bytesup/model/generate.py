@@ -18,26 +18,23 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from bytesup.errors import BytesupError
+from bytesup.model.layers import softmax
 
 
 class GenerationError(BytesupError, ValueError):
     """A bad sampling or generation setting (temperature, top_k, top_p, max_new_tokens, prompt)."""
 
 
-def softmax(logits, temperature: float = 1.0) -> np.ndarray:
-    """Probabilities from logits at a temperature, in float64: exp((l - max) / T), normalised.
-
-    Subtracting the maximum first keeps exp() from overflowing; it does not change the result.
-    """
+def next_token_probs(logits, temperature: float = 1.0) -> np.ndarray:
+    """Step 1: p = softmax(logits / T) (bytesup.model.layers.softmax), in float64, so that p sums to 1
+    as closely as a random draw from it needs."""
     if not temperature > 0:
         raise GenerationError(f"temperature = {temperature!r}: softmax needs a temperature above 0")
-    z = np.asarray(logits, dtype=np.float64) / float(temperature)
+    z = np.asarray(logits, dtype=np.float64)
     if not np.isfinite(z).all():  # finite weights can still overflow float32 on the way (a hostile file)
         raise GenerationError(f"the logits hold {int(np.isnan(z).sum())} NaN and {int(np.isinf(z).sum())} infinite"
                               " values: the model's numbers overflowed float32; the file is damaged or wrong")  # fmt: skip
-    z = z - np.max(z)
-    e = np.exp(z)
-    return e / e.sum()
+    return softmax(z, temperature)
 
 
 def _check_filters(top_k: int | None, top_p: float | None) -> None:
@@ -78,7 +75,7 @@ def sample_next(
         raise GenerationError(
             f"temperature = {temperature!r}: sampling needs a temperature above 0 (use 0 with generate() for greedy)"
         )
-    probs = filter_probs(softmax(logits, temperature), top_k=top_k, top_p=top_p)
+    probs = filter_probs(next_token_probs(logits, temperature), top_k=top_k, top_p=top_p)
     return int(rng.choice(len(probs), p=probs))
 
 
@@ -126,7 +123,7 @@ def generate(
     logits = step(prompt)
     while True:
         greedy = temperature == 0
-        probs = softmax(logits, 1.0 if greedy else temperature)  # step 1
+        probs = next_token_probs(logits, 1.0 if greedy else temperature)  # step 1
         if greedy:
             token = int(np.argmax(probs))  # step 3, greedy
         else:

@@ -1,4 +1,4 @@
-"""What a layer is made of: matvecs, RMSNorm, and one non-linear function.
+"""What a layer is made of: matvecs, RMSNorm, softmax, and one non-linear function.
 
 Shapes are numpy order, rows x columns: W_gate is (n_ff, n_embd), so W_gate @ x takes n_embd
 numbers in and gives n_ff out. (GGUF writes the same dims the other way round; gguf_file.py is
@@ -6,14 +6,36 @@ the one place that flips them.)
 
 Arithmetic follows the inputs' dtype. Given float32 weights and a float32 vector, every step here
 runs in float32, like the model; only ``matvec_naive`` uses Python's 64-bit floats.
+
+RMSNorm, softmax and the activations are the one copy the whole package uses: the lessons, the
+NumPy forward pass (bytesup.model.forward) and its torch twin (forward_torch), which hands them
+torch tensors. They work along the last axis, so a vector, each row (token) of a matrix and each
+head of a (tokens, heads, head_dim) array are all the same call.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from typing import NamedTuple
 
 import numpy as np
+
+
+def namespace(x):
+    """The array library x belongs to: torch for a torch tensor, numpy for anything else.
+
+    torch is looked up among the modules already imported, never imported here: a torch tensor
+    can only exist once torch is. (The array API standard's idea, for the two libraries used.)
+    """
+    torch = sys.modules.get("torch")
+    return torch if torch is not None and isinstance(x, torch.Tensor) else np
+
+
+def asarray(x):
+    """x as an array of its library: a torch tensor as it is, anything else through np.asarray."""
+    return x if namespace(x) is not np else np.asarray(x)
+
 
 # --- the one operation: y = W · x -----------------------------------------------------------
 
@@ -58,18 +80,42 @@ def rms(x):
     return np.sqrt(np.mean(x * x))
 
 
-def rms_norm(x, weight, eps):
-    """x divided by its RMS, then times a learned per-element gain (the norm tensor).
+def rms_norm(x, weight, eps, out=None):
+    """x divided by its RMS, then times a learned per-element gain (the norm tensor), along the
+    last axis: a vector, each row (token) of a matrix, each head of (tokens, heads, head_dim).
 
-    eps (read from the file, never assumed) keeps an all-zero x from dividing by zero. It is
-    cast to x's dtype, as the model stores it as a float32.
+    eps (read from the file, never assumed) keeps an all-zero x from dividing by zero; it joins
+    x's dtype (a float32 model adds it as a float32). out: an array to write the result into.
     """
-    x, weight = np.asarray(x), np.asarray(weight)
-    if weight.shape != x.shape:
-        raise ValueError(f"rms_norm: weight {weight.shape} must match x {x.shape}")
-    eps = x.dtype.type(eps) if np.issubdtype(x.dtype, np.floating) else eps
-    scale = np.sqrt(np.mean(x * x) + eps)
-    return x / scale * weight
+    xp = namespace(x)
+    x, weight = asarray(x), asarray(weight)
+    if tuple(weight.shape) != tuple(x.shape[-1:]):
+        raise ValueError(f"rms_norm: weight {tuple(weight.shape)} must match the last axis of x {tuple(x.shape)}")
+    scale = xp.sqrt(xp.mean(x * x, axis=-1, keepdims=True) + float(eps))
+    return xp.multiply(xp.divide(x, scale, out=out), weight, out=out)
+
+
+# --- softmax: scores into weights that sum to 1 ----------------------------------------------
+
+
+def softmax(z, temperature: float = 1.0, out=None):
+    """exp(z / T - max) / sum, along the last axis: weights >= 0 that sum to 1.
+
+    Subtracting the maximum first keeps exp() from overflowing and changes nothing else; a
+    masked score (-inf) gives exactly 0. The result has z's float dtype (float32 scores stay
+    float32, as attention's); lists and integers become float64. out: where to write it.
+    """
+    if not temperature > 0:
+        raise ValueError(f"softmax: temperature = {temperature!r}, it must be above 0")
+    xp = namespace(z)
+    z = asarray(z)
+    if xp is np and not np.issubdtype(z.dtype, np.floating):
+        z = z.astype(np.float64)
+    if temperature != 1:
+        z = z / temperature
+    e = xp.subtract(z, xp.amax(z, axis=-1, keepdims=True), out=out)  # z - max: at most 0
+    xp.exp(e, out=e)
+    return xp.divide(e, xp.sum(e, axis=-1, keepdims=True), out=e)
 
 
 # --- the non-linear step ---------------------------------------------------------------------
@@ -81,9 +127,9 @@ def sigmoid(z):
     For very negative z, e^(-z) overflows to inf and the result is exactly 0, which is the
     right answer, so the overflow warning is silenced rather than the formula changed.
     """
-    z = np.asarray(z)
+    z = asarray(z)
     with np.errstate(over="ignore"):
-        return 1 / (1 + np.exp(-z))
+        return 1 / (1 + namespace(z).exp(-z))
 
 
 def silu(z):
@@ -92,7 +138,7 @@ def silu(z):
     Its lowest value is about -0.278 (near z = -1.278), so a negative gate can only pass a small
     negative fraction of what it multiplies.
     """
-    z = np.asarray(z)
+    z = asarray(z)
     return z * sigmoid(z)
 
 
@@ -106,9 +152,9 @@ def gelu(z, approximate: str = "tanh"):
 
     approximate="tanh" is the formula GPT-2 and llama.cpp use; "none" is the exact erf form.
     """
-    z = np.asarray(z)
+    z = asarray(z)
     if approximate == "tanh":
-        return 0.5 * z * (1 + np.tanh(math.sqrt(2 / math.pi) * (z + 0.044715 * z**3)))
+        return 0.5 * z * (1 + namespace(z).tanh(math.sqrt(2 / math.pi) * (z + 0.044715 * z**3)))
     if approximate == "none":
         erf = np.vectorize(math.erf, otypes=[np.float64])
         return (0.5 * z * (1 + erf(z / math.sqrt(2)))).astype(np.result_type(z, np.float32))

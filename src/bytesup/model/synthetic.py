@@ -35,8 +35,9 @@ from gguf import GGUFReader, GGUFValueType, GGUFWriter
 from gguf.constants import GGMLQuantizationType
 from gguf.quants import quantize
 
+from bytesup.gguf.sizes import type_bytes
 from bytesup.model.arch import spec_from_metadata
-from bytesup.model.configs import Architecture, llama_tensor_shapes, type_bytes
+from bytesup.model.configs import Architecture, llama_tensor_shapes
 
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>"]
 WORDS = ["Ġthe", "Ġcat", "Ġcats", "Ġkitten", "Ġdog", "Ġdogs", "Ġpuppy", "Ġsat", "Ġon", "Ġmat", "Ġa", "Ġran"]

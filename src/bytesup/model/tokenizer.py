@@ -1,4 +1,4 @@
-"""Text to token ids and back, from a GGUF file's own ``tokenizer.ggml.*`` metadata.
+"""Text to token ids and back, from a GGUF file's own ``tokenizer.ggml.*`` metadata, as llama.cpp does.
 
 A GGUF carries its tokenizer as data: the vocabulary (``tokens``, position = id), a type per
 token (1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte), and either the BPE
@@ -12,104 +12,57 @@ token (1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte), and ei
 
 Byte-level BPE merges the adjacent pair with the lowest rank (its line in ``merges``);
 SentencePiece merges the adjacent pair whose concatenation is a piece with the highest score.
+Step 1 is bytesup.model.special_tokens, step 2 bytesup.model.pretokenizers.
+
+Followed: tokenizer.ggml.model 'gpt2' with every tokenizer.ggml.pre llama.cpp knows but
+'whitespace', 'llama' (SentencePiece) and 'gemma4' (SentencePiece-style BPE). Refused in one
+line: 'bert' (WordPiece), 't5' (unigram), 'rwkv', 'plamo2' and the rest of REFUSED_MODELS.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-import regex
-
-from bytesup.errors import BytesupError, quote
 from bytesup.gguf.file import GGUFFile
+from bytesup.model import special_tokens
+from bytesup.model.pretokenizers import PRE_TOKENIZERS, PreTokenizer, pre_tokenizer, split
 from bytesup.model.tokens import SENTENCEPIECE_SPACE, gpt2_byte_to_char
+from bytesup.model.vocabulary import TokenizerError, UnsupportedTokenizerError, read_vocabulary, shown
+
+__all__ = ["Tokenizer", "TokenizerError", "UnsupportedTokenizerError", "pre_tokenize", "PRE_TOKENIZERS"]
 
 # Token types (llama.cpp's llama_token_type / gguf-py's TokenType).
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 
-# --- pre-tokenizer regexes -------------------------------------------------------------------
-# Copied from llama.cpp src/llama-vocab.cpp, llm_tokenizer_bpe's constructor (the copy vendored
-# by llama-cpp-python, llama.cpp commit 0c1e570): each entry is a list of regexes applied in
-# sequence, every regex cutting each piece of the previous one into matches AND the gaps between
-# them (the "isolated" split of Hugging Face tokenizers).
-
-# GPT-2's own regex (LLAMA_VOCAB_PRE_TYPE_GPT2, line ~376): contractions, words with one optional
-# leading space, numbers, punctuation runs, whitespace not followed by a non-space.
-GPT2_SPLIT = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
-
-# Llama 3 (LLAMA_VOCAB_PRE_TYPE_LLAMA3, line ~288): case-insensitive contractions, a letter run
-# with one non-letter prefix, digits in groups of at most three, newline handling.
-LLAMA3_SPLIT = (
-    r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-
-PRE_TOKENIZERS: dict[str, tuple[str, ...]] = {
-    # llama.cpp's fallback for BPE files without a known pre-tokenizer (line ~561).
-    "default": (r"[\p{P}\$\+<=>\^~\|]+", GPT2_SPLIT, r"\p{N}+", r"[0-9][0-9][0-9]"),
-    "gpt2": (GPT2_SPLIT,),
-    # SmolLM (line ~362, shared with starcoder): every digit alone first, then GPT-2's regex.
-    # This is the model's own tokenizer.json: Sequence[Digits(individual_digits), ByteLevel].
-    "smollm": (r"\p{N}", GPT2_SPLIT),
-    "llama-bpe": (LLAMA3_SPLIT,),
-    "llama3": (LLAMA3_SPLIT,),
-    "llama-v3": (LLAMA3_SPLIT,),
-    # deepseek-coder (line ~343): newlines alone, letters, punctuation, CJK runs, single digits.
-    "deepseek-coder": (r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", r"[一-龥ࠀ-一가-퟿]+", r"\p{N}"),
+TOKENIZER_MODELS = ("gpt2", "llama", "gemma4")
+REFUSED_MODELS = {
+    "bert": "WordPiece, for BERT-style embedding models",
+    "t5": "unigram, for T5-style encoder-decoders",
+    "rwkv": "RWKV's trie tokenizer",
+    "plamo2": "PLaMo 2's Aho-Corasick tokenizer",
+    "whitespace": "a whitespace tokenizer for embedding models",
+    "hybriddna": "a DNA k-mer tokenizer",
+    "no_vocab": "no vocabulary at all",
+    "none": "no vocabulary at all",
 }
-# Llama 3 files keep a whole pre-token that is itself a vocabulary entry (llama.cpp ignore_merges).
-IGNORE_MERGES = {"llama-bpe", "llama3", "llama-v3"}
-# When a file lacks the add_bos_token key, llama.cpp adds BOS for SentencePiece and Llama 3.
-ADD_BOS_BY_DEFAULT = {"llama-bpe", "llama3", "llama-v3"}
-
-TOKENIZER_MODELS = ("gpt2", "llama")
+WORD_CACHE = 200_000  # words remembered per tokenizer (a prompt repeats its words)
 
 
-class UnsupportedTokenizerError(BytesupError, ValueError):
-    """A tokenizer.ggml.model or tokenizer.ggml.pre this package does not implement."""
-
-
-class TokenizerError(BytesupError, ValueError):
-    """Tokenizer metadata that is missing or malformed, or an id outside the vocabulary."""
-
-
-@lru_cache(maxsize=64)
-def _compiled(pattern: str) -> regex.Pattern:
-    return regex.compile(pattern)
-
-
-def split_isolated(pattern: str, text: str) -> list[str]:
-    """Cut ``text`` into the matches of ``pattern`` and the stretches between them, in order."""
-    pieces, start = [], 0
-    for match in _compiled(pattern).finditer(text):
-        if match.start() > start:
-            pieces.append(text[start : match.start()])
-        if match.end() > match.start():
-            pieces.append(match.group())
-        start = match.end()
-    if start < len(text):
-        pieces.append(text[start:])
-    return pieces
-
-
-def pre_tokenize(text: str, patterns: Sequence[str]) -> list[str]:
-    """Apply each regex in turn to every piece the previous ones left."""
-    pieces = [text] if text else []
-    for pattern in patterns:
-        pieces = [part for piece in pieces for part in split_isolated(pattern, piece)]
-    return pieces
+def pre_tokenize(text: str, pre: PreTokenizer | str | Iterable[str]) -> list[str]:
+    """``text`` cut into words by a pre-tokenizer (its tokenizer.ggml.pre name, or patterns)."""
+    return split(text, PRE_TOKENIZERS[pre] if isinstance(pre, str) else pre)
 
 
 @dataclass
 class Tokenizer:
     """A tokenizer rebuilt from GGUF metadata. Build it with :meth:`from_metadata`."""
 
-    model: str  # "gpt2" (byte-level BPE) or "llama" (SentencePiece-style)
-    pre: str  # pre-tokenizer name (BPE only)
+    model: str  # "gpt2" (byte-level BPE), "llama" (SentencePiece-style) or "gemma4"
+    pre: str  # tokenizer.ggml.pre (BPE only; 'default' when absent)
     tokens: list[str]
     token_types: list[int]
     scores: list[float]
@@ -123,228 +76,175 @@ class Tokenizer:
     add_space_prefix: bool
     source: str = "<metadata>"
     ids: dict[str, int] = field(default_factory=dict, repr=False)
+    attrs: list[int] = field(default_factory=list, repr=False)  # llama.cpp's token attributes
+    pretokenizer: PreTokenizer | None = None
+    _special_order: list[int] = field(default_factory=list, repr=False)
     _word_cache: dict[str, tuple[int, ...]] = field(default_factory=dict, repr=False)
 
     # --- building -----------------------------------------------------------------------------
     @classmethod
-    def from_metadata(cls, metadata: Mapping, source: str = "<metadata>") -> Tokenizer:
-        """Read ``tokenizer.ggml.*`` from a GGUF metadata mapping (``GGUFFile(path).metadata``)."""
+    def from_metadata(cls, metadata: Mapping, source: str = "<metadata>", types: Mapping | None = None) -> Tokenizer:
+        """Read ``tokenizer.ggml.*`` from a GGUF metadata mapping (``GGUFFile(path).metadata``);
+        ``types`` (``GGUFFile.metadata_types``) also checks each key's stored type."""
         model = metadata.get("tokenizer.ggml.model")
+        if not isinstance(model, str):
+            raise TokenizerError(f"{source}: tokenizer.ggml.model is {shown(model)}, not a tokenizer name")
+        if model in REFUSED_MODELS:
+            raise UnsupportedTokenizerError(
+                f"{source}: tokenizer.ggml.model = {shown(model)} ({REFUSED_MODELS[model]}) is not followed by the "
+                f"lessons; they follow {', '.join(TOKENIZER_MODELS)}: use a GGUF of a text-generation model"
+            )
         if model not in TOKENIZER_MODELS:
             raise UnsupportedTokenizerError(
-                f"{source}: tokenizer.ggml.model = {quote(model)} is not supported; supported: {', '.join(TOKENIZER_MODELS)}"
+                f"{source}: tokenizer.ggml.model = {shown(model)} is not supported; "
+                f"supported: {', '.join(TOKENIZER_MODELS)}"
             )
-        tokens = metadata.get("tokenizer.ggml.tokens")
-        if not isinstance(tokens, Sequence) or isinstance(tokens, str) or not tokens:
-            raise TokenizerError(f"{source}: tokenizer.ggml.tokens is missing or empty; use a GGUF with its vocabulary")
-        tokens = [str(t) for t in tokens]
-        n = len(tokens)
-        pre = metadata.get("tokenizer.ggml.pre", "default") if model == "gpt2" else "default"
-        if model == "gpt2" and pre not in PRE_TOKENIZERS:
-            raise UnsupportedTokenizerError(
-                f"{source}: tokenizer.ggml.pre = {quote(pre)} is not supported; "
-                f"supported: {', '.join(sorted(PRE_TOKENIZERS))}"
-            )
-        types = list(metadata.get("tokenizer.ggml.token_type") or [NORMAL] * n)
-        scores = [float(s) for s in metadata.get("tokenizer.ggml.scores") or [0.0] * n]
-        if len(types) != n or len(scores) != n:
-            raise TokenizerError(
-                f"{source}: tokenizer.ggml.token_type/scores have {len(types)}/{len(scores)} entries "
-                f"for {n} tokens; the file is inconsistent"
-            )
+        vocab = read_vocabulary(metadata, source, types)
+        spm = model == "llama"
+        pre = None if spm else pre_tokenizer("gemma4" if model == "gemma4" else vocab.pre, source)
+        if pre is not None and not vocab.merges and pre.name != "kimi-k2":
+            raise TokenizerError(f"{source}: tokenizer.ggml.merges is missing; a byte-level BPE file needs it")
         ranks: dict[tuple[str, str], int] = {}
-        if model == "gpt2":
-            merges = metadata.get("tokenizer.ggml.merges")
-            if not merges:
-                raise TokenizerError(f"{source}: tokenizer.ggml.merges is missing; a byte-level BPE file needs it")
-            for rank, merge in enumerate(merges):
-                left, sep, right = str(merge).partition(" ")
-                if not sep:
-                    raise TokenizerError(
-                        f"{source}: tokenizer.ggml.merges[{rank}] = {quote(merge)} is not 'left right'"
-                    )
-                ranks.setdefault((left, right), rank)
+        for rank, pair in enumerate(vocab.merges):
+            ranks.setdefault(pair, rank)  # a repeated merge keeps its first rank, as in llama.cpp
 
-        def special(key: str) -> int | None:
-            value = metadata.get(f"tokenizer.ggml.{key}")
-            if value is None:
-                return None
-            if not isinstance(value, int) or not 0 <= value < n:
-                raise TokenizerError(f"{source}: tokenizer.ggml.{key} = {quote(value)} is not an id below {n}")
-            return value
+        def special(key: str, spm_default: int | None = None) -> int | None:
+            if key in vocab.special:
+                return vocab.special[key]
+            if spm and spm_default is not None and spm_default < len(vocab.tokens):
+                return spm_default  # llama.cpp's defaults for a SentencePiece file
+            return None
 
-        default_bos = model == "llama" or pre in ADD_BOS_BY_DEFAULT
+        gemma4 = pre is not None and pre.kind == "gemma4"  # llama.cpp adds BOS there whatever the file says
+        add_bos = vocab.flags.get("add_bos_token", spm or pre.add_bos) or gemma4
+        arch = metadata.get("general.architecture")
+        attrs = special_tokens.attributes(vocab, vocab.pre, arch if isinstance(arch, str) else "")
         tok = cls(
             model=model,
-            pre=pre,
-            tokens=tokens,
-            token_types=[int(t) for t in types],
-            scores=scores,
+            pre="default" if spm else pre.name,
+            tokens=vocab.tokens,
+            token_types=vocab.token_types,
+            scores=vocab.scores,
             merge_ranks=ranks,
-            bos_id=special("bos_token_id"),
-            eos_id=special("eos_token_id"),
-            unk_id=special("unknown_token_id"),
+            bos_id=special("bos_token_id", 1),
+            eos_id=special("eos_token_id", 2),
+            unk_id=special("unknown_token_id", 0),
             pad_id=special("padding_token_id"),
-            add_bos=bool(metadata.get("tokenizer.ggml.add_bos_token", default_bos)),
-            add_eos=bool(metadata.get("tokenizer.ggml.add_eos_token", False)),
-            add_space_prefix=bool(metadata.get("tokenizer.ggml.add_space_prefix", model == "llama")),
+            add_bos=add_bos,
+            add_eos=vocab.flags.get("add_eos_token", False),
+            add_space_prefix=vocab.flags.get("add_space_prefix", spm),
             source=source,
+            ids=vocab.ids,
+            attrs=attrs,
+            pretokenizer=pre,
+            _special_order=special_tokens.special_order(vocab.tokens, attrs),
         )
-        for i, t in enumerate(tokens):  # the first of duplicate spellings wins, as in llama.cpp
-            tok.ids.setdefault(t, i)
-        if tok.add_bos and tok.bos_id is None:
-            raise TokenizerError(f"{source}: add_bos_token is true but tokenizer.ggml.bos_token_id is missing")
+        for flag, key in (("add_bos", "bos_id"), ("add_eos", "eos_id")):
+            if getattr(tok, flag) and getattr(tok, key) is None:
+                raise TokenizerError(
+                    f"{source}: {flag}_token is true but tokenizer.ggml.{key[:3]}_token_id is missing; "
+                    "the file is incomplete"
+                )
         return tok
 
     @classmethod
     def from_gguf(cls, path) -> Tokenizer:
         """The tokenizer stored in the GGUF file at ``path``."""
-        return cls.from_metadata(GGUFFile(path).metadata, source=Path(path).name)
+        f = GGUFFile(path)
+        return cls.from_metadata(f.metadata, source=Path(path).name, types=f.metadata_types)
 
     def __len__(self) -> int:
         return len(self.tokens)
 
-    # --- step 1: special tokens, matched whole ----------------------------------------------
-    @property
-    def special_pattern(self) -> regex.Pattern | None:
-        """Control, user-defined and unknown tokens (llama.cpp's cache_special_tokens), longest
-        first so the longest match wins."""
-        if not hasattr(self, "_special_re"):
-            kinds = (CONTROL, USER_DEFINED, UNKNOWN)
-            texts = {t for t, k in zip(self.tokens, self.token_types) if k in kinds and t}
-            ordered = sorted(texts, key=lambda t: (-len(t), t))
-            self._special_re = regex.compile("|".join(regex.escape(t) for t in ordered)) if ordered else None
-        return self._special_re
-
-    def _fragments(self, text: str, parse_special: bool) -> list[str | int]:
-        """Text cut into plain strings and the ids of special tokens found whole in it."""
-        pattern = self.special_pattern if parse_special else None
-        if pattern is None:
-            return [text] if text else []
-        out: list[str | int] = []
-        start = 0
-        for match in pattern.finditer(text):
-            if match.start() > start:
-                out.append(text[start : match.start()])
-            out.append(self.ids[match.group()])
-            start = match.end()
-        if start < len(text):
-            out.append(text[start:])
-        return out
-
     # --- encoding -----------------------------------------------------------------------------
     def encode(self, text: str, add_special: bool | None = None, *, parse_special: bool = True) -> list[int]:
-        """Token ids of ``text``. add_special: add BOS/EOS as the file asks (None = as the file asks,
-        True = the same, False = never). parse_special: treat special-token text as those tokens."""
+        """Token ids of ``text``. add_special: add BOS/EOS as the file asks (None or True), or never
+        (False). parse_special: control tokens written in the text are those tokens (user-defined
+        tokens always are, as in llama.cpp)."""
         if add_special is None:
             add_special = True
+        text = _valid(text)
         ids: list[int] = []
         if add_special and self.add_bos:
             ids.append(self.bos_id)
-        prev_special = True  # SentencePiece puts its space prefix after BOS and after specials
-        for piece in self._fragments(text, parse_special):
+        prev_special = True  # SentencePiece puts its space prefix first and after each special token
+        fragments = special_tokens.partition(text, self._special_order, self.tokens, self.attrs, parse_special)
+        for piece in fragments:
             if isinstance(piece, int):
                 ids.append(piece)
                 prev_special = True
-            elif self.model == "gpt2":
+            elif self.pretokenizer is not None:
                 ids.extend(self._encode_bpe(piece))
             else:
                 ids.extend(self._encode_spm(piece, prefix=self.add_space_prefix and prev_special))
                 prev_special = False
-        if add_special and self.add_eos and self.eos_id is not None:
+        if add_special and self.add_eos:
             ids.append(self.eos_id)
         return ids
 
     # byte-level BPE --------------------------------------------------------------------------
     def _encode_bpe(self, text: str) -> list[int]:
-        out: list[int] = []
+        pre = self.pretokenizer
+        if not pre.byte_encode:
+            text = text.replace(" ", SENTENCEPIECE_SPACE)  # gemma4: spaces are '▁', bytes stay raw UTF-8
         table = gpt2_byte_to_char()
-        for word in pre_tokenize(text, PRE_TOKENIZERS[self.pre]):
+        out: list[int] = []
+        for word in split(text, pre):
             cached = self._word_cache.get(word)
             if cached is None:
-                spelled = "".join(table[b] for b in word.encode("utf-8"))  # step 3
+                spelled = "".join(table[b] for b in word.encode("utf-8")) if pre.byte_encode else word  # step 3
                 cached = tuple(self._bpe_word(spelled))
-                if len(self._word_cache) < 200_000:
+                if len(self._word_cache) < WORD_CACHE:
                     self._word_cache[word] = cached
             out.extend(cached)
         return out
 
     def _bpe_word(self, word: str) -> list[int]:
-        """Merge the adjacent pair with the lowest rank (leftmost first) until none is a merge."""
-        if self.pre in IGNORE_MERGES and word in self.ids:
-            return [self.ids[word]]
-        symbols = list(word)
+        """Merge the adjacent pair with the lowest rank (leftmost first) until none is a merge
+        (llama.cpp's llm_tokenizer_bpe_session, with its queue: n log n in the word's length)."""
+        pre = self.pretokenizer
+        if word in self.ids and (pre.ignore_merges or (pre.kind == "gemma4" and not word.strip("\n"))):
+            return [self.ids[word]]  # a whole word that is a token (Llama 3's ignore_merges; gemma4's newlines)
         ranks = self.merge_ranks
-        while len(symbols) > 1:
-            best, best_rank = -1, None
-            for i in range(len(symbols) - 1):
-                rank = ranks.get((symbols[i], symbols[i + 1]))
-                if rank is not None and (best_rank is None or rank < best_rank):
-                    best, best_rank = i, rank
-            if best < 0:
-                break
-            symbols[best : best + 2] = [symbols[best] + symbols[best + 1]]
+        symbols = merge_pairs(list(word), lambda left, right: ranks.get((left, right)))
         out = []
         for s in symbols:
             if s in self.ids:
                 out.append(self.ids[s])
-            else:  # a merge result or byte absent from the vocabulary: its bytes one by one;
-                out.extend(self.ids[c] for c in s if c in self.ids)  # absent bytes are dropped, as HF does
+                continue
+            for b in s.encode("utf-8"):  # not a token: its bytes one by one, as single-byte tokens
+                if pre.byte_encode:
+                    tid = self.ids.get(chr(b)) if b < 0x80 else None
+                else:
+                    tid = self.ids.get(f"<0x{b:02X}>")
+                if tid is not None:  # a byte the vocabulary lacks is dropped, as in llama.cpp
+                    out.append(tid)
         return out
 
     # SentencePiece-style ---------------------------------------------------------------------
     def _encode_spm(self, text: str, *, prefix: bool) -> list[int]:
         """llama.cpp's llm_tokenizer_spm: characters, then best-scoring merges, then byte fallback."""
         text = (" " + text if prefix else text).replace(" ", SENTENCEPIECE_SPACE)
-        symbols = list(text)  # one symbol per character; merged ones grow, emptied ones are ""
-        nxt = list(range(1, len(symbols))) + [-1]
-        prv = list(range(-1, len(symbols) - 1))
-        heap: list[tuple[float, int, int, str]] = []
-        made_from: dict[str, tuple[str, str]] = {}
+        ids, scores = self.ids, self.scores
 
-        def try_pair(left: int, right: int) -> None:
-            if left < 0 or right < 0:
-                return
-            joined = symbols[left] + symbols[right]
-            tid = self.ids.get(joined)
-            if tid is None:
-                return
-            heapq.heappush(heap, (-self.scores[tid], left, right, joined))  # highest score, then leftmost
-            made_from[joined] = (symbols[left], symbols[right])
+        def priority(left: str, right: str) -> float | None:  # a pair that makes a piece: highest score first
+            tid = ids.get(left + right)
+            return None if tid is None else -scores[tid]
 
-        for i in range(len(symbols) - 1):
-            try_pair(i, i + 1)
-        while heap:
-            _, left, right, joined = heapq.heappop(heap)
-            if not symbols[left] or not symbols[right] or symbols[left] + symbols[right] != joined:
-                continue  # stale: one side was merged since
-            symbols[left], symbols[right] = joined, ""
-            nxt[left] = nxt[right]
-            if nxt[right] >= 0:
-                prv[nxt[right]] = left
-            try_pair(prv[left], left)
-            try_pair(left, nxt[left])
-
+        symbols = merge_pairs(list(text), priority)
         out: list[int] = []
-
-        def resegment(piece: str) -> None:
-            if piece in self.ids:
-                out.append(self.ids[piece])
-            elif piece in made_from:
-                resegment(made_from[piece][0])
-                resegment(made_from[piece][1])
-            else:
-                for b in piece.encode("utf-8"):  # byte fallback: <0xXX>
-                    tid = self.ids.get(f"<0x{b:02X}>")
-                    if tid is None:
-                        tid = self.unk_id
-                    if tid is not None:
-                        out.append(tid)
-
-        i = 0 if symbols else -1
-        while i != -1:
-            resegment(symbols[i])
-            i = nxt[i]
+        for piece in symbols:
+            if piece in ids:  # every merge made a piece; only single characters can be missing
+                out.append(ids[piece])
+                continue
+            for b in piece.encode("utf-8"):  # byte fallback: <0xXX>, else the byte itself, else <unk>
+                tid = ids.get(f"<0x{b:02X}>")
+                if tid is None and b < 0x80:
+                    tid = ids.get(chr(b))
+                if tid is None:
+                    tid = self.unk_id  # where llama.cpp would stop with an exception
+                if tid is not None:
+                    out.append(tid)
         return out
 
     # --- decoding -----------------------------------------------------------------------------
@@ -358,7 +258,7 @@ class Tokenizer:
         text, kind = self.tokens[i], self.token_types[i]
         if kind in (CONTROL, USER_DEFINED, UNKNOWN, UNUSED):
             return text.encode("utf-8")
-        if self.model == "gpt2":
+        if self.pretokenizer is not None and self.pretokenizer.byte_encode:
             back = _char_to_byte()
             if all(c in back for c in text):
                 return bytes(back[c] for c in text)
@@ -397,6 +297,43 @@ class Tokenizer:
             return piece.decode("utf-8")
         except UnicodeDecodeError:
             return "".join(f"<0x{b:02X}>" for b in piece)
+
+
+def merge_pairs(symbols: list[str], priority) -> list[str]:
+    """Merge adjacent symbols, the pair with the smallest ``priority(left, right)`` first (leftmost
+    among equals), until no pair has one (None): llama.cpp's work queue, n log n in the symbols."""
+    nxt = list(range(1, len(symbols))) + [-1]
+    prv = list(range(-1, len(symbols) - 1))
+    heap: list[tuple] = []
+
+    def push(left: int, right: int) -> None:
+        if left >= 0 and right >= 0:
+            key = priority(symbols[left], symbols[right])
+            if key is not None:
+                heapq.heappush(heap, (key, left, right, symbols[left] + symbols[right]))
+
+    for i in range(len(symbols) - 1):
+        push(i, i + 1)
+    while heap:
+        _, left, right, joined = heapq.heappop(heap)
+        if not symbols[left] or not symbols[right] or symbols[left] + symbols[right] != joined:
+            continue  # stale: one side was merged since
+        symbols[left], symbols[right] = joined, ""  # the right one joins the left
+        nxt[left] = nxt[right]
+        if nxt[right] >= 0:
+            prv[nxt[right]] = left
+        push(prv[left], left)
+        push(left, nxt[left])
+    return [s for s in symbols if s]  # merged-away symbols are empty; the rest are in order
+
+
+def _valid(text: str) -> str:
+    """Lone surrogates (not UTF-8) become U+FFFD, as llama.cpp reads an invalid byte."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "".join("\ufffd" if 0xD800 <= ord(c) < 0xE000 else c for c in text)
+    return text
 
 
 @lru_cache(maxsize=1)

@@ -6,8 +6,8 @@ space its own way, and the GGUF metadata key ``tokenizer.ggml.model`` says which
     "gpt2"   byte-level BPE (GPT-2, SmolLM2, Llama 3, deepseek-coder): every byte is mapped to a
              printable character first; the space byte becomes 'Ġ' (U+0120), newline 'Ċ'.
              " cat" is stored as "Ġcat".
-    "llama"  SentencePiece (Llama 1/2, Mistral): a space becomes '▁' (U+2581).
-             " cat" is stored as "▁cat".
+    "llama"  SentencePiece (Llama 1/2, Mistral, Gemma 1-3): a space becomes '▁' (U+2581).
+             " cat" is stored as "▁cat". "gemma4" (Gemma 4's BPE) marks spaces the same way.
 """
 
 from __future__ import annotations
@@ -16,8 +16,10 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
 from bytesup.errors import BytesupError, quote
+from bytesup.model.vocabulary import check_tokens, shown
 
 SENTENCEPIECE_SPACE = "\u2581"  # '▁'
+SPACE_AS_BLOCK = ("llama", "gemma4")  # tokenizer.ggml.model values that write a space as '▁'
 
 
 class TokenError(BytesupError, KeyError):
@@ -48,11 +50,11 @@ def vocab_form(text: str, tokenizer_model: str) -> str:
     if tokenizer_model == "gpt2":
         table = gpt2_byte_to_char()
         return "".join(table[b] for b in text.encode("utf-8"))
-    if tokenizer_model == "llama":
+    if tokenizer_model in SPACE_AS_BLOCK:
         return text.replace(" ", SENTENCEPIECE_SPACE)
     raise TokenError(
-        f"tokenizer.ggml.model = {quote(tokenizer_model)}: only 'gpt2' (byte-level BPE) and "
-        "'llama' (SentencePiece) space markers are known"
+        f"tokenizer.ggml.model = {shown(tokenizer_model)}: only the space markers of 'gpt2' (byte-level "
+        "BPE), 'llama' (SentencePiece) and 'gemma4' are known"
     )
 
 
@@ -64,7 +66,7 @@ def display(token: str, tokenizer_model: str) -> str:
             text = bytes(back[c] for c in token).decode("utf-8", errors="replace")
         else:  # special tokens such as <|endoftext|> are stored as they are
             text = token
-    elif tokenizer_model == "llama":
+    elif tokenizer_model in SPACE_AS_BLOCK:
         text = token.replace(SENTENCEPIECE_SPACE, " ")
     else:
         text = token
@@ -87,14 +89,24 @@ def token_id(vocab: Sequence[str], text: str, tokenizer_model: str) -> int:
     )
 
 
+_CHECKED: dict[int, tuple[Sequence, list[str]]] = {}  # id(tokens) -> (tokens, checked copy)
+
+
 def tokenizer_of(metadata: Mapping) -> tuple[Sequence[str], str]:
-    """(tokenizer.ggml.tokens, tokenizer.ggml.model) from GGUF metadata, with a clear error."""
+    """(tokenizer.ggml.tokens, tokenizer.ggml.model) from GGUF metadata, with a clear error.
+
+    The vocabulary is checked first (bytesup.model.vocabulary: strings, none twice, bounded), so
+    a corrupt one is refused in one line instead of finding the wrong token."""
     tokens, model = metadata.get("tokenizer.ggml.tokens"), metadata.get("tokenizer.ggml.model")
     if not isinstance(tokens, Sequence) or isinstance(tokens, str) or not tokens:
         raise TokenError("metadata has no tokenizer.ggml.tokens list; re-run the extract stage")
     if not isinstance(model, str):
         raise TokenError("metadata has no tokenizer.ggml.model; cannot tell how a leading space is written")
-    return tokens, model
+    if id(tokens) not in _CHECKED or _CHECKED[id(tokens)][0] is not tokens:
+        if len(_CHECKED) >= 4:
+            _CHECKED.clear()
+        _CHECKED[id(tokens)] = (tokens, check_tokens(metadata))  # held, so the id is not reused
+    return _CHECKED[id(tokens)][1], model
 
 
 def lookup(metadata: Mapping, text: str) -> tuple[int, str]:

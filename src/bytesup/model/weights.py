@@ -13,7 +13,7 @@ Two providers, one interface (forward.py uses only this):
   into them, no copies. Chosen when `float32_bytes(spec)` fits the budget.
 * Streaming: nothing is kept. block(i) dequantizes block i from the map into one reusable
   scratch buffer (valid until the next block() call), embedding rows are dequantized one row's
-  bytes at a time (a quantized row is expected_bytes(type, (d_model,)) contiguous bytes), and the
+  bytes at a time (a quantized row is tensor_bytes(type, (d_model,)) contiguous bytes), and the
   head comes in chunks of rows. Peak memory: one block's float32 weights plus one head chunk
   plus activations (a 6.7B Q8_0 model: ~800 MB, not 27 GB). Pages of the file map count in
   RSS once touched; streaming hands each tensor's pages back (madvise DONTNEED) after
@@ -30,8 +30,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from bytesup.errors import quote
-from bytesup.gguf.dequant import HAND_DEQUANTIZERS, dequantize, expected_bytes
+from bytesup.gguf.dequant import dequantize
 from bytesup.gguf.file import GGUFFile
+from bytesup.gguf.quants import QUANTS
+from bytesup.gguf.sizes import tensor_bytes
 from bytesup.model.arch import ArchMetadataError, ArchSpec
 from bytesup.model.param_counts import per_token_reads, tensor_rows
 
@@ -166,8 +168,8 @@ def _dequantize_into(gguf: GGUFFile, name: str, out: np.ndarray, shape: tuple[in
     raw = gguf.raw(name)
     flat = out.reshape(-1)  # a view, as out is contiguous
     with np.errstate(all="ignore"):
-        if info.type_name in HAND_DEQUANTIZERS:
-            HAND_DEQUANTIZERS[info.type_name][1](raw, out=flat)
+        if info.type_name in QUANTS:
+            QUANTS[info.type_name].fast(raw, out=flat)
         else:
             flat[...] = gguf.load(name).reshape(-1)  # a one-line UnsupportedTypeError when nothing reads it
     gguf.check_finite(name, flat)  # NaN or infinity: one line naming the tensor (checked once per tensor)
@@ -233,7 +235,7 @@ class _Provider:
         return self.gguf.tensor(self.spec.tensor_name("output")).n_bytes
 
     def row_file_bytes(self) -> int:
-        return expected_bytes(self.gguf.tensor(self.spec.tensor_name("token_embd")).type_name, (self.spec.d_model,))
+        return tensor_bytes(self.gguf.tensor(self.spec.tensor_name("token_embd")).type_name, (self.spec.d_model,))
 
 
 class ResidentWeights(_Provider):
@@ -296,7 +298,7 @@ class StreamingWeights(_Provider):
     def _rows(self, name: str, rows: np.ndarray) -> np.ndarray:
         """Dequantize only the given rows of a 2-D tensor: each row is contiguous bytes."""
         info = self.gguf.tensor(name)
-        row_bytes = expected_bytes(info.type_name, info.shape[-1:])
+        row_bytes = tensor_bytes(info.type_name, info.shape[-1:])
         raw = self.gguf.raw(name).reshape(info.shape[0], row_bytes)
         picked = np.ascontiguousarray(raw[rows])  # copies len(rows) rows of bytes, nothing more
         return self.gguf.check_finite(name, dequantize(picked.reshape(-1), info.type_name, (len(rows), info.shape[-1])),
@@ -309,16 +311,16 @@ class StreamingWeights(_Provider):
         """The head in chunks of rows (64 MiB of float32 each by default), one buffer reused."""
         info = self.gguf.tensor(self.spec.tensor_name("output"))
         d, n = self.spec.d_model, self.spec.vocab
-        row_bytes = expected_bytes(info.type_name, (d,))
+        row_bytes = tensor_bytes(info.type_name, (d,))
         raw = self.gguf.raw(info.name)
         buf = np.empty((self.head_chunk_rows, d), np.float32)
         for start in range(0, n, self.head_chunk_rows):
             stop = min(n, start + self.head_chunk_rows)
             out = buf[: stop - start]
             part = raw[start * row_bytes : stop * row_bytes]
-            if info.type_name in HAND_DEQUANTIZERS:
+            if info.type_name in QUANTS:
                 with np.errstate(all="ignore"):
-                    HAND_DEQUANTIZERS[info.type_name][1](part, out=out.reshape(-1))
+                    QUANTS[info.type_name].fast(part, out=out.reshape(-1))
             else:
                 out[...] = dequantize(part, info.type_name, out.shape)
             self.gguf.check_finite(info.name, out, start=start * d)  # the first pass checks it, the rest trust it

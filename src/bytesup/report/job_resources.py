@@ -32,7 +32,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from bytesup.model.configs import Architecture, llama_tensor_shapes, type_bytes
+from bytesup.gguf.sizes import type_bytes
+from bytesup.model.configs import Architecture, llama_tensor_shapes
 from bytesup.errors import BytesupError
 
 MB = 2**20  # Snakemake's max_rss and mem_mb are in MiB (psutil bytes / 1024 / 1024)
@@ -138,7 +139,7 @@ def file_bytes(a: Architecture, type_name: str = "Q8_0") -> int:
     """Bytes of the tensors of a GGUF of this shape: every matrix as `type_name`, norms as F32."""
     total = 0
     for _, shape in llama_tensor_shapes(a):
-        total += 4 * shape[0] if len(shape) == 1 else type_bytes(type_name, math.prod(shape))
+        total += type_bytes("F32" if len(shape) == 1 else type_name, math.prod(shape))
     return total
 
 

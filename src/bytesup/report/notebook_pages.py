@@ -36,6 +36,9 @@ _TAGS = ["a", "abbr", "b", "blockquote", "br", "code", "del", "div", "em", "h1",
 _ATTRIBUTES = {"*": ["class", "id", "title"], "a": ["href", "title", "class"], "td": ["align"], "th": ["align"]}
 _BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")
 _STYLE_BLOCK = re.compile(r"<style\b[^>]*>.*?</style\s*>", re.IGNORECASE | re.DOTALL)
+# Control characters but tab, newline and carriage return (C0, DEL, C1): HTML has no place for them and a
+# chat template or a token string can print any (a NUL). Shown as \x00, as printable() shows them in a line.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 # The cell template: nbconvert's classic cells, with the blocks that could emit a script, a frame or
 # a random id replaced by nothing (JavaScript, widgets) or by a sanitized version (HTML outputs).
@@ -128,5 +131,5 @@ def render(path: str | Path, title: str) -> str:
         f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{esc_html(title)}</title>'
         f"<style>{STYLE}{code_css}\n</style></head><body>\n<h1>{esc_html(title)}</h1>\n"
         f'<p class="n">The executed notebook {esc_html(Path(path).name)}, as the workflow ran it.</p>\n'
-        + cells.strip() + "\n</body></html>\n"
+        + _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", cells.strip()) + "\n</body></html>\n"
     )

@@ -10,7 +10,9 @@ llm-bytes-up-<date>/). Verify
    an edited word, label, caption, link, number or an added sentence fails, naming the first place
    that differs; the manifest's list of citations is compared with the re-rendered one, so a
    changed file is named with each number it changes;
-3. re-renders each lesson's notebook page from its executed notebook and compares it the same way.
+3. builds claims.csv again from the lessons' claims files it gathers, and compares it;
+4. re-renders each lesson's notebook page from its executed notebook and compares it the same way.
+(job_resources.csv is re-hashed only: the Snakemake records it comes from are not in the report.)
 
 The words come from this package (lesson specs, narrative templates): verify with the version
 that wrote the report (manifest.json, packages/bytesup and git_describe).
@@ -18,22 +20,26 @@ that wrote the report (manifest.json, packages/bytesup and git_describe).
 Cited paths are relative to a root: the archive's folder, or for a folder the project that holds
 it (two levels up from report/<date>/), or --root. Files written into the report folder itself
 (in_report) are relative to the folder.
+
+A shared report is untrusted input, validated before it is read: manifest.json against its schema
+(bytesup.report.manifest), only regular files inside the root opened (bytesup.report.safe_read),
+an archive's members streamed and hashed under caps, never unpacked whole (bytesup.report.archive).
+Each refusal is one line.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import os
 import tempfile
 import zipfile
-import zlib
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
-from bytesup.report import build, notebook_pages
-from bytesup.report.citations import CitationError
-from bytesup.gguf.file import printable
 from bytesup.errors import BytesupError
+from bytesup.gguf.file import printable
+from bytesup.report import archive, build, notebook_pages, safe_read
+from bytesup.report import manifest as manifest_mod
+from bytesup.report.citations import CitationError
 
 CONTEXT = 50  # characters shown either side of the first difference
 
@@ -79,19 +85,40 @@ def first_difference(name: str, shown: str, expected: str) -> str | None:
     return f"{name}, line {line}{section}: shows \u201c{printable(got)}\u201d where the files give \u201c{printable(want)}\u201d"
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
+def _page(path: Path) -> str:
+    return safe_read.read_capped(path, archive.MAX_PAGE_BYTES).decode("utf-8")
 
 
-def _inside(root: Path, rel: str) -> Path | None:
-    p = PurePosixPath(rel)
-    if p.is_absolute() or ".." in p.parts:
-        return None
-    return root / p
+def _named(manifest: dict, report_dir: Path, root: Path):
+    """(its key in the manifest, base folder, path) of every file verify or the page's renderer reads."""
+    for i, entry in enumerate(manifest["files"]):
+        yield f"files/{i}/path", report_dir if entry["in_report"] else root, entry["path"]
+    for rule, outputs in manifest["sources"].items():
+        for name, path in outputs.items():
+            yield f"sources/{rule}/{name}", root, path
+    for lesson, page in manifest.get("notebooks", {}).items():
+        yield f"notebooks/{lesson}", report_dir, page
+    if manifest.get("job_resources"):
+        yield "job_resources", report_dir, manifest["job_resources"]
+    yield "(the claims table)", report_dir, build.CLAIMS_FILE
+
+
+def _refuse_unsafe(manifest: dict, report_dir: Path, root: Path) -> None:
+    """One line, before anything is read, when the manifest names a file outside its root (a '..', an
+    absolute path, a symlink out), one that is no regular file (a FIFO would hang the read, a device
+    never end) or one larger than a report's file."""
+    for key, base, rel in _named(manifest, report_dir, root):
+        location = safe_read.inside(base, rel)
+        if location is None:
+            why = f"resolves outside {base}"
+        elif kind := safe_read.not_regular(location):
+            why = f"is {kind}"
+        elif location.exists() and location.stat().st_size > archive.MAX_PAGE_BYTES:
+            why = f"is over {archive.MAX_PAGE_BYTES:,} bytes"
+        else:
+            continue
+        raise VerifyError(f"{report_dir}/manifest.json: {key} = {printable(rel)[:200]!r} {why}; verify reads"
+                          " only regular files inside the report's root, so it stops here")  # fmt: skip
 
 
 def expected_report_files(manifest: dict) -> set[str]:
@@ -100,57 +127,59 @@ def expected_report_files(manifest: dict) -> set[str]:
 
 
 def verify_folder(report_dir: Path, root: Path | None = None, label: str | None = None,
-                  root_given: bool = False) -> Result:
+                  root_given: bool = False, hashed: dict | None = None) -> Result:
+    """`hashed`: (sha256, bytes) by (in_report, path), for files an archive's reading hashed already."""
     report_dir = Path(report_dir)
     root_given = root_given or root is not None
     root = Path(root) if root is not None else report_dir.parent.parent
     result = Result(label or str(report_dir))
     problems = result.problems
     try:
-        manifest = json.loads((report_dir / "manifest.json").read_text(encoding="utf-8"))
-        html = (report_dir / "index.html").read_text(encoding="utf-8")
-        md = (report_dir / "report.md").read_text(encoding="utf-8")
+        where = report_dir / "manifest.json"
+        manifest = manifest_mod.parse(safe_read.read_capped(where, manifest_mod.MAX_BYTES, "a report's manifest"), str(where), build.FORMAT)
+        html, md = _page(report_dir / "index.html"), _page(report_dir / "report.md")
     except FileNotFoundError as err:
         raise VerifyError(f"{report_dir}: not a report folder (no {Path(err.filename).name})") from None
+    except (safe_read.UnsafeFileError, manifest_mod.ManifestError):
+        raise
     except (OSError, ValueError) as err:
-        raise VerifyError(f"{report_dir}: cannot read the report ({err})") from None
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("citations"), list) or "sources" not in manifest:
-        raise VerifyError(f"{report_dir}/manifest.json: not a manifest of this bytesup version's reports"
-                          f" (format {manifest.get('format') if isinstance(manifest, dict) else None!r},"
-                          f" this version writes {build.FORMAT!r})")
+        raise VerifyError(f"{report_dir}: cannot read the report ({printable(str(err))})") from None
 
     # 1. the files
-    outside = [f for f in manifest.get("files", []) if not f.get("in_report")]
-    if outside and not root_given and not any((_inside(root, f["path"]) or root / "-").is_file() for f in outside):
+    outside = [f for f in manifest["files"] if not f["in_report"]]
+    if outside and not root_given and not any((safe_read.inside(root, f["path"]) or root / "-").is_file() for f in outside):
         raise VerifyError(f"{report_dir}: none of the {len(outside)} project files it cites are under {root}: the"
                           " folder was moved away from its project; pass --root PROJECT (the folder holding results/)")
-    for entry in manifest.get("files", []):
+    _refuse_unsafe(manifest, report_dir, root)
+    for entry in manifest["files"]:
         path = entry["path"]
-        base = report_dir if entry.get("in_report") else root
-        location = _inside(base, path)
-        if location is None:
-            problems.append(f"{path}: a cited path must stay inside the report or project")
+        location = safe_read.inside(report_dir if entry["in_report"] else root, path)
+        try:
+            digest, size = hashed[entry["in_report"], path] if hashed is not None else safe_read.sha256_regular(location)
+        except (FileNotFoundError, KeyError):
+            problems.append(f"{printable(path)}: missing (looked in {location})")
             continue
-        if not location.is_file():
-            problems.append(f"{path}: missing (looked in {location})")
+        except OSError as err:
+            problems.append(f"{printable(path)}: {printable(str(err))}")
             continue
-        if location.stat().st_size != entry["bytes"]:
-            problems.append(f"{path}: {location.stat().st_size} bytes, the manifest says {entry['bytes']}")
-        digest = _sha256(location)
+        if size != entry["bytes"]:
+            problems.append(f"{path}: {size} bytes, the manifest says {entry['bytes']}")
         if digest != entry["sha256"]:
             problems.append(f"{path}: sha256 {digest[:12]}, the manifest says {entry['sha256'][:12]}"
                             " (the file changed)")
         result.files += 1
     expected = expected_report_files(manifest)
-    for extra in sorted(p.relative_to(report_dir).as_posix() for p in report_dir.rglob("*") if p.is_file()):
-        if extra not in expected:
-            problems.append(f"{extra}: in the report folder but not in its manifest (an added file)")
+    for extra, kind in safe_read.listing(report_dir):
+        if kind:
+            problems.append(f"{printable(extra)}: {kind} in the report folder: not read")
+        elif extra not in expected:
+            problems.append(f"{printable(extra)}: in the report folder but not in its manifest (an added file)")
 
     # 2. the page, re-rendered from the manifest and the files
     inputs = {k: v for k, v in manifest.items() if k not in build.OUTPUTS}
     try:
         doc = build.render(inputs, report_dir, root)
-    except (CitationError, OSError, ValueError, KeyError, TypeError) as err:
+    except (CitationError, OSError, ValueError, KeyError, TypeError, RecursionError) as err:
         problems.append(f"cannot re-render the report from its files: {printable(str(err))}")
         return result
     outputs = build.rendered_outputs(doc)
@@ -172,43 +201,43 @@ def verify_folder(report_dir: Path, root: Path | None = None, label: str | None 
         if diff:
             problems.append(diff)
 
-    # 3. the notebook pages
+    # 3. the report's own tables, built again from the files they gather
+    claims = _claims_difference(manifest, report_dir, root)
+    if claims:
+        problems.append(claims)
+
+    # 4. the notebook pages
     for lesson, page in manifest.get("notebooks", {}).items():
         notebook = manifest["sources"].get(f"lesson_{lesson}", {}).get("notebook")
-        location = _inside(report_dir, page)
+        location = safe_read.inside(report_dir, page)
         if not notebook or location is None or not location.is_file():
             continue  # a missing page is named above
         try:
-            want = notebook_pages.render(_inside(root, notebook), build._title(lesson))
-        except ValueError as err:
-            problems.append(str(err))
+            want = notebook_pages.render(safe_read.inside(root, notebook), build._title(lesson))
+            shown = safe_read.read_capped(location, archive.MAX_PAGE_BYTES).decode("utf-8", errors="replace")
+        except (ValueError, OSError) as err:
+            problems.append(printable(str(err)))
             continue
-        diff = first_difference(page, location.read_text(encoding="utf-8", errors="replace"), want)
+        diff = first_difference(page, shown, want)
         if diff:
             problems.append(diff)
     return result
 
 
-def _damaged(path: Path, why: object) -> VerifyError:
-    return VerifyError(f"{path}: the archive is damaged ({printable(str(why))}); fetch or copy it again")
-
-
-def _extract(archive: Path, dest: Path) -> list[str]:
-    """Unpack, checking every member's CRC; returns the member names."""
+def _claims_difference(manifest: dict, report_dir: Path, root: Path) -> str | None:
+    """claims.csv against the table the lessons' claims files give (write_claims, as the report rule)."""
+    shown = safe_read.inside(report_dir, build.CLAIMS_FILE)
+    if shown is None or not shown.is_file():
+        return None  # named above as missing
+    lessons = {lesson: {"claims_csv": str(root / files["claims_csv"])}
+               for lesson, files in build._by_kind(manifest["sources"])["lessons"].items() if "claims_csv" in files}  # fmt: skip
     try:
-        with zipfile.ZipFile(archive) as zf:
-            names = zf.namelist()
-            for info in zf.infolist():
-                p = PurePosixPath(info.filename)
-                if p.is_absolute() or ".." in p.parts:
-                    raise VerifyError(f"{archive}: member {info.filename!r} would land outside the archive's folder")
-            bad = zf.testzip()
-            if bad is not None:
-                raise _damaged(archive, f"{bad} fails its checksum")
-            zf.extractall(dest)
-    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, RuntimeError, ValueError) as err:
-        raise _damaged(archive, err) from None
-    return names
+        with tempfile.TemporaryDirectory(prefix="bytesup-verify-") as tmp:
+            build.write_claims(lessons, Path(tmp) / build.CLAIMS_FILE)
+            want = (Path(tmp) / build.CLAIMS_FILE).read_text(encoding="utf-8")
+        return first_difference(build.CLAIMS_FILE, _page(shown), want)
+    except (OSError, ValueError) as err:
+        return f"{build.CLAIMS_FILE}: cannot build it again from the lessons' claims ({printable(str(err))})"
 
 
 def verify_path(path: str | Path, root: str | Path | None = None) -> Result:
@@ -217,28 +246,18 @@ def verify_path(path: str | Path, root: str | Path | None = None) -> Result:
     if path.is_dir():
         return verify_folder(path, Path(root) if root else None)
     if path.is_file():
-        with open(path, "rb") as fh:
+        path = Path(os.path.realpath(path))  # the archive named on the command line may be a link to it
+        with safe_read.open_regular(path) as fh:
             magic = fh.read(4)
         if zipfile.is_zipfile(path):
             with tempfile.TemporaryDirectory(prefix="bytesup-verify-") as tmp:
-                names = _extract(path, Path(tmp))
-                found = sorted(Path(tmp).glob("*/report/*/manifest.json"))
-                if len(found) != 1:
-                    raise VerifyError(f"{path}: expected one llm-bytes-up-<date>/report/<date>/manifest.json inside,"
-                                      f" found {len(found)}")
-                report_dir = found[0].parent
-                top = report_dir.parent.parent
-                result = verify_folder(report_dir, top, label=f"{path} ({report_dir.relative_to(tmp)})")
-                manifest = json.loads((report_dir / "manifest.json").read_text(encoding="utf-8"))
-                prefix = report_dir.relative_to(top).as_posix()
-                wanted = {f"{top.name}/{prefix}/{name}" for name in expected_report_files(manifest)}
-                wanted |= {f"{top.name}/{f['path']}" for f in manifest.get("files", []) if not f.get("in_report")}
-                for extra in sorted(n for n in names if not n.endswith("/") and n not in wanted
-                                    and not n.startswith(f"{top.name}/{prefix}/")):
-                    result.problems.append(f"{extra}: in the archive but not in the report's manifest (an added file)")
+                got = archive.unpack(path, Path(tmp), build.FORMAT, expected_report_files)
+                label = f"{path} ({got.report_dir.relative_to(tmp)})"
+                result = verify_folder(got.report_dir, got.top, label=label, hashed=got.hashed)
+                result.problems += sorted(got.added)
                 return result
         if magic[:2] == b"PK" or path.suffix == ".zip":
-            raise _damaged(path, "no readable zip directory: truncated or overwritten")
+            raise archive.damaged(path, "no readable zip directory: truncated or overwritten")
     if not path.exists():
         raise VerifyError(f"{path}: no such file or folder")
     raise VerifyError(f"{path}: neither a report folder nor a .zip archive")

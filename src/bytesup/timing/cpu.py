@@ -27,7 +27,6 @@ wider than `noisy_spread`. Tests check the counting, never the speed.
 from __future__ import annotations
 
 import csv
-import functools
 import json
 import logging
 import math
@@ -44,23 +43,17 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from bytesup.errors import BytesupError
-from bytesup.gguf import dequant
-from bytesup.gguf.dequant import (
-    bit_equal,
-    reference_dequantize,
-)  # bit_equal: the one definition, beside the dequantizers
 from bytesup.gguf.file import GGUFFile
+from bytesup.timing import dequant_bench as deq
 from bytesup.timing.machine import blas_info, cpu_model, memory_bytes
+from bytesup.timing.measure import summarize, target
 
 log = logging.getLogger(__name__)
 
 MiB = 1 << 20
 
 # What the issue asks of this machine's numbers. They are claims the report checks, not
-# settings: a miss is reported as a miss.
-DEQUANT_SPEEDUP_TARGETS = {"Q8_0": 5.0}  # a quantized type not listed here: DEQUANT_SPEEDUP_DEFAULT
-DEQUANT_SPEEDUP_DEFAULT = 3.0
-PLAIN_FLOAT_TYPES = ("F32", "F16", "BF16")  # a widening copy on both sides: measured, no speed-up asked
+# settings: a miss is reported as a miss. The dequantizers' are in bytesup.timing.dequant_bench.
 MATVEC_FRACTION_OF_COPY_TARGET = 0.80
 
 DEFAULTS: dict[str, Any] = {
@@ -72,7 +65,7 @@ DEFAULTS: dict[str, Any] = {
     "min_sample_ms": 1.0,
     "noisy_spread": 0.10,
     "dequant_types": None,  # None: every type the model holds, in file order
-    "dequant_bytes": 16 * MiB,
+    "dequant_bytes": deq.DEQUANT_BYTES,
     "decode_tokens": 32,  # whole-model decode steps timed (bytesup.timing.decode)
     "prefill_sizes": [1, 8, 32, 128, 256],  # prompt lengths N of the whole-model prefill
     "seed": 0,
@@ -195,26 +188,6 @@ def other_cpu_fraction(start, end, cpus: int) -> float | None:
 
 
 # --- timing and statistics --------------------------------------------------------------
-
-
-def summarize(times: Sequence[float], noisy_spread: float) -> dict:
-    """Median and spread of per-call times. Spread = interquartile range / median."""
-    t = np.asarray(times, dtype=float)
-    if t.size == 0:
-        raise ValueError("no timings to summarize")
-    median = float(np.median(t))
-    p25, p75 = (float(v) for v in np.percentile(t, [25, 75]))
-    rel_iqr = (p75 - p25) / median if median > 0 else math.inf
-    return {
-        "repeats": int(t.size),
-        "median_s": median,
-        "p25_s": p25,
-        "p75_s": p75,
-        "min_s": float(t.min()),
-        "max_s": float(t.max()),
-        "rel_iqr": rel_iqr,
-        "noisy": bool(rel_iqr > noisy_spread),
-    }
 
 
 class WallTimer:
@@ -493,179 +466,7 @@ def warm_matvec(
     )
 
 
-# --- 3. dequantization throughput -------------------------------------------------------
-
-
-def _package_dequantizer(threads: int) -> tuple[Callable, set[str]]:
-
-    hand = set(getattr(dequant, "HAND_DEQUANTIZERS", {}))
-    return functools.partial(dequant.dequantize, threads=threads), hand
-
-
-def bit_exact(a: np.ndarray, b: np.ndarray) -> bool:
-    """Same shape and the same float32 bits (so -0.0 vs 0.0 or two NaN payloads count)."""
-
-    return bit_equal(a, b)
-
-
-def model_types(model) -> list[str]:
-    """The ggml types of the model's tensors, each once, in file order."""
-    return list(dict.fromkeys(t.type_name for t in model.tensors))
-
-
-def dequant_goal(type_name: str) -> float | None:
-    """The speed-up over gguf-py asked of a hand dequantizer: 5x for Q8_0, 3x for any other quantized
-    type; None for the plain float types (F32, F16, BF16), a widening copy on both sides."""
-    if type_name in PLAIN_FLOAT_TYPES:
-        return None
-    return DEQUANT_SPEEDUP_TARGETS.get(type_name, DEQUANT_SPEEDUP_DEFAULT)
-
-
-def dequant_bench(
-    model,
-    types: Sequence[str] | None,
-    budget_bytes: int,
-    repeats: int,
-    warmup: int,
-    noisy_spread: float,
-    ours: Callable | None = None,
-    hand_written: set[str] | None = None,
-    threads: int = 1,
-) -> list[dict]:
-    """Package dequantizer vs gguf.quants.dequantize on the same tensors, interleaved: one row per type.
-
-    types None: every type the model holds (model_types). Per type: tensors of that type in file
-    order until `budget_bytes` of quantized data, the last one cut to whole rows (at least one row),
-    so memory stays near the budget whatever the model. Both sides get the same
-    in-memory copy of the bytes and allocate their own output; ours runs on `threads` threads.
-    Each repeat times ours and gguf-py back to back, swapping who goes first. MB/s counts
-    quantized input bytes (1 MB = 1e6 bytes). Each row carries its goal (dequant_goal) and
-    whether it was met: at least that ratio of medians, and bit-exact.
-    """
-    if ours is None:
-        ours, hand_written = _package_dequantizer(threads)
-    hand_written = set(hand_written or ())
-    rows = []
-    for type_name in model_types(model) if types is None else types:
-        goal = dequant_goal(type_name)
-        infos = [t for t in model.tensors if t.type_name == type_name]
-        if not infos:
-            rows.append(
-                {"type": type_name, "present": False, "note": f"no {type_name} tensors in this model", "target": goal}
-            )
-            continue
-        chosen, inputs, total = [], [], 0
-        for info in infos:
-            # whole rows up to what is left of the budget: the specimen's first Q8_0 tensor is its
-            # 140 MB embedding table, which both sides would turn into 528 MB of float32 each
-            outer = int(np.prod(info.shape[:-1], dtype=np.int64))
-            row_bytes = info.n_bytes // max(outer, 1)
-            n_rows = min(outer, max(1, -(-(budget_bytes - total) // max(row_bytes, 1))))
-            raw = np.array(model.raw(info.name)[: n_rows * row_bytes], dtype=np.uint8).reshape(n_rows, -1)
-            inputs.append((raw, (n_rows, *info.shape[-1:]) if len(info.shape) > 1 else tuple(info.shape)))
-            chosen.append(info)
-            total += n_rows * row_bytes
-            if total >= budget_bytes:
-                break
-
-        def run_ours(type_name=type_name, inputs=inputs):
-            return [ours(raw, type_name, shape) for raw, shape in inputs]
-
-        def run_ref(type_name=type_name, inputs=inputs):
-            return [reference_dequantize(raw, type_name, shape) for raw, shape in inputs]
-
-        t_ours, t_ref = [], []
-        got = want = None
-        for i in range(warmup + repeats):
-            got = want = None  # the last repeat's results are kept for the check; free the others first
-            order = (("ours", run_ours), ("ref", run_ref)) if i % 2 == 0 else (("ref", run_ref), ("ours", run_ours))
-            for who, fn in order:
-                t0 = time.perf_counter()
-                result = fn()
-                dt = time.perf_counter() - t0
-                if i >= warmup:
-                    (t_ours if who == "ours" else t_ref).append(dt)
-                if who == "ours":
-                    got = result
-                else:
-                    want = result
-        exact = all(bit_exact(g, w) for g, w in zip(got, want))
-        got = want = None
-        s_ours, s_ref = summarize(t_ours, noisy_spread), summarize(t_ref, noisy_spread)
-        elements = sum(int(np.prod(shape)) for _, shape in inputs)
-        ratio = s_ref["median_s"] / s_ours["median_s"]
-        row = {
-            "type": type_name,
-            "present": True,
-            "hand_written": type_name in hand_written,
-            "n_tensors": len(chosen),
-            "tensors": " ".join(t.name for t in chosen),
-            "quant_bytes": total,
-            "elements": elements,
-            "threads": threads,
-            "ours_median_s": s_ours["median_s"],
-            "ours_rel_iqr": s_ours["rel_iqr"],
-            "gguf_median_s": s_ref["median_s"],
-            "gguf_rel_iqr": s_ref["rel_iqr"],
-            "ours_mbps": total / s_ours["median_s"] / 1e6,
-            "gguf_mbps": total / s_ref["median_s"] / 1e6,
-            "ratio": ratio,
-            "bit_exact": exact,
-            "target": goal,
-            "met": None if goal is None else bool(ratio >= goal and exact),
-            "noisy": s_ours["noisy"] or s_ref["noisy"],
-            "repeats": repeats,
-        }
-        rows.append(row)
-        log.info(
-            "dequant %s (%s): ours %.0f MB/s, gguf %.0f MB/s, %.2fx (goal %s), bit-exact %s",
-            type_name,
-            row["tensors"],
-            row["ours_mbps"],
-            row["gguf_mbps"],
-            ratio,
-            goal,
-            exact,
-        )
-    return rows
-
-
 # --- targets and the summary ------------------------------------------------------------
-
-
-def target(
-    name: str,
-    goal: float,
-    measured: float | None,
-    unit: str,
-    met: bool | None,
-    noisy: bool = False,
-    note: str | None = None,
-) -> dict:
-    row = {"name": name, "target": goal, "measured": measured, "unit": unit, "met": met, "noisy": bool(noisy)}
-    if note:
-        row["note"] = note
-    return row
-
-
-def dequant_targets(dequant_rows: list[dict]) -> list[dict]:
-    """One target per benchmarked type that has a goal (dequant_goal: >= 5x gguf-py for Q8_0, >= 3x for
-    the other quantized types), met only when bit-exact too; a miss or an absent type is reported, never
-    dropped."""
-    out = []
-    for r in dequant_rows:
-        type_name = r["type"]
-        goal = dequant_goal(type_name)
-        if goal is None:
-            continue
-        name = f"dequant_{type_name}_speedup_over_gguf"
-        if not r.get("present"):
-            out.append(target(name, goal, None, "x gguf-py", None, note=f"not measured: {r['note']}"))
-            continue
-        met = bool(r["ratio"] >= goal and r["bit_exact"])
-        note = None if r["bit_exact"] else "not bit-exact against gguf.quants"
-        out.append(target(name, goal, r["ratio"], "x gguf-py", met, r["noisy"], note))
-    return out
 
 
 def fraction_target(name: str, matvec: dict, copy: dict, goal: float = MATVEC_FRACTION_OF_COPY_TARGET) -> dict:
@@ -705,7 +506,7 @@ def run_cpu(gguf_path: str | Path, cfg: dict | None = None, threads: int = 1) ->
         )
         warm_row = warm_matvec(weights.matrices[0], llc, reps, warm, int(cfg["seed"]), noisy, min_sample_s)
 
-        dequant_rows = dequant_bench(
+        dequant_rows = deq.dequant_bench(
             model, cfg["dequant_types"], int(cfg["dequant_bytes"]), reps, warm, noisy, threads=threads
         )
     load_after = list(os.getloadavg())
@@ -740,30 +541,6 @@ def build_summary(
     noisy = [f"stream.{r['kernel']}" for r in stream_rows if r["noisy"]]
     noisy += [f"sweep.N={r['n']}" for r in sweep_rows if r["noisy"]]
     noisy += [f"dequant.{r['type']}" for r in dequant_rows if r.get("present") and r["noisy"]]
-    dequant = {}
-    for r in dequant_rows:
-        if r.get("present"):
-            dequant[r["type"]] = {
-                k: r[k]
-                for k in (
-                    "ours_mbps",
-                    "gguf_mbps",
-                    "ratio",
-                    "bit_exact",
-                    "noisy",
-                    "hand_written",
-                    "n_tensors",
-                    "quant_bytes",
-                    "tensors",
-                    "ours_median_s",
-                    "gguf_median_s",
-                    "target",
-                    "met",
-                    "threads",
-                )
-            }
-        else:
-            dequant[r["type"]] = {"skipped": r["note"]}
     summary = {
         "status": "measured",
         "device": "cpu",
@@ -782,7 +559,7 @@ def build_summary(
         "batch_sizes": [r["n"] for r in sweep_rows],
         "gflops_by_n": {str(r["n"]): r["gflops"] for r in sweep_rows},
         "gbps_by_n": {str(r["n"]): r["gbps"] for r in sweep_rows},
-        "dequant": dequant,
+        "dequant": deq.dequant_summary(dequant_rows),
         "noisy": noisy,
         "weights": weights,
         "machine": facts,
@@ -792,13 +569,11 @@ def build_summary(
             "GB/s = bytes / median time, 1 GB = 1e9 bytes",
             "sweep": "bytes = (rows*cols + cols*N + rows*N) * 4 (each weight once, X read, Y written); "
             "FLOPs = 2*rows*cols*N",
-            "dequant": "MB/s of quantized input bytes, 1 MB = 1e6 bytes; ratio = gguf-py median time / ours; "
-            "both allocate their output; target: the ratio asked (none for plain float copies), "
-            "met only when bit-exact too",
+            "dequant": deq.COUNTING,
             "spread": "rel_iqr = (p75 - p25) / median of the per-call times; noisy when above noisy_spread",
         },
     }
-    summary["targets"] = dequant_targets(dequant_rows) + [
+    summary["targets"] = deq.dequant_targets(dequant_rows) + [
         fraction_target("matvec_cold_fraction_of_stream_copy", matvec, copy)
     ]
     return summary
@@ -862,23 +637,5 @@ TABLE_COLUMNS = {
         "rel_iqr",
         "noisy",
     ],
-    "dequant": [
-        "type",
-        "tensors",
-        "elements",
-        "ours_median_s",
-        "gguf_median_s",
-        "ratio",
-        "target",
-        "met",
-        "bit_exact",
-        "noisy",
-        "threads",
-        "ours_mbps",
-        "gguf_mbps",
-        "present",
-        "hand_written",
-        "n_tensors",
-        "quant_bytes",
-    ],
+    "dequant": deq.COLUMNS,
 }

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from bytesup.gguf.sizes import type_bytes
 from bytesup.model.arch import ArchSpec
 from bytesup.model.configs import (
     DEEPSEEK_CODER_6_7B,
@@ -15,12 +16,10 @@ from bytesup.model.configs import (
     Architecture,
     kv_bytes_per_token,
     llama_tensor_shapes,
-    type_bytes,
 )
 from bytesup.model.forward import (
     KVCache,
     Model,
-    Trace,
     attention_block,
     embed,
     ffn_block,
@@ -28,6 +27,7 @@ from bytesup.model.forward import (
     rope_angles,
     unembed,
 )
+from bytesup.model.trace import Trace
 
 # Context lengths from the same published config.json files as bytesup.model.configs
 # (max_position_embeddings); configs.Architecture does not carry them. None of these models uses a

@@ -34,8 +34,8 @@ What "read per token" includes (the rule of `per_token_reads`):
     that pass reads the whole table, listed as its own line beside the one-row lookup.
 Not included: the KV cache (grows with the context; reported separately per token of context),
 activations, and the tokenizer. Weights are counted in their stored format (bytes per block from
-gguf-py's GGML_QUANT_SIZES, through configs.type_bytes), which is what decode streams when it
-dequantizes on the fly.
+gguf-py's GGML_QUANT_SIZES, through bytesup.gguf.sizes.type_bytes), which is what decode streams
+when it dequantizes on the fly.
 
 The lesson's parts, by concern: accounting (step 1), roofline (steps 2 and 3), whole_model (step 4)
 and figures; this module holds the SPEC, the course's published numbers and ``run``.
@@ -48,6 +48,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from bytesup.gguf.extract import parse_shape
+from bytesup.gguf.sizes import type_bytes
 from bytesup.lessons import claims as claims_mod
 from bytesup.lessons.decode_memory_bound.accounting import (
     GB,
@@ -58,7 +59,6 @@ from bytesup.lessons.decode_memory_bound.accounting import (
     group_table,
     kv_cache_bytes_per_context_token,
     model_kv_bytes_per_context_token,
-    type_bytes,
 )
 from bytesup.lessons.decode_memory_bound.roofline import (
     bound_table,

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from bytesup.gguf.extract import parse_shape
+from bytesup.gguf.sizes import type_bytes
 from bytesup.lessons import LessonInputError
 from bytesup.model import configs
 from bytesup.model import param_counts as pc
@@ -33,14 +34,6 @@ GB = 1e9  # decimal, as the course and STREAM count
 
 
 # --- 1. what a tensor costs, and what a token reads ----------------------------------------------
-
-
-def type_bytes(type_name: str, elements: int) -> int:
-    """configs.type_bytes, with a lesson's one-line error."""
-    try:
-        return configs.type_bytes(type_name, elements)
-    except ValueError as err:
-        raise LessonInputError(str(err)) from None
 
 
 def config_tensor_table(layout: Layout) -> list[dict]:

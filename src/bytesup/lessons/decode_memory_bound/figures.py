@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from bytesup.gguf.sizes import type_bytes
 from bytesup.lessons import figure
 from bytesup.lessons.decode_memory_bound.accounting import GB, Accounting
 from bytesup.lessons.decode_memory_bound.whole_model import ENGINE, LLAMA_CPP
-from bytesup.model import configs
 
 # --- figures -------------------------------------------------------------------------------------
 
@@ -37,7 +37,7 @@ def plot_bytes_per_token(accounts: Sequence[Accounting], title: str = ""):
     return fig
 
 
-FP32_MATVEC_INTENSITY = 2 / configs.type_bytes("F32", 1)  # FLOPs per byte of a float32 matvec: 2 per 4-byte weight
+FP32_MATVEC_INTENSITY = 2 / type_bytes("F32", 1)  # FLOPs per byte of a float32 matvec: 2 per 4-byte weight
 
 
 def decode_markers(accounts: Sequence[Accounting]) -> list[tuple[str, float]]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from bytesup.gguf.sizes import type_bytes
 from bytesup.lessons.decode_memory_bound.accounting import GB, Accounting
-from bytesup.model import configs
 from bytesup.timing.results import number
 
 
@@ -47,10 +47,9 @@ ROOFLINE_COLUMNS = (
     "noisy",
     "derived",
 )
-# The timing sweep's dtype names -> bytes per element, from gguf-py's table (configs.type_bytes).
+# The timing sweep's dtype names -> bytes per element, from gguf-py's table (bytesup.gguf.sizes.type_bytes).
 ITEMSIZE = {
-    name: configs.type_bytes(ggml, 1)
-    for name, ggml in (("fp32", "F32"), ("float32", "F32"), ("bf16", "BF16"), ("fp16", "F16"))
+    name: type_bytes(ggml, 1) for name, ggml in (("fp32", "F32"), ("float32", "F32"), ("bf16", "BF16"), ("fp16", "F16"))
 }
 
 

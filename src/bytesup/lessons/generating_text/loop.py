@@ -12,7 +12,7 @@ import numpy as np
 
 from bytesup.lessons.generating_text.preparation import TOP_N, Plan, Settings
 from bytesup.model.forward import Model
-from bytesup.model.generate import Generation, filter_probs, generate, softmax
+from bytesup.model.generate import Generation, filter_probs, generate, next_token_probs
 from bytesup.model.tokenizer import Tokenizer
 
 # --- 1-3. the loop through the KV cache -------------------------------------------------------------
@@ -54,7 +54,7 @@ def greedy_rows(tok: Tokenizer, g: Generation, logits: Sequence[np.ndarray], n_p
     """One row per greedy step: the token chosen, its probability, and the runner-up."""
     rows = []
     for i, (tid, p_chosen, lg) in enumerate(zip(g.ids, g.probs, logits)):
-        p = softmax(lg)
+        p = next_token_probs(lg)
         second = int(np.argsort(-lg, kind="stable")[1])
         rows.append(
             {
@@ -115,7 +115,7 @@ def distribution(tok: Tokenizer, logits: np.ndarray, s: Settings, n: int = TOP_N
     """The n most likely next tokens with their probability at each temperature, and per temperature
     the entropy, the top token's probability and how many tokens top_k and top_p leave to draw from."""
     top = np.argsort(-logits, kind="stable")[:n]  # the same order at every T: softmax keeps the order
-    probs = {t: softmax(logits, t) for t in s.temperatures}
+    probs = {t: next_token_probs(logits, t) for t in s.temperatures}
     rows = []
     for rank, tid in enumerate(top, start=1):
         row = {"rank": rank, "id": int(tid), "token": shown(tok.token_text(int(tid))), "logit": float(logits[tid])}

@@ -12,7 +12,7 @@ What is computed, in the lesson's order:
      every tensor name and shape, with any tensor missing, extra or of another shape listed in
      layout_check.csv (an architecture the table lacks is said so there, and the file's own
      tensors are counted);
-  6. one block of every ggml type the file holds decoded by hand (bytesup.gguf.blocks: F32,
+  6. one block of every ggml type the file holds decoded by hand (bytesup.gguf.quants: F32,
      Q8_0, Q4_1, Q5_0, a K-quant super-block field by field, ...), from raw bytes to float32
      weights, and compared bit for bit with gguf-py (llama.cpp's own Python reader) and with
      bytesup.gguf.dequant.
@@ -31,9 +31,9 @@ import math
 from collections.abc import Mapping
 
 import numpy as np
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from bytesup.gguf.file import GGUFFile
+from bytesup.gguf.sizes import type_bytes
 from bytesup.lessons import claims as claims_mod
 from bytesup.lessons import figure
 from bytesup.lessons.gguf_on_disk.file_tables import (
@@ -110,11 +110,7 @@ COURSE_SPECIMEN_VECTOR_TYPE = "F32"
 
 def layout_bytes(layout, matrix_type: str, vector_type: str = "F32") -> int:
     """Tensor data bytes if every matrix is ``matrix_type`` and every vector ``vector_type``."""
-    total = 0
-    for _, shape in layout:
-        block_size, type_size = GGML_QUANT_SIZES[GGMLQuantizationType[matrix_type if len(shape) == 2 else vector_type]]
-        total += math.prod(shape) // block_size * type_size
-    return total
+    return sum(type_bytes(matrix_type if len(shape) == 2 else vector_type, math.prod(shape)) for _, shape in layout)
 
 
 def course_arithmetic() -> dict:
@@ -235,7 +231,7 @@ def run(f: GGUFFile, token: str = " cat") -> tuple[dict, dict]:
         key = type_name.lower()
         blocks[type_name] = None
         if pick is None:
-            type_rows.append({"type": type_name, "note": "no hand decoder in bytesup.gguf.blocks for this type"})
+            type_rows.append({"type": type_name, "note": "no hand decoder in bytesup.gguf.quants for this type"})
             continue
         blk, checks = block_report(f, pick)
         rows = block_rows(blk, checks["gguf_py_values"], pick)

@@ -7,10 +7,11 @@ import dataclasses
 import struct
 from collections.abc import Mapping
 
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+from gguf.constants import GGMLQuantizationType
 
 from bytesup.gguf.extract import shape_text
 from bytesup.gguf.file import HEADER_BYTES, VALUE_TYPES, GGUFFile, TensorInfo, printable
+from bytesup.gguf.sizes import bits_per_weight
 from bytesup.model import param_counts as pc
 from bytesup.model.arch import ArchMetadataError, UnsupportedArchitectureError, spec_from_metadata
 
@@ -142,11 +143,6 @@ def first_tensor_info(f: GGUFFile, buf) -> dict:
         "relative_offset": offset,
         "bytes": pos - f.metadata_end,
     }
-
-
-def bits_per_weight(type_name: str) -> float:
-    block_size, type_size = GGML_QUANT_SIZES[GGMLQuantizationType[type_name]]
-    return 8 * type_size / block_size
 
 
 def tensor_table(f: GGUFFile) -> list[dict]:

@@ -5,18 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from bytesup.gguf.blocks import BLOCK_DECODERS, Block
+from bytesup.gguf.blocks import Block
 from bytesup.gguf.dequant import bit_equal, dequantize, reference_dequantize
 from bytesup.gguf.file import GGUFFile
+from bytesup.gguf.quants import QUANTS
+from bytesup.gguf.sizes import block_shape, tensor_bytes
 from bytesup.lessons.gguf_on_disk.file_tables import by_type
 
 
 # --- 6. one block by hand ------------------------------------------------------------------------
 def gguf_py_block(raw: bytes, type_name: str) -> np.ndarray:
     """The same bytes through gguf-py's dequantizer (bytesup.gguf.dequant.reference_dequantize): the reference."""
-    block_size, _ = GGML_QUANT_SIZES[GGMLQuantizationType[type_name]]
+    block_size, _ = block_shape(type_name)
     return reference_dequantize(np.frombuffer(raw, np.uint8), type_name, (block_size,))
 
 
@@ -46,9 +47,8 @@ def pick_block(f: GGUFFile, type_name: str, prefer: list[tuple[str, int]] = ()) 
             return None
         choice = (first, 0)
     info, row = choice
-    block_size, type_size = GGML_QUANT_SIZES[GGMLQuantizationType[type_name]]
-    row_len = info.shape[-1]
-    row_bytes = row_len // block_size * type_size
+    _, type_size = block_shape(type_name)
+    row_bytes = tensor_bytes(type_name, info.shape[-1:])
     start = row * row_bytes  # block 0 of the row
     raw = bytes(f.raw(info.name)[start : start + type_size])
     return BlockPick(info.name, type_name, row, 0, info.offset + start, 0, raw, row_bytes)
@@ -58,10 +58,10 @@ def chosen_blocks(f: GGUFFile, token_id: int | None = None) -> dict[str, BlockPi
     """One block of every ggml type the file holds, keyed by type name, most bytes first (by_type's
     order). The token's row of token_embd.weight where that tensor has the type (its first block is
     the first numbers of the token's vector), else row 0 of blk.0.ffn_gate.weight, else row 0 of the
-    first tensor of the type. None for a type bytesup.gguf.blocks has no hand decoder for."""
+    first tensor of the type. None for a type bytesup.gguf.quants has no record (hand decoder) for."""
     prefer = [("token_embd.weight", token_id)] if token_id is not None else []
     prefer.append(("blk.0.ffn_gate.weight", 0))
-    return {g["type"]: pick_block(f, g["type"], prefer) if g["type"] in BLOCK_DECODERS else None
+    return {g["type"]: pick_block(f, g["type"], prefer) if g["type"] in QUANTS else None
             for g in by_type(f)}  # fmt: skip
 
 
@@ -74,7 +74,7 @@ TYPE_TABLE_COLUMNS = ["type", "tensor", "row", "offset", "block_bytes", "weights
 
 def block_report(f: GGUFFile, pick: BlockPick) -> tuple[Block, dict]:
     """Decode the picked block by hand and check it against gguf-py and bytesup.gguf.dequant."""
-    blk = BLOCK_DECODERS[pick.type_name](pick.raw)
+    blk = QUANTS[pick.type_name].decode_block(pick.raw)
     reference = gguf_py_block(pick.raw, pick.type_name)
     row_raw = f.raw(pick.tensor)[pick.row * pick.row_bytes : (pick.row + 1) * pick.row_bytes]
     row = dequantize(np.array(row_raw), pick.type_name, (f.tensor(pick.tensor).shape[-1],))

@@ -22,7 +22,8 @@ What is computed, in the lesson's order:
 
 Counting rules (each one a function below):
   * bytes of a tensor = its number of blocks x bytes per block, from gguf-py's GGML_QUANT_SIZES
-    (configs.type_bytes); norm vectors stay F32 in every storage, as llama.cpp's converter writes them;
+    (bytesup.gguf.sizes.type_bytes); norm vectors stay F32 in every storage, as llama.cpp's
+    converter writes them;
   * bytes read per token = every weight once, except the token embedding table, of which a
     token reads one row; a model with tied embeddings reads the whole table again as its output
     head, on top of that row (param_counts.per_token_reads, the capstone's rule);

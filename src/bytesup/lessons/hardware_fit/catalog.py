@@ -13,6 +13,7 @@ from pathlib import Path
 from gguf.constants import LlamaFileType
 
 from bytesup.gguf.extract import parse_shape
+from bytesup.gguf.sizes import type_bytes
 from bytesup.lessons import LessonInputError
 from bytesup.lessons.ffn_walk import meta_value
 from bytesup.lessons.hardware_fit.storage import (
@@ -110,7 +111,7 @@ def published_model(p: Published, quant: str) -> dict:
     """A published model in one storage, as the fit table needs it."""
     tensors = storage_types(p.arch, quant)
     rows = [
-        {"name": n, "shape": s, "type": t, "elements": math.prod(s), "bytes": configs.type_bytes(t, math.prod(s))}
+        {"name": n, "shape": s, "type": t, "elements": math.prod(s), "bytes": type_bytes(t, math.prod(s))}
         for n, s, t in tensors
     ]
     counts: dict[str, int] = {}

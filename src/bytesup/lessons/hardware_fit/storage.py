@@ -6,8 +6,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
-
+from bytesup.gguf.sizes import block_shape, type_bytes
 from bytesup.model import configs
 from bytesup.model import param_counts as pc
 
@@ -18,11 +17,6 @@ KV_CACHE_TYPE = "F16"  # llama.cpp's default cache type (--cache-type-k/-v f16)
 
 
 # --- 1. what a tensor costs ------------------------------------------------------------------------
-
-
-def block_size(type_name: str) -> int:
-    """Weights per block of a ggml type (gguf-py's GGML_QUANT_SIZES): 256 for the K-quants, 32 for Q8_0."""
-    return GGML_QUANT_SIZES[GGMLQuantizationType[type_name]][0]
 
 
 def use_more_bits(i_layer: int, n_layers: int) -> bool:
@@ -37,10 +31,10 @@ FALLBACK = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}
 
 
 def fallback(type_name: str, row_length: int) -> str:
-    if row_length % block_size(type_name) == 0:
+    if row_length % block_shape(type_name)[0] == 0:
         return type_name
     other = FALLBACK[type_name]
-    return other if row_length % block_size(other) == 0 else "F16"
+    return other if row_length % block_shape(other)[0] == 0 else "F16"
 
 
 def q4_k_m_types(tensors: Sequence[tuple[str, tuple[int, ...]]], n_heads: int = 0, n_kv_heads: int = 0) -> list[str]:
@@ -75,7 +69,7 @@ def q4_k_m_types(tensors: Sequence[tuple[str, tuple[int, ...]]], n_heads: int = 
             types.append("F32")
             continue
         if name == "output.weight" or (tied and name == "token_embd.weight"):
-            kind = "Q6_K" if shape[-1] % block_size("Q4_K") == 0 else "Q8_0"
+            kind = "Q6_K" if shape[-1] % block_shape("Q4_K")[0] == 0 else "Q8_0"
         elif "attn_v.weight" in name:
             kind = "Q6_K" if use_more_bits(i_attn_v, n_attn_v) else "Q4_K"
             if is_70b and kind == "Q4_K":
@@ -108,7 +102,7 @@ def storage_types(a: configs.Architecture, quant: str) -> list[tuple[str, tuple[
 
 def weights_bytes(tensors: Sequence[tuple[str, tuple[int, ...], str]]) -> int:
     """Σ over the tensors of type_bytes(type, number of weights)."""
-    return sum(configs.type_bytes(t, math.prod(shape)) for _, shape, t in tensors)
+    return sum(type_bytes(t, math.prod(shape)) for _, shape, t in tensors)
 
 
 def read_per_token(rows: Sequence[Mapping]) -> int:
