@@ -4,6 +4,7 @@ import sys
 from pathlib import Path
 
 from bytesup.config import ConfigError, model_spec, validate
+from bytesup.errors import BytesupError
 from bytesup.run.fetch import local_files
 from bytesup.run.model_cache import cached_model_problem
 from bytesup.run.paths import not_a_file
@@ -48,7 +49,8 @@ try:
                 f"models.{MODEL}.path: {_local!r} is not a file ({not_a_file(_local)}); put the model there or fix "
                 "the path in config/config.yaml (the outputs already made from it are kept)"
             )
-except ConfigError as err:
+# a ConfigError, or the fetch's word on a split model's path
+except BytesupError as err:
     sys.exit(f"config error: {err}")
 
 if workflow.is_main_process:
