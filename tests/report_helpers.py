@@ -138,7 +138,7 @@ def fake_run(root: Path, date: str = DATE) -> dict:
                 "decode_tokens_per_s": 812.4,
                 "decode_bytes_per_token": 538062336,
                 "decode_ceiling_tokens_per_s": 1213.6,
-                "decode_fraction_of_ceiling": 0.669,
+                "decode_fraction_of_read_ceiling": 0.669,
                 "llama_cpp": {"skipped": "llama-cpp-python is not installed"},
             }
         ),

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from bytesup.model.synthetic import write_tiny_llama
+from bytesup.model.weights import DEFAULT_RESIDENT_BUDGET
 from bytesup.timing import cpu as timing
 from bytesup.timing import gpu
 
@@ -56,6 +57,8 @@ def test_auto_without_cuda_writes_a_skipped_record(no_cuda, twin_gguf, tmp_path)
         "matvec_cold_gbps",
         "matvec_fraction_of_copy",
         "matmul_ratio_256_over_1",
+        "read_ceiling_gbps",
+        *gpu.DECODE_KEYS,
     ):
         assert s[key] is None
     paths = {"sweep": tmp_path / "sweep.csv", "stream": tmp_path / "stream.csv"}
@@ -137,9 +140,11 @@ def test_twin_measures_both_dtypes_with_the_cpu_jobs_counting(twin):
 
 def test_twin_stream_and_targets(twin):
     s = twin["summary"]
-    copy, triad = twin["stream"]
+    copy, triad, total, dot, gemv = twin["stream"]
     n = (1 << 20) // 8
     assert (copy["bytes_counted"], triad["bytes_counted"]) == (16 * n, 24 * n)
+    r, c = gpu.memory.gemv_shape(2 * n)  # the read kernels' float32 buffer: as many bytes as one STREAM array
+    assert (total["bytes_counted"], dot["bytes_counted"], gemv["bytes_counted"]) == (8 * n, 8 * n, 4 * (r * c + c + r))
     assert s["stream_copy_gbps"] == copy["gbps"] and s["stream_triad_gbps"] == triad["gbps"]
     assert [t["name"] for t in s["targets"]] == [
         "device_matvec_fp32_fraction_of_device_copy",
@@ -176,12 +181,17 @@ def test_twin_decode_numbers_follow_their_definitions(twin, twin_gguf):
         assert bytes_per_token == weight_float32_bytes_per_token(model.spec)
     assert s["decode_bytes_per_token"] == bytes_per_token
     assert s["decode_tokens_per_s"] == pytest.approx(1.0 / s["decode_median_s"])
-    # ceiling = the job's own device copy bandwidth / bytes per token; fraction = tokens/s / ceiling
-    assert s["decode_ceiling_tokens_per_s"] == pytest.approx(s["stream_copy_gbps"] * 1e9 / bytes_per_token)
-    assert s["decode_fraction_of_ceiling"] == pytest.approx(s["decode_tokens_per_s"] / s["decode_ceiling_tokens_per_s"])
+    # ceiling = the job's own device read ceiling (best of copy, sum, gemv) / bytes per token
+    best = max((r for r in twin["stream"] if r["kernel"] in ("copy", "sum", "dot", "gemv")), key=lambda r: r["gbps"])
+    assert s["decode_read_ceiling_gbps"] == s["read_ceiling_gbps"] == best["gbps"]
+    assert s["decode_read_ceiling_kernel"] == s["read_ceiling_kernel"] == best["kernel"]
+    assert s["decode_ceiling_tokens_per_s"] == pytest.approx(best["gbps"] * 1e9 / bytes_per_token)
+    assert s["decode_fraction_of_read_ceiling"] == pytest.approx(
+        s["decode_tokens_per_s"] / s["decode_ceiling_tokens_per_s"]
+    )
     assert s["decode_gbps"] == pytest.approx(bytes_per_token * s["decode_tokens_per_s"] / 1e9)
     assert s["decode_rel_iqr"] >= 0 and isinstance(s["decode_noisy"], bool)
-    assert s["decode_budget_bytes"] == gpu.decode_budget(s["machine"])
+    assert s["decode_budget_bytes"] == DEFAULT_RESIDENT_BUDGET == 4 << 30  # the twin's facts carry no device memory
     # prefill: tokens/s = N / median seconds, for each N the context holds
     rows = twin["prefill"]
     assert [r["n"] for r in rows] == [1, 8, 32] and list(s["prefill_tokens_per_s"]) == ["1", "8", "32"]
@@ -203,8 +213,8 @@ def test_twin_decode_uses_the_torch_forward_pass(twin_gguf):
         twin = TorchModel.from_model(model, "cpu")
         decode = gpu.time_device_decode(torch, "cpu", twin, n_tokens=3, warmup=1)
         assert len(decode["times"]) == 3 and all(t > 0 for t in decode["times"])
-        assert decode["context_end"] == gpu.DECODE_PROMPT_LEN + 1 + 3
-        assert len(gpu.time_device_prefill(torch, "cpu", twin, 8, repeats=3, warmup=1)) == 3
+        assert decode["context_end"] == gpu.PROMPT_LEN + 1 + 3
+        assert len(gpu.time_prefill(twin, 8, repeats=3, warmup=1, timer=gpu.device_timer(torch, "cpu"))) == 3
 
 
 def test_decode_is_skipped_with_its_reason_when_over_budget(twin_gguf):
@@ -233,8 +243,6 @@ def test_decode_is_skipped_for_what_the_forward_pass_does_not_follow(tmp_path):
 
 
 def test_decode_budget_is_device_memory_minus_headroom():
-    from bytesup.model.weights import DEFAULT_RESIDENT_BUDGET
-
     assert gpu.decode_budget({"memory_bytes": 80 << 30}) == 72 << 30  # 10% of 80 GiB > 4 GiB
     assert gpu.decode_budget({"memory_bytes": 16 << 30}) == 12 << 30  # 4 GiB > 10% of 16 GiB
     assert gpu.decode_budget({"memory_bytes": 2 << 30}) == 0
@@ -246,7 +254,7 @@ def test_on_a_cuda_device(twin_gguf):
     s = gpu.run_gpu(twin_gguf, TINY_CFG, mode="on")["summary"]
     assert s["status"] == "measured" and s["device"] == "cuda" and s["machine"]["name"]
     assert s["counting"]["timer"].startswith("CUDA events")
-    assert "decode_skipped" not in s and s["decode_tokens_per_s"] > 0 and 0 < s["decode_fraction_of_ceiling"]
+    assert "decode_skipped" not in s and s["decode_tokens_per_s"] > 0 and 0 < s["decode_fraction_of_read_ceiling"]
 
 
 # --- the CUDA-only pieces, against a stand-in for torch.cuda ----------------------------

@@ -398,14 +398,29 @@ def test_this_models_kv_cache_and_bound_table(tiny):
 # --- 5b. the whole model, timed (decode.json and prefill.csv of rule timing_decode) ------------------
 
 QUICK = {"repeats": 3, "warmup": 1, "decode_tokens": 4, "prefill_sizes": [1, 4, 16], "stream_bytes": 4 << 20}
+SMALL_Q8 = (64, 256)  # the Q8_0 product's matrix in these runs (the job's: the specimen's FFN)
+
+
+def quick_decode(gguf):
+    from bytesup.timing.decode import run_decode
+
+    return run_decode(gguf, QUICK, threads=1, q8_0_shape=SMALL_Q8)
 
 
 def decode_files(
-    tps=20.0, nbytes=500_000_000, copy=12.5, flops=270_000_000, arith_s=0.002, ns=(1, 8, 32, 128), llama=None
+    tps=20.0,
+    nbytes=500_000_000,
+    read=12.5,
+    copy=10.0,
+    flops=270_000_000,
+    arith_s=0.002,
+    ns=(1, 8, 32, 128),
+    llama=None,
+    f32_tps=None,
 ):
     """A decode.json and prefill.csv shaped like bytesup.timing.decode writes them, whose prefill follows
-    seconds per token = memory floor / N + arithmetic exactly (memory floor = bytes / copy)."""
-    mem = nbytes / (copy * 1e9)
+    seconds per token = memory floor / N + arithmetic exactly (memory floor = bytes / read ceiling)."""
+    mem = nbytes / (read * 1e9)
     rows = [
         {
             "engine": "bytesup",
@@ -419,7 +434,13 @@ def decode_files(
         }
         for n in ns
     ]
-    ceiling = copy * 1e9 / nbytes
+    ceiling = read * 1e9 / nbytes
+    by_context = [
+        {"context": c, "tokens_per_s": tps * nbytes / (nbytes + kv), "bytes_per_token": nbytes + kv,
+         "kv_bytes_per_token": kv, "kv_share_of_bytes": kv / (nbytes + kv), "flops_per_token": flops + 1000 * c,
+         "noisy": False}
+        for c, kv in ((0, 0), (512, 25_000_000), (2048, 100_000_000))
+    ]  # fmt: skip
     summary = {
         "status": "measured",
         "engine": "bytesup (NumPy)",
@@ -432,27 +453,44 @@ def decode_files(
         "decode_tokens_per_s": tps,
         "decode_bytes_per_token": nbytes,
         "decode_gbps": nbytes * tps / 1e9,
+        "decode_read_ceiling_gbps": read,
+        "decode_read_ceiling_kernel": "gemv",
+        "decode_read_ceiling_rel_iqr": 0.03,
         "stream_copy_gbps": copy,
         "decode_ceiling_tokens_per_s": ceiling,
-        "decode_fraction_of_ceiling": tps / ceiling,
+        "decode_fraction_of_read_ceiling": tps / ceiling,
         "decode_flops_per_token": flops,
         "prefill_tokens_per_s": {str(r["n"]): r["tokens_per_s"] for r in rows},
         "prefill_gflops": {str(r["n"]): r["gflops"] for r in rows},
-        "target": {
-            "name": "decode_fraction_of_stream_ceiling",
-            "goal": 0.6,
-            "measured": tps / ceiling,
-            "met": tps / ceiling >= 0.6,
-            "applies": True,
-        },
+        "targets": [
+            {"name": "decode_fraction_of_read_ceiling", "target": 0.7, "measured": tps / ceiling,
+             "unit": "fraction of the read ceiling", "met": tps / ceiling >= 0.7, "noisy": False},
+            {"name": "decode_over_llama_cpp_f32", "target": 0.9,
+             "measured": tps / f32_tps if f32_tps else None, "unit": "x llama.cpp on the float32 copy",
+             "met": tps / f32_tps >= 0.9 if f32_tps else None, "noisy": False},
+        ],  # fmt: skip
+        "llama_cpp_f32": (
+            {"version": "0.3.36", "decode_tokens_per_s": f32_tps, "decode_gbps": nbytes * f32_tps / 1e9,
+             "decode_bytes_per_token": nbytes, "ours_tokens_per_s": tps, "ours_over_theirs": tps / f32_tps}
+            if f32_tps else {"skipped": "llama-cpp-python is not installed"}
+        ),  # fmt: skip
+        "decode_over_llama_cpp_f32": tps / f32_tps if f32_tps else None,
+        "decode_by_context": by_context,
+        "decode_context_notes": [],
+        "decode_kv_visible_context": 1000,
+        "decode_kv_half_context": 9000,
+        "streamed": {"tokens_per_s": 2.0, "step_median_s": 0.5, "dequant_median_s": 0.4, "dequant_share": 0.8,
+                     "dequant_gbps": 0.25, "bound": "dequantization"},
+        "q8_0_product": {"gbps": 2.5, "fraction_of_read_ceiling": 0.2, "int8_to_float32_share": 0.2, "bytes_per_weight": 1.125,
+                         "weights_per_s": 2.0e9, "shape": [11008, 4096]},
         "other_processes_cpu_fraction": 0.01,
         "machine_shared": False,
-    }
+    }  # fmt: skip
     if llama is None:
         summary["llama_cpp"] = {"skipped": "not installed: pip install -e '.[llama]'"}
     else:  # llama = (tokens/s, file bytes, arithmetic seconds per token)
         l_tps, l_bytes, l_arith = llama
-        l_mem = l_bytes / (copy * 1e9)
+        l_mem = l_bytes / (read * 1e9)
         l_rows = [
             {
                 "engine": "llama.cpp",
@@ -466,7 +504,7 @@ def decode_files(
             }
             for n in ns
         ]
-        l_ceiling = copy * 1e9 / l_bytes
+        l_ceiling = read * 1e9 / l_bytes
         summary["llama_cpp"] = {
             "version": "0.3.36",
             "decode_tokens_per_s": l_tps,
@@ -474,7 +512,7 @@ def decode_files(
             "decode_bytes_per_token": l_bytes,
             "decode_gbps": l_bytes * l_tps / 1e9,
             "decode_ceiling_tokens_per_s": l_ceiling,
-            "decode_fraction_of_ceiling": l_tps / l_ceiling,
+            "decode_fraction_of_read_ceiling": l_tps / l_ceiling,
             "prefill_tokens_per_s": {str(r["n"]): r["tokens_per_s"] for r in l_rows},
         }
         rows += l_rows
@@ -486,7 +524,9 @@ MEASURED_KEYS = (
     "decode_tokens_per_s",
     "decode_bytes_per_token",
     "decode_ceiling_tokens_per_s",
-    "decode_fraction_of_ceiling",
+    "decode_fraction_of_read_ceiling",
+    "decode_read_ceiling_gbps",
+    "decode_read_ceiling_kernel",
     "decode_gbps",
     "decode_flops_per_token",
     "decode_stream_copy_gbps",
@@ -496,46 +536,98 @@ MEASURED_KEYS = (
     "decode_bound",
     "prefill_best_tokens_per_s",
     "llama_cpp_decode_tokens_per_s",
-    "llama_cpp_decode_fraction_of_ceiling",
+    "llama_cpp_decode_fraction_of_read_ceiling",
     "decode_target_met",
+    "llama_cpp_f32_decode_tokens_per_s",
+    "decode_over_llama_cpp_f32",
+    "decode_slowdown_at_longest_context",
+    "decode_kv_visible_context",
+    "decode_streamed_dequant_share",
+    "q8_0_product_fraction_of_read_ceiling",
+    "deepseek_q8_0_tokens_per_s_q8_product",
 )
 
 
 def test_decode_metrics_follow_from_decode_json():
-    summary, rows = decode_files(tps=20.0, nbytes=500_000_000, copy=12.5, flops=270_000_000, arith_s=0.002)
+    summary, rows = decode_files(tps=20.0, nbytes=500_000_000, read=12.5, copy=10.0, flops=270_000_000, arith_s=0.002)
     m, whole, notes = whole_model.decode_metrics(summary, as_csv_rows(rows), peak_gflops=100.0)
     assert notes == [] and m["decode_status"] == "measured" and m["decode_skipped"] is None
     assert m["decode_tokens_per_s"] == 20.0 and m["decode_bytes_per_token"] == 500_000_000
+    assert (m["decode_read_ceiling_gbps"], m["decode_read_ceiling_kernel"]) == (12.5, "gemv")
     assert m["decode_ceiling_tokens_per_s"] == pytest.approx(12.5e9 / 500e6) == pytest.approx(25.0)
-    assert m["decode_fraction_of_ceiling"] == pytest.approx(20 / 25)
-    assert m["decode_target_goal"] == 0.6 and m["decode_target_met"] is True
-    assert m["decode_gbps"] == pytest.approx(10.0) and m["decode_gbps_over_stream_copy"] == pytest.approx(0.8)
+    assert m["decode_fraction_of_read_ceiling"] == pytest.approx(20 / 25)
+    assert m["decode_target_goal"] == 0.7 and m["decode_target_met"] is True and m["decode_target_applies"] is True
+    assert m["decode_gbps"] == pytest.approx(10.0) and m["decode_gbps_over_stream_copy"] == pytest.approx(1.0)
     assert m["decode_intensity"] == pytest.approx(270e6 / 500e6) and m["decode_gflops"] == pytest.approx(5.4)
     # prefill by N: a mapping, as prefill.csv gives it; the split of a token's time read back exactly
     expect = {str(n): 1 / (0.04 / n + 0.002) for n in (1, 8, 32, 128)}
     assert m["prefill_tokens_per_s"] == pytest.approx(expect)
     assert m["prefill_best_n"] == 128 and m["prefill_best_tokens_per_s"] == pytest.approx(expect["128"])
-    assert m["decode_memory_floor_ms"] == pytest.approx(40.0)
+    assert m["decode_memory_floor_ms"] == pytest.approx(40.0)  # bytes / the read ceiling, not copy
     assert m["decode_arithmetic_ms_per_token"] == pytest.approx(2.0)
     assert m["decode_crossover_n"] == pytest.approx(20.0) and m["decode_bound"] == "memory"
     assert m["decode_explained_share_of_decode_time"] == pytest.approx((0.040 + 0.002) * 20)
     assert m["prefill_best_gflops_fraction_of_sweep_peak"] == pytest.approx(270e6 * expect["128"] / 1e9 / 100)
     assert m["llama_cpp_status"] == "skipped" and "pip install" in m["llama_cpp_skipped"]
     assert m["llama_cpp_decode_tokens_per_s"] is None and m["llama_cpp_prefill_tokens_per_s"] == {}
-    # the table: the decode point, then prefill by N, with intensity N x FLOPs / bytes
-    assert [(w["phase"], w["n"]) for w in whole] == [
-        ("decode", 1),
-        ("prefill", 1),
-        ("prefill", 8),
-        ("prefill", 32),
-        ("prefill", 128),
+    assert m["llama_cpp_f32_status"] == "skipped" and m["decode_over_llama_cpp_f32"] is None
+    assert m["decode_over_llama_cpp_f32_met"] is None
+    # the table: the decode point, then prefill by N, with intensity N x FLOPs / bytes, then the contexts
+    assert [(w["phase"], w["n"], w.get("context")) for w in whole] == [
+        ("decode", 1, None),
+        ("prefill", 1, None),
+        ("prefill", 8, None),
+        ("prefill", 32, None),
+        ("prefill", 128, None),
+        ("decode", 1, 0),
+        ("decode", 1, 512),
+        ("decode", 1, 2048),
     ]
     assert whole[0]["intensity"] == pytest.approx(0.54) and whole[0]["gflops"] == pytest.approx(5.4)
-    p128 = whole[-1]
+    p128 = whole[4]
     assert p128["intensity"] == pytest.approx(128 * 0.54) and p128["speedup_over_n1"] == pytest.approx(
         expect["128"] / expect["1"]
     )
     assert p128["growth_vs_proportional"] == pytest.approx(expect["128"] / expect["1"] / 128)
+    c2048 = whole[-1]  # weights and the cache read together: more bytes, a little more FLOPs
+    assert c2048["bytes_per_pass"] == 600_000_000 and c2048["intensity"] == pytest.approx((270e6 + 2048e3) / 600e6)
+
+
+def test_llama_cpp_on_the_float32_copy_sets_ours_beside_it():
+    summary, rows = decode_files(tps=20.0, f32_tps=25.0)
+    m, _, _ = whole_model.decode_metrics(summary, as_csv_rows(rows))
+    assert m["llama_cpp_f32_status"] == "measured" and m["llama_cpp_f32_skipped"] is None
+    assert m["llama_cpp_f32_decode_tokens_per_s"] == 25.0 and m["decode_over_llama_cpp_f32"] == pytest.approx(0.8)
+    assert m["llama_cpp_f32_fraction_of_read_ceiling"] == pytest.approx(500e6 * 25 / 1e9 / 12.5)
+    assert m["decode_over_llama_cpp_f32_goal"] == 0.9 and m["decode_over_llama_cpp_f32_met"] is False
+
+
+def test_context_streamed_and_q8_0_keys_come_from_decode_json_and_the_specimens_shapes():
+    from bytesup.timing.context import kv_bytes_read
+
+    summary, rows = decode_files(tps=20.0)
+    specimen = {"bytes_per_token": 7_000_000_000, "weights_read": 6_700_000_000}
+    m, _, _ = whole_model.decode_metrics(summary, as_csv_rows(rows), specimen=specimen)
+    assert m["decode_contexts"] == [0, 512, 2048] and m["decode_longest_context"] == 2048
+    assert m["decode_tokens_per_s_by_context"]["0"] == 20.0
+    assert m["decode_slowdown_at_longest_context"] == pytest.approx(600 / 500)
+    assert m["decode_kv_share_by_context"]["2048"] == pytest.approx(1 / 6)
+    assert (m["decode_kv_visible_context"], m["decode_kv_half_context"]) == (1000, 9000)
+    # the specimen, computed: an F16 cache of 32 blocks x 2 x 4096 values beside 7 GB of weights
+    kv = kv_bytes_read(lesson.DEEPSEEK_CODER_6_7B, 8192, "F16")
+    assert kv == 8192 * 32 * 2 * 4096 * 2
+    assert m["deepseek_q8_0_kv_share_by_context"]["8192"] == pytest.approx(kv / (7e9 + kv))
+    visible = m["deepseek_q8_0_kv_visible_context"]
+    assert (
+        kv_bytes_read(lesson.DEEPSEEK_CODER_6_7B, visible, "F16")
+        / (7e9 + kv_bytes_read(lesson.DEEPSEEK_CODER_6_7B, visible, "F16"))
+        >= 0.1
+    )
+    assert kv_bytes_read(lesson.DEEPSEEK_CODER_6_7B, visible - 1, "F16") / 7.0e9 < 0.1 / 0.9
+    assert m["decode_streamed_dequant_share"] == 0.8 and m["decode_streamed_bound"] == "dequantization"
+    assert m["q8_0_product_fraction_of_read_ceiling"] == 0.2
+    assert m["deepseek_q8_0_tokens_per_s_q8_product"] == pytest.approx(2.0e9 / 6.7e9)
+    assert m["deepseek_q8_0_ceiling_read_q8_resident_tps"] == pytest.approx(12.5e9 / (6.7e9 * 1.125))
 
 
 def test_llama_cpp_beside_ours_and_which_limit_binds_each():
@@ -545,8 +637,8 @@ def test_llama_cpp_beside_ours_and_which_limit_binds_each():
     assert m["llama_cpp_status"] == "measured" and m["llama_cpp_version"] == "0.3.36"
     assert m["llama_cpp_decode_bytes_per_token"] == 96_600_000
     assert m["llama_cpp_decode_ceiling_tokens_per_s"] == pytest.approx(12.5e9 / 96.6e6)
-    assert m["llama_cpp_decode_fraction_of_ceiling"] == pytest.approx(90 / (12.5e9 / 96.6e6))
-    assert m["llama_cpp_decode_gbps_over_stream_copy"] == pytest.approx(90 * 0.0966 / 12.5)
+    assert m["llama_cpp_decode_fraction_of_read_ceiling"] == pytest.approx(90 / (12.5e9 / 96.6e6))
+    assert m["llama_cpp_decode_gbps_over_stream_copy"] == pytest.approx(90 * 0.0966 / 10.0)
     assert m["llama_cpp_over_bytesup_decode"] == pytest.approx(4.5)
     assert m["llama_cpp_decode_memory_floor_ms"] == pytest.approx(96.6e6 / 12.5e9 * 1e3)
     assert m["llama_cpp_decode_arithmetic_ms_per_token"] == pytest.approx(10.0)
@@ -573,7 +665,7 @@ def test_a_skipped_or_missing_decode_record_leaves_nulls(record):
         DECODE_SKIPPED["skipped"] if record else "no decode.json: the timing_decode job did not run"
     )
     assert {k: m[k] for k in MEASURED_KEYS} == dict.fromkeys(MEASURED_KEYS)
-    assert m["prefill_tokens_per_s"] == {} and m["llama_cpp_status"] is None
+    assert m["prefill_tokens_per_s"] == {} and m["llama_cpp_status"] is None and m["decode_contexts"] == []
 
 
 def test_course_points_are_the_printed_numbers():
@@ -590,10 +682,8 @@ def no_llama_cpp(monkeypatch):
 
 
 def test_a_real_tiny_run_gives_the_metrics_and_the_lessons_own_byte_count(tiny, no_llama_cpp):
-    from bytesup.timing.decode import run_decode
-
     gguf, meta, rows = tiny
-    result = run_decode(gguf, QUICK, threads=1)
+    result = quick_decode(gguf)
     s = result["summary"]
     m = lesson.compute(
         meta,
@@ -608,25 +698,27 @@ def test_a_real_tiny_run_gives_the_metrics_and_the_lessons_own_byte_count(tiny, 
         "decode_tokens_per_s",
         "decode_bytes_per_token",
         "decode_ceiling_tokens_per_s",
-        "decode_fraction_of_ceiling",
+        "decode_fraction_of_read_ceiling",
+        "decode_read_ceiling_gbps",
         "decode_flops_per_token",
     ):
         assert m[key] == pytest.approx(s[key]), key
+    assert m["decode_tokens_per_s_by_context"] == pytest.approx(s["decode_tokens_per_s_by_context"])
+    assert m["decode_streamed_dequant_share"] == pytest.approx(s["streamed"]["dequant_share"])
     # the decoder's float32 bytes are this lesson's weights read per token at 4 bytes each
     assert m["decode_bytes_per_token"] == m["model_float32_bytes_per_token"] == 4 * m["model_weights_read"]
     assert m["prefill_tokens_per_s"] == pytest.approx(s["prefill_tokens_per_s"])
     assert sorted(m["prefill_tokens_per_s"], key=int) == ["1", "4", "16"]
-    assert m["decode_target_met"] == s["target"]["met"] and m["llama_cpp_status"] == "skipped"
+    assert m["decode_target_met"] == s["targets"][0]["met"] and m["llama_cpp_status"] == "skipped"
+    assert m["llama_cpp_f32_status"] == "skipped"  # llama.cpp is hidden from these tests
     assert m["decode_bound"] in ("memory", "arithmetic")
 
 
 def test_another_architecture_gives_null_metrics(tiny, tmp_path, no_llama_cpp):
-    from bytesup.timing.decode import run_decode
-
     gguf, meta, rows = tiny
     other = tmp_path / "g.gguf"
     other.write_bytes(gguf.read_bytes().replace(b"llama", b"gemma", 1))  # general.architecture's value
-    s = run_decode(other, QUICK, threads=1)["summary"]
+    s = quick_decode(other)["summary"]
     m = lesson.compute(
         meta,
         rows,
@@ -649,7 +741,7 @@ def test_notebook_runs_standalone_from_its_folder(tmp_path, gpu, no_llama_cpp):
     """Default input paths; outputs at the defaults (GPU skipped) or where parameters say (GPU measured).
     The whole-model timing is a real run of our decoder on the tiny model with the GPU measured, a
     skipped record (another architecture) with the GPU skipped."""
-    from bytesup.timing.decode import run_decode, write_decode_results
+    from bytesup.timing.decode import write_decode_results
 
     pytest.importorskip("papermill")
     (tmp_path / "Snakefile").write_text("# project root marker\n")
@@ -666,7 +758,7 @@ def test_notebook_runs_standalone_from_its_folder(tmp_path, gpu, no_llama_cpp):
     (timing / "gpu" / "summary.json").write_text(json.dumps(gsum))
     write_csv(timing / "gpu" / "sweep.csv", gsweep)
     if gpu == "measured":
-        decoded = run_decode(gguf, QUICK, threads=1)
+        decoded = quick_decode(gguf)
     else:
         decoded = {"summary": DECODE_SKIPPED, "prefill": []}
     write_decode_results(decoded, timing / "cpu" / "decode.json", timing / "cpu" / "prefill.csv")
@@ -711,17 +803,17 @@ def test_notebook_runs_standalone_from_its_folder(tmp_path, gpu, no_llama_cpp):
             "decode_tokens_per_s",
             "decode_bytes_per_token",
             "decode_ceiling_tokens_per_s",
-            "decode_fraction_of_ceiling",
+            "decode_fraction_of_read_ceiling",
         ):
             assert got[key] == pytest.approx(s[key], rel=1e-12), key
         assert got["prefill_tokens_per_s"] == pytest.approx(s["prefill_tokens_per_s"])
         assert got["decode_bytes_per_token"] == got["model_float32_bytes_per_token"]
-        assert [(r["phase"], r["n"]) for r in whole] == [
-            ("decode", "1"),
-            ("prefill", "1"),
-            ("prefill", "4"),
-            ("prefill", "16"),
-        ]
+        assert [(r["phase"], r["n"], r["context"]) for r in whole] == [
+            ("decode", "1", ""),
+            ("prefill", "1", ""),
+            ("prefill", "4", ""),
+            ("prefill", "16", ""),
+        ] + [("decode", "1", str(c)) for c in s["decode_tokens_per_s_by_context"]]
     else:  # another architecture: one line in the notebook, nulls in metrics.json
         assert got["decode_status"] == "skipped" and got["decode_skipped"] == DECODE_SKIPPED["skipped"]
         assert {k: got[k] for k in MEASURED_KEYS} == dict.fromkeys(MEASURED_KEYS) and whole == []

@@ -411,7 +411,7 @@ def test_a_measured_gpu_is_reported_and_verifies(tmp_path):
                 "decode_tokens_per_s": 410.5,
                 "decode_bytes_per_token": 538062336,
                 "decode_ceiling_tokens_per_s": 7249.0,
-                "decode_fraction_of_ceiling": 0.0566,
+                "decode_fraction_of_read_ceiling": 0.0566,
             }
         )
     )

@@ -1,4 +1,5 @@
-"""bytesup.timing.cpu: the counting, statistics and bookkeeping of the CPU timing job.
+"""bytesup.timing.cpu, .measure, .memory and .machine: the counting, statistics and bookkeeping of the
+CPU timing job.
 
 Small sizes only (arrays of a few MiB, repeats=3). Nothing here asserts a speed: only
 relations that hold whatever the machine (bytes and FLOPs counted right, GB/s = bytes /
@@ -15,6 +16,7 @@ import pytest
 from bytesup.gguf.file import GGUFFile
 from bytesup.model.synthetic import write_tiny_llama
 from bytesup.timing import cpu as timing
+from bytesup.timing import machine, measure, memory
 
 TINY_CFG = {
     "batch_sizes": [1, 2, 4, 256],
@@ -42,17 +44,17 @@ def tiny_run(ffn_gguf):
 
 
 def test_summarize_median_and_relative_iqr():
-    s = timing.summarize([5.0, 1.0, 3.0, 2.0, 4.0], noisy_spread=0.5)
+    s = measure.summarize([5.0, 1.0, 3.0, 2.0, 4.0], noisy_spread=0.5)
     assert s["median_s"] == 3.0
     assert (s["p25_s"], s["p75_s"], s["min_s"], s["max_s"]) == (2.0, 4.0, 1.0, 5.0)
     assert s["rel_iqr"] == pytest.approx(2.0 / 3.0)
     assert s["noisy"] is True  # 0.667 > 0.5
-    assert timing.summarize([5.0, 1.0, 3.0, 2.0, 4.0], noisy_spread=0.7)["noisy"] is False
+    assert measure.summarize([5.0, 1.0, 3.0, 2.0, 4.0], noisy_spread=0.7)["noisy"] is False
 
 
 def test_summarize_identical_times_are_not_noisy_and_one_outlier_does_not_flip_it():
-    assert timing.summarize([2.0] * 7, 0.1)["rel_iqr"] == 0.0
-    s = timing.summarize([1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 9.0], 0.1)
+    assert measure.summarize([2.0] * 7, 0.1)["rel_iqr"] == 0.0
+    s = measure.summarize([1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 9.0], 0.1)
     assert s["median_s"] == 1.0 and s["max_s"] == 9.0 and s["noisy"] is False
 
 
@@ -72,13 +74,13 @@ class FakeTimer:
 def test_time_rotation_goes_round_robin_and_divides_by_calls_per_sample():
     order = []
     calls = [lambda: order.append(0), lambda: order.append(1), lambda: order.append(2)]
-    times, per_sample = timing.time_rotation(calls, repeats=4, warmup=2, min_sample_s=0.0, timer=FakeTimer(0.5))
+    times, per_sample = measure.time_rotation(calls, repeats=4, warmup=2, min_sample_s=0.0, timer=FakeTimer(0.5))
     assert per_sample == 1 and times == [0.5] * 4
     # 2 warm-up passes of 3 calls, 1 estimate, 4 samples of 1: 11 calls, strictly rotating
     assert order == [i % 3 for i in range(11)]
 
     order.clear()
-    times, per_sample = timing.time_rotation(calls, repeats=3, warmup=1, min_sample_s=2.0, timer=FakeTimer(0.5))
+    times, per_sample = measure.time_rotation(calls, repeats=3, warmup=1, min_sample_s=2.0, timer=FakeTimer(0.5))
     assert per_sample == 4  # one call 'took' 0.5 s, a sample must last 2 s
     assert times == [0.5 / 4] * 3
     assert len(order) == 3 + 1 + 3 * 4 and order == [i % 3 for i in range(len(order))]
@@ -94,7 +96,7 @@ def test_sweep_counts_bytes_and_flops():
 
 
 def test_sweep_row_rates_are_counts_over_median():
-    stats = timing.summarize([0.002, 0.001, 0.003], 0.1)
+    stats = measure.summarize([0.002, 0.001, 0.003], 0.1)
     row = timing.sweep_row("matmul", 2, 3, 4, 4, stats, 1, {"dtype": "fp32"})
     assert row["bytes"] == 104 and row["flops"] == 48 and row["weight_bytes"] == 48
     assert row["gbps"] == pytest.approx(104 / 0.002 / 1e9)
@@ -115,7 +117,7 @@ def test_time_ratios_and_256_over_1_come_from_the_table():
 
 
 def test_stream_counts_bytes_as_stream_does_and_checks_its_arrays():
-    rows = timing.stream(1 << 20, threads=2, repeats=3, warmup=1, noisy_spread=0.1)
+    rows = memory.stream(1 << 20, threads=2, repeats=3, warmup=1, noisy_spread=0.1)
     assert [r["kernel"] for r in rows] == ["copy", "triad"]
     n = (1 << 20) // 8
     for r, per_element in zip(rows, (16, 24)):
@@ -125,21 +127,55 @@ def test_stream_counts_bytes_as_stream_does_and_checks_its_arrays():
         assert r["best_gbps"] >= r["gbps"]
 
 
+def test_read_kernels_count_each_byte_read_once_and_check_their_results():
+    rows = memory.read_kernels(1 << 22, threads=2, repeats=3, warmup=1, noisy_spread=0.1)
+    assert [r["kernel"] for r in rows] == ["sum", "dot", "gemv"]
+    n = (1 << 22) // 4
+    total, dot, gemv = rows
+    for row in (total, dot):  # a float32 sum and x . x read each element once
+        assert row["bytes_counted"] == row["array_bytes"] == 4 * n
+    r, c = memory.gemv_shape(n)
+    assert (r, c) == (n // 2 // 4096, 4096) and 2 * r * c <= n  # two matrices share the one buffer
+    assert gemv["bytes_counted"] == 4 * (r * c + c + r)  # W read, x read, y written
+    for row in rows:
+        assert row["gbps"] == pytest.approx(row["bytes_counted"] / row["median_s"] / 1e9)
+        assert row["best_gbps"] >= row["gbps"] and row["threads"] == 2
+
+
+def test_gemv_shape_of_a_small_buffer_keeps_two_matrices():
+    assert memory.gemv_shape(10) == (1, 5)
+    assert memory.gemv_shape(3 * 4096) == (1, 4096)
+
+
+def test_read_ceiling_is_the_best_read_kernel_and_names_it():
+    def row(kernel, gbps, rel_iqr=0.01):
+        return {"kernel": kernel, "gbps": gbps, "rel_iqr": rel_iqr, "noisy": rel_iqr > 0.1}
+
+    rows = [row("copy", 30.0), row("triad", 40.0), row("sum", 25.0), row("gemv", 33.0, 0.2), row("copy", 31.0)]
+    c = memory.read_ceiling(rows)
+    assert (c["gbps"], c["kernel"], c["rel_iqr"], c["noisy"]) == (33.0, "gemv", 0.2, True)  # triad is not a read kernel
+    assert c["by_kernel_gbps"] == {"copy": 31.0, "sum": 25.0, "gemv": 33.0}  # copy measured twice: its better run
+    assert list(memory.READ_KERNELS) == ["copy", "sum", "dot", "gemv"]
+    assert memory.read_ceiling([row("copy", 30.0)])["kernel"] == "copy"
+    with pytest.raises(measure.TimingError, match="no read kernel"):
+        memory.read_ceiling([row("triad", 40.0)])
+
+
 def test_stream_array_size_rule():
-    assert timing.stream_bytes_for(32 << 20, None) == 256 << 20  # 4 x 32 MiB < 256 MiB floor
-    assert timing.stream_bytes_for(256 << 20, None) == 1 << 30  # 4 x LLC
-    assert timing.stream_bytes_for(256 << 20, 1 << 20) == 1 << 20  # configured wins
+    assert memory.stream_bytes_for(32 << 20, None) == 256 << 20  # 4 x 32 MiB < 256 MiB floor
+    assert memory.stream_bytes_for(256 << 20, None) == 1 << 30  # 4 x LLC
+    assert memory.stream_bytes_for(256 << 20, 1 << 20) == 1 << 20  # configured wins
 
 
 def test_other_processes_share_subtracts_our_own_cpu_time():
     # 2 s on 2 CPUs = 4 CPU-s; the machine was busy 3 CPU-s, 1 of them ours: others used 2 of 4
-    assert timing.other_cpu_fraction((0.0, 10.0, 5.0), (2.0, 13.0, 6.0), cpus=2) == 0.5
-    assert timing.other_cpu_fraction((0.0, 10.0, 5.0), (2.0, 12.0, 7.0), cpus=2) == 0.0  # all ours
-    assert timing.other_cpu_fraction(None, (2.0, 12.0, 7.0), cpus=2) is None  # no /proc/stat
+    assert machine.other_cpu_fraction((0.0, 10.0, 5.0), (2.0, 13.0, 6.0), cpus=2) == 0.5
+    assert machine.other_cpu_fraction((0.0, 10.0, 5.0), (2.0, 12.0, 7.0), cpus=2) == 0.0  # all ours
+    assert machine.other_cpu_fraction(None, (2.0, 12.0, 7.0), cpus=2) is None  # no /proc/stat
 
 
 def test_llc_is_read_from_the_machine():
-    size, source = timing.llc_bytes()
+    size, source = machine.llc_bytes()
     assert size > 0 and source
 
 
@@ -182,6 +218,15 @@ def test_matvec_sweep_rows_per_n(ffn_gguf):
         assert x["time_over_n1"] == pytest.approx(x["median_s"] / rows[0]["median_s"])
 
 
+def test_split_matvec_counts_as_the_sweeps_matvec_and_computes_w_times_x(ffn_gguf):
+    weights = timing.ffn_weight_buffers(GGUFFile(ffn_gguf), 1 << 40)
+    row = timing.split_matvec(weights.matrices, 2, repeats=3, warmup=1, seed=0, noisy_spread=0.1, min_sample_s=0.0)
+    r, c = weights.matrices[0].shape
+    assert (row["op"], row["n"], row["threads"]) == ("matvec_split", 1, 2)
+    assert (row["bytes"], row["flops"]) == timing.sweep_counts(r, c, 1, 4)
+    assert row["gbps"] == pytest.approx(row["bytes"] / row["median_s"] / 1e9)
+
+
 # --- targets ----------------------------------------------------------------------------
 
 
@@ -212,12 +257,16 @@ def test_settings_fill_defaults_and_refuse_nonsense():
 
 def test_run_cpu_summary_is_consistent_with_its_tables(tiny_run):
     s, sweep, stream = tiny_run["summary"], tiny_run["sweep"], tiny_run["stream"]
-    copy, triad = stream
+    copy, triad, total, dot, gemv = stream
+    assert [r["kernel"] for r in stream] == ["copy", "triad", "sum", "dot", "gemv"]
     n1 = next(r for r in sweep if r["n"] == 1)
     assert s["status"] == "measured" and s["device"] == "cpu"
     assert s["stream_copy_gbps"] == copy["gbps"] and s["stream_triad_gbps"] == triad["gbps"]
     assert s["matvec_cold_gbps"] == n1["gbps"]
     assert s["matvec_fraction_of_copy"] == pytest.approx(n1["gbps"] / copy["gbps"])
+    best = max((copy, total, dot, gemv), key=lambda r: r["gbps"])
+    assert (s["read_ceiling_gbps"], s["read_ceiling_kernel"]) == (best["gbps"], best["kernel"])
+    assert s["matvec_fraction_of_read_ceiling"] == pytest.approx(n1["gbps"] / best["gbps"])
     assert s["matmul_ratio_256_over_1"] == pytest.approx(sweep[-1]["median_s"] / n1["median_s"])
     assert [r["n"] for r in sweep] == s["batch_sizes"] == [1, 2, 4, 256]
     assert set(s["dequant"]) == {"Q8_0", "Q4_1", "Q6_K"}
@@ -232,6 +281,11 @@ def test_run_cpu_summary_is_consistent_with_its_tables(tiny_run):
         "dequant_Q6_K_speedup_over_gguf",
         "matvec_cold_fraction_of_stream_copy",
     ]
+    matvec_goal = s["targets"][-1]  # the faster way of the cold matvec against copy
+    faster = max(n1["gbps"], s["matvec_cold_split_gbps"])
+    assert matvec_goal["measured"] == pytest.approx(faster / copy["gbps"])
+    assert ("row split" in matvec_goal["note"]) == (s["matvec_cold_split_gbps"] > n1["gbps"])
+    assert s["matvec_cold_split_fraction_of_copy"] == pytest.approx(s["matvec_cold_split_gbps"] / copy["gbps"])
     for t in s["targets"]:
         assert set(t) >= {"name", "target", "measured", "unit", "met"}
         if t["name"].startswith("dequant_Q6_K"):  # asked for, absent from the tiny model: listed, not met
@@ -243,7 +297,7 @@ def test_run_cpu_summary_is_consistent_with_its_tables(tiny_run):
     assert all(lib["num_threads"] == 1 for lib in m["blas"])  # threadpoolctl limit was in force
     assert len(s["load_average_before"]) == len(s["load_average_after"]) == 3
     assert s["other_processes_cpu_fraction"] >= 0.0
-    assert s["machine_shared"] == (s["other_processes_cpu_fraction"] > timing.BUSY_OTHER_FRACTION)
+    assert s["machine_shared"] == (s["other_processes_cpu_fraction"] > machine.BUSY_OTHER_FRACTION)
     assert s["weights"]["tensors"][0] == "blk.0.ffn_gate.weight" and s["settings"]["seed"] == 0
 
 
@@ -304,3 +358,13 @@ def test_default_model_weights(default_gguf):
         weights = timing.ffn_weight_buffers(model, min_bytes=64 << 20)
         assert [m.shape for m in weights.matrices] == [(19 * 1536, 576)] * 2  # 19 blocks: >= 64 MiB each
         assert weights.describe(32 << 20)["source_types"] == ["Q4_1"]
+
+
+def test_the_sweep_figures_memory_roof_is_the_read_ceiling_where_measured():
+    from bytesup.timing.plots import roof_bandwidth
+
+    assert roof_bandwidth({"stream_copy_gbps": 30.0, "read_ceiling_gbps": 33.0, "read_ceiling_kernel": "sum"}) == (
+        33.0,
+        "read ceiling (sum)",
+    )
+    assert roof_bandwidth({"stream_copy_gbps": 30.0}) == (30.0, "copy bandwidth")  # a summary from before the kernels

@@ -56,17 +56,22 @@ SUMMARY_NUMBERS_PER_LESSON = 4
 TIMING_HEADLINES = [
     ("STREAM copy bandwidth (GB/s)", "stream_copy_gbps", ".1f"),
     ("STREAM triad bandwidth (GB/s)", "stream_triad_gbps", ".1f"),
+    ("read ceiling: the best of copy, a threaded sum, a dot and a large gemv (GB/s)", "read_ceiling_gbps", ".1f"),
     ("cold fp32 matvec, effective bandwidth (GB/s)", "matvec_cold_gbps", ".1f"),
     ("matvec bandwidth as a fraction of STREAM copy", "matvec_fraction_of_copy", "%"),
+    ("matvec bandwidth as a fraction of the read ceiling", "matvec_fraction_of_read_ceiling", "%"),
     ("time(N=256) / time(N=1)", "matmul_ratio_256_over_1", ".1f"),
 ]
 DECODE_HEADLINES = [
     ("decode, the project's NumPy decoder (tokens/s)", "decode_tokens_per_s", ".1f"),
     ("bytes of weights read per token", "decode_bytes_per_token", ",d"),
-    ("tokens/s ceiling at this job's STREAM copy", "decode_ceiling_tokens_per_s", ".1f"),
-    ("fraction of that ceiling reached", "decode_fraction_of_ceiling", "%"),
+    ("read ceiling in the same job: the best of copy, sum, dot and gemv (GB/s)", "decode_read_ceiling_gbps", ".1f"),
+    ("tokens/s ceiling at that read ceiling", "decode_ceiling_tokens_per_s", ".1f"),
+    ("fraction of that ceiling reached", "decode_fraction_of_read_ceiling", "%"),
+    ("llama.cpp on a float32 copy of the same model (tokens/s)", "llama_cpp_f32/decode_tokens_per_s", ".1f"),
+    ("our tokens/s over llama.cpp's on that float32 copy", "decode_over_llama_cpp_f32", ".2f"),
     ("llama.cpp decode on the same file (tokens/s)", "llama_cpp/decode_tokens_per_s", ".1f"),
-    ("llama.cpp: fraction of the quantized file's ceiling", "llama_cpp/decode_fraction_of_ceiling", "%"),
+    ("llama.cpp: fraction of the quantized file's ceiling", "llama_cpp/decode_fraction_of_read_ceiling", "%"),
 ]
 # What each claims verdict means, shown beside every table of claims (bytesup.lessons.claims defines them).
 VERDICTS = (
@@ -407,7 +412,7 @@ def _timing(doc: Doc, timing: dict, lessons: dict) -> None:
     doc.heading(2, "Timing on this machine", anchor="timing", toc="Timing on this machine")
     if timing.get("sweep_png"):
         doc.figure(timing["sweep_png"], "Matvec (N = 1) against matmul on real FFN weights: median time and GFLOP/s "
-                   "per N, with this run's STREAM copy bandwidth and best GFLOP/s as lines")
+                   "per N, with this run's read ceiling (best of copy, sum, dot, gemv) and best GFLOP/s as lines")
     _course_machine(doc, lessons)
     cpu = timing.get("cpu_summary")
     if cpu:
@@ -417,15 +422,7 @@ def _timing(doc: Doc, timing: dict, lessons: dict) -> None:
                 if key in data and data[key] is not None]
         if rows:
             doc.table(["quantity", "value"], rows)
-        targets = data.get("targets") or []
-        if targets:
-            rows, css = [], []
-            for i, target in enumerate(targets):
-                rows.append([L.cite(cpu, f"targets/{i}/name"), L.cite(cpu, f"targets/{i}/target"),
-                             L.cite(cpu, f"targets/{i}/measured") if target.get("measured") is not None
-                             else "not measured", L.cite(cpu, f"targets/{i}/met")])
-                css.append(["", "", "", "met-yes" if target.get("met") else "met-no"])
-            doc.table(["target", "goal", "measured", "met"], rows, css, caption="Targets")
+        _targets(doc, cpu, data)
         for name in ("sweep_csv", "stream_csv", "dequant_csv"):
             if timing.get(name):
                 csv_table(doc, timing[name], _table_caption(timing[name]))
@@ -444,7 +441,7 @@ def _timing(doc: Doc, timing: dict, lessons: dict) -> None:
             rows = [[label, L.cite(gpu, key, fmt)] for label, key, fmt in TIMING_HEADLINES + TIMING_CONTEXT
                     if data.get(key) is not None]
             rows += [[label.replace("NumPy decoder", "decoder's torch twin").replace("STREAM copy", "device copy"),
-                      L.cite(gpu, key, fmt)] for label, key, fmt in DECODE_HEADLINES[:4] if data.get(key) is not None]
+                      L.cite(gpu, key, fmt)] for label, key, fmt in DECODE_HEADLINES[:5] if data.get(key) is not None]
             if data.get("decode_skipped"):
                 rows.append(["whole-model decode", L.cite(gpu, "decode_skipped")])
             if rows:
@@ -452,6 +449,20 @@ def _timing(doc: Doc, timing: dict, lessons: dict) -> None:
             for name in ("gpu_sweep_csv", "gpu_stream_csv"):
                 if timing.get(name):
                     csv_table(doc, timing[name], "GPU: " + _table_caption(timing[name]).lower())
+
+
+def _targets(doc: Doc, path: str, data: dict) -> None:
+    """A timing summary's targets (name, goal, measured, met), each cited from its file."""
+    L = doc.ledger
+    targets = data.get("targets") or []
+    if targets:
+        rows, css = [], []
+        for i, target in enumerate(targets):
+            rows.append([L.cite(path, f"targets/{i}/name"), L.cite(path, f"targets/{i}/target"),
+                         L.cite(path, f"targets/{i}/measured") if target.get("measured") is not None
+                         else "not measured", L.cite(path, f"targets/{i}/met")])
+            css.append(["", "", "", "met-yes" if target.get("met") else "met-no"])
+        doc.table(["target", "goal", "measured", "met"], rows, css, caption="Targets")
 
 
 def _decode(doc: Doc, decode: str, prefill: str | None) -> None:
@@ -472,8 +483,11 @@ def _decode(doc: Doc, decode: str, prefill: str | None) -> None:
     rows = [[label, L.cite(decode, key, fmt)] for label, key, fmt in DECODE_HEADLINES + TIMING_CONTEXT
             if present(key)]
     doc.table(["quantity", "value"], rows)
+    _targets(doc, decode, data)
     if present("llama_cpp/skipped"):
         doc.para("llama.cpp: ", L.cite(decode, "llama_cpp/skipped"), ".")
+    if present("llama_cpp_f32/skipped"):
+        doc.para("llama.cpp on a float32 copy: ", L.cite(decode, "llama_cpp_f32/skipped"), ".")
     if prefill:
         csv_table(doc, prefill, _table_caption(prefill))
 

@@ -32,9 +32,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from bytesup.errors import BytesupError
 from bytesup.gguf.sizes import type_bytes
 from bytesup.model.configs import Architecture, llama_tensor_shapes
-from bytesup.errors import BytesupError
+from bytesup.timing.context import DECODE_CONTEXTS, KV_BUDGET_BYTES, kv_bytes_read
 
 MB = 2**20  # Snakemake's max_rss and mem_mb are in MiB (psutil bytes / 1024 / 1024)
 
@@ -184,16 +185,21 @@ def peak_mb(job: str, a: Architecture, *, resident_budget_mb: int = 2000, llc_mb
     if job == "timing_decode":
         # bytesup.timing.decode: the NumPy decoder with resident float32 weights when they fit the budget,
         # else one block's matrices as float32 at a time plus a chunk of the output head (bytesup.model.weights
-        # hands each tensor's mapped pages back); a STREAM copy (3 float64 arrays) beside it, before and after
-        # the decode; llama.cpp on the same file only when resident (it maps the whole file)
+        # hands each tensor's mapped pages back); beside them, one thing at a time: the memory kernels (3 float64
+        # arrays, before and after the decode), the float32 copy being written (one tensor) and llama.cpp mapping
+        # it, the context sweep's KV cache (at most KV_BUDGET_BYTES), llama.cpp on the file; after the model is
+        # closed, the Q8_0 product on the specimen's FFN (two int8 matrices with their scales)
         f32_model = sum(4 * math.prod(shape) for _, shape in llama_tensor_shapes(a)) / MB
         resident = f32_model <= resident_budget_mb
         weights = f32_model if resident else block_f32_mb(a) + CHUNK_MB
         stream_mb = 3 * max(4 * llc_mb, 256)
+        kv_mb = min(kv_bytes_read(a, max(DECODE_CONTEXTS) + 16), KV_BUDGET_BYTES) / MB if resident else 0.0
         largest = max(type_bytes(type_name, math.prod(shape)) for _, shape in llama_tensor_shapes(a) if len(shape) > 1)
-        return {"own_mb": PYTHON_BASE_MB + weights + stream_mb,
-                "mapped_mb": file_bytes(a, type_name) / MB if resident else largest / MB,
-                "holds": ("all weights as float32 + STREAM arrays; llama.cpp maps the file" if resident else
+        beside = max(stream_mb, kv_mb, 4 * largest / MB if resident else 0.0)
+        return {"own_mb": PYTHON_BASE_MB + weights + beside,
+                "mapped_mb": max(f32_model, file_bytes(a, type_name) / MB) if resident else largest / MB,
+                "holds": ("all weights as float32 + the memory kernels or the context sweep's cache; llama.cpp maps "
+                          "the float32 copy, then the file" if resident else
                           "one block's matrices as float32 + a head chunk + the STREAM arrays")}
     if job in ("timing_figure", "report"):
         return {"own_mb": NOTEBOOK_BASE_MB, "mapped_mb": 0.0, "holds": "CSV and JSON files: nothing grows with the model"}

@@ -40,10 +40,13 @@ from bytesup.model.arch import spec_from_metadata, supported
 from bytesup.model.forward import Model, flops_per_token
 from bytesup.model.forward_torch import TorchModel
 from bytesup.model.weights import DEFAULT_RESIDENT_BUDGET, float32_bytes
-from bytesup.timing import cpu
-from bytesup.timing.cpu import MiB, summarize, sweep_row, time_rotation
-from bytesup.timing.decode import PROMPT_IDS_SEED, prompt_ids
-from bytesup.timing.machine import cpu_model
+from bytesup.timing import cpu, memory
+from bytesup.timing.cpu import sweep_row
+from bytesup.timing.decode import DECODE_KEYS, decode_summary, prefill_row, time_prefill
+from bytesup.timing.machine import CpuShare, MiB, cpu_model, llc_bytes
+from bytesup.timing.measure import TimingError, WallTimer, summarize, time_rotation
+from bytesup.timing.memory import read_ceiling
+from bytesup.timing.steps import PROMPT_LEN, prompt_ids
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +56,6 @@ DEVICE_STREAM_MIN_BYTES = 256 * MiB
 ASSUMED_L2_BYTES = 64 * MiB  # when torch does not report the device's L2 size
 DECODE_HEADROOM_BYTES = 4 * 2**30  # device memory kept free beside the decode's weights (at least;
 DECODE_HEADROOM_FRACTION = 0.10  # or this share of the device's memory when larger): KV cache, activations
-DECODE_PROMPT_LEN = 8  # prompt tokens before the timed decode steps (as bytesup.timing.decode)
 
 
 class GPUUnavailable(BytesupError, RuntimeError):
@@ -107,9 +109,12 @@ def skipped_record(mode: str, reason: str) -> dict:
         "device": None,
         "stream_copy_gbps": None,
         "stream_triad_gbps": None,
+        "read_ceiling_gbps": None,
+        "read_ceiling_kernel": None,
         "matvec_cold_gbps": None,
         "matvec_fraction_of_copy": None,
         "matmul_ratio_256_over_1": None,
+        **dict.fromkeys(DECODE_KEYS),
         "dequant": {},
         "targets": [],
     }
@@ -137,7 +142,7 @@ class CudaEventTimer:
 def device_timer(torch, device: str):
     if torch.device(device).type == "cuda":
         return CudaEventTimer(torch)
-    return cpu.WallTimer()  # CPU twin: torch's CPU ops return when done, nothing to sync
+    return WallTimer()  # CPU twin: torch's CPU ops return when done, nothing to sync
 
 
 def _nvidia_smi(index: int) -> dict:
@@ -162,7 +167,7 @@ def device_facts(torch, device: str) -> dict:
     """GPU name, driver, memory and L2 size (or, for the CPU twin, the host's)."""
     dev = torch.device(device)
     if dev.type != "cuda":
-        llc, source = cpu.llc_bytes()
+        llc, source = llc_bytes()
         return {
             "type": dev.type,
             "name": f"{cpu_model()} (CPU twin of the GPU job)",
@@ -194,40 +199,51 @@ def device_facts(torch, device: str) -> dict:
 # --- measurements -------------------------------------------------------------------
 
 
-def device_stream(
+def device_memory_rows(
     torch, device: str, array_bytes: int, repeats: int, warmup: int, noisy_spread: float, min_sample_s: float
 ) -> list[dict]:
-    """STREAM copy and triad on the device, float64 like STREAM, counted as STREAM counts."""
+    """The CPU job's memory kernels on the device (bytesup.timing.memory, counted the same way):
+    STREAM copy and triad on float64, then a float32 sum and a dot over one buffer and a gemv
+    alternating between the two halves of it. Each is checked afterwards."""
     n = max(array_bytes // 8, 1024)
     a = torch.full((n,), 1.0, dtype=torch.float64, device=device)
     b = torch.full((n,), 2.0, dtype=torch.float64, device=device)
     c = torch.zeros(n, dtype=torch.float64, device=device)
     kernels = {
-        "copy": lambda: c.copy_(a),
-        "triad": lambda: torch.add(b, c, alpha=cpu.TRIAD_SCALAR, out=a),  # a = b + q*c, one kernel
-    }
-    rows = []
-    for kernel, fn in kernels.items():
-        times, per_sample = time_rotation([fn], repeats, warmup, min_sample_s, device_timer(torch, device))
-        stats = summarize(times, noisy_spread)
-        moved = cpu.STREAM_BYTES_PER_ELEMENT[kernel] * n
-        rows.append(
-            {
-                "kernel": kernel,
-                "device": device,
-                "array_bytes": 8 * n,
-                "bytes_counted": moved,
-                "calls_per_sample": per_sample,
-                **stats,
-                "gbps": moved / stats["median_s"] / 1e9,
-                "best_gbps": moved / stats["min_s"] / 1e9,
-            }
-        )
+        "copy": (lambda: c.copy_(a), memory.STREAM_BYTES_PER_ELEMENT["copy"] * n, 8 * n),
+        "triad": (lambda: torch.add(b, c, alpha=memory.TRIAD_SCALAR, out=a), memory.STREAM_BYTES_PER_ELEMENT["triad"] * n, 8 * n),
+    }  # fmt: skip
+    rows = [_device_row(torch, device, k, [fn], moved, size, repeats, warmup, noisy_spread, min_sample_s)
+            for k, (fn, moved, size) in kernels.items()]  # fmt: skip
     probe = slice(None, None, max(n // 4096, 1))
-    if not (bool((c[probe] == 1.0).all()) and bool((a[probe] == 2.0 + cpu.TRIAD_SCALAR).all())):
-        raise cpu.TimingError(f"device STREAM check failed on {device}: arrays do not hold the expected values")
+    if not (bool((c[probe] == 1.0).all()) and bool((a[probe] == 2.0 + memory.TRIAD_SCALAR).all())):
+        raise TimingError(f"device STREAM check failed on {device}: arrays do not hold the expected values")
     a = b = c = None  # the device's arrays go before the next measurement
+
+    m = max(array_bytes // 4, 2)
+    buf = torch.ones(m, dtype=torch.float32, device=device)
+    total = torch.zeros((), dtype=torch.float32, device=device)
+    rows.append(_device_row(torch, device, "sum", [lambda: torch.sum(buf, dim=0, out=total)], 4 * m, 4 * m, repeats, warmup,
+                            noisy_spread, min_sample_s))  # fmt: skip
+    rows.append(_device_row(torch, device, "dot", [lambda: torch.dot(buf, buf, out=total)], 4 * m, 4 * m, repeats,
+                            warmup, noisy_spread, min_sample_s))  # fmt: skip
+    r, k = memory.gemv_shape(m)
+    mats = [buf[: r * k].view(r, k), buf[r * k : 2 * r * k].view(r, k)]
+    x = torch.ones(k, dtype=torch.float32, device=device)
+    ys = [torch.zeros(r, dtype=torch.float32, device=device) for _ in mats]
+    calls = [lambda w=w, y=y: torch.mv(w, x, out=y) for w, y in zip(mats, ys)]
+    rows.append(_device_row(torch, device, "gemv", calls, 4 * (r * k + k + r), 4 * r * k, repeats, warmup,
+                            noisy_spread, min_sample_s))  # fmt: skip
+    if abs(float(total) - m) > 1e-3 * m or not all(bool((y == k).all()) for y in ys):  # total: the last dot
+        raise TimingError(
+            f"device read-kernel check failed on {device}: the sum or the gemv is not what the buffer holds"
+        )
     return rows
+
+
+def _device_row(torch, device, kernel, calls, moved, size, repeats, warmup, noisy_spread, min_sample_s) -> dict:
+    times, per_sample = time_rotation(calls, repeats, warmup, min_sample_s, device_timer(torch, device))
+    return memory.kernel_row(kernel, size, moved, per_sample, summarize(times, noisy_spread), device=device)
 
 
 def device_sweep(
@@ -328,16 +344,14 @@ def _size(n: int) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n:,} bytes"
 
 
-def time_device_decode(
-    torch, device: str, model, n_tokens: int, warmup: int, prompt_len: int = DECODE_PROMPT_LEN
-) -> dict:
+def time_device_decode(torch, device: str, model, n_tokens: int, warmup: int, prompt_len: int = PROMPT_LEN) -> dict:
     """Per-token seconds of `n_tokens` decode steps after a short prompt, each step timed alone
     (CUDA events on the device; the host clock on the CPU twin), after `warmup` untimed steps.
     Greedy, as in generation: the next input is the argmax (which waits for the step)."""
 
     timer = device_timer(torch, device)
     cache = model.new_cache(prompt_len + warmup + n_tokens)
-    logits = model.forward(prompt_ids(model.spec.vocab, prompt_len, PROMPT_IDS_SEED), cache)
+    logits = model.forward(prompt_ids(model.spec.vocab, prompt_len), cache)
     nxt = int(torch.argmax(logits[-1]))
     for _ in range(warmup):
         nxt = int(torch.argmax(model.forward([nxt], cache)[-1]))
@@ -350,35 +364,9 @@ def time_device_decode(
     return {"times": times, "context_end": cache.n}
 
 
-def time_device_prefill(torch, device: str, model, n: int, repeats: int, warmup: int) -> list[float]:
-    """Seconds of one prefill pass of n tokens into a fresh cache, `repeats` times."""
-
-    timer = device_timer(torch, device)
-    ids = prompt_ids(model.spec.vocab, n, PROMPT_IDS_SEED)
-    out = []
-    for i in range(warmup + repeats):
-        cache = model.new_cache(n)
-        timer.start()
-        model.forward(ids, cache)
-        seconds = timer.stop()
-        if i >= warmup:
-            out.append(seconds)
-    return out
-
-
-DECODE_KEYS = (
-    "decode_tokens_per_s",
-    "decode_bytes_per_token",
-    "decode_ceiling_tokens_per_s",
-    "decode_fraction_of_ceiling",
-    "decode_median_s",
-    "decode_rel_iqr",
-    "decode_gbps",
-)
-
-
-def device_decode(torch, device: str, gguf_path: str | Path, cfg: dict, copy_gbps: float, budget_bytes: int) -> dict:
-    """The whole-model decode and prefill on the device, under the CPU decode.json's key names.
+def device_decode(torch, device: str, gguf_path: str | Path, cfg: dict, ceiling: dict, budget_bytes: int) -> dict:
+    """The whole-model decode and prefill on the device: decode_summary()'s keys against the device's
+    read ceiling (`ceiling`: bytesup.timing.memory.read_ceiling of this job's device rows).
 
     Returns the summary's decode keys plus 'prefill_rows', 'noisy' and 'counting' (taken out by
     run_gpu); when skipped, the decode keys are None and 'decode_skipped' says why.
@@ -387,7 +375,8 @@ def device_decode(torch, device: str, gguf_path: str | Path, cfg: dict, copy_gbp
     counting = {
         "decode": "bytes per token = every float32 weight the step reads once (all blocks, final norm, the "
         "whole output head, one embedding row); tokens/s = 1 / median seconds per step",
-        "decode_ceiling": "device copy GB/s (this job) x 1e9 / decode bytes per token",
+        "decode_ceiling": "the device's read ceiling (best of copy, sum, dot and gemv, this job) x 1e9 / decode bytes "
+        "per token; the fraction = decode GB/s / that ceiling",
         "prefill": "tokens/s = N / median seconds of one N-token pass into a fresh cache",
     }
     refusal = decode_refusal(gguf_path, budget_bytes)
@@ -408,45 +397,28 @@ def device_decode(torch, device: str, gguf_path: str | Path, cfg: dict, copy_gbp
         bytes_per_token = numpy_model.weight_bytes_per_token().float32_bytes
     spec = model.spec
     sizes = [int(n) for n in cfg["prefill_sizes"] if int(n) <= spec.context_length]
-    n_tokens = int(cfg["decode_tokens"])
-    decode = time_device_decode(torch, device, model, n_tokens, max(warm, 1))
-    d_stats = summarize(decode["times"], noisy)
-    prefill_rows = []
-    for n in sizes:
-        stats = summarize(time_device_prefill(torch, device, model, n, reps, 1), noisy)
-        prefill_rows.append(
-            {
-                "engine": "bytesup (torch)",
-                "device": device,
-                "n": n,
-                **stats,
-                "tokens_per_s": n / stats["median_s"],
-                "gflops": n * flops_per_token(spec, n) / stats["median_s"] / 1e9,
-            }
-        )
-    tps = 1.0 / d_stats["median_s"]
-    ceiling = copy_gbps * 1e9 / bytes_per_token
-    log.info("%s decode: %.1f tokens/s, ceiling %.1f (%.1f%%)", device, tps, ceiling, 100 * tps / ceiling)
+    decode = time_device_decode(torch, device, model, int(cfg["decode_tokens"]), max(warm, 1))
+    timer = device_timer(torch, device)
+    prefill_rows = [
+        prefill_row("bytesup (torch)", n, time_prefill(model, n, reps, 1, timer), noisy, spec, device=device)
+        for n in sizes
+    ]
     out = {
         "decode_engine": "bytesup (torch, float32 weights resident on the device)",
-        "decode_tokens": n_tokens,
-        "decode_median_s": d_stats["median_s"],
-        "decode_rel_iqr": d_stats["rel_iqr"],
-        "decode_noisy": d_stats["noisy"],
-        "decode_tokens_per_s": tps,
-        "decode_bytes_per_token": bytes_per_token,
-        "decode_gbps": bytes_per_token * tps / 1e9,
-        "decode_ceiling_tokens_per_s": ceiling,
-        "decode_fraction_of_ceiling": tps / ceiling,
+        **decode_summary(decode["times"], bytes_per_token, ceiling, noisy),
         "decode_flops_per_token": flops_per_token(spec, decode["context_end"]),
         "decode_weights_device_bytes": model.weights.nbytes,
         "decode_budget_bytes": budget_bytes,
         "prefill_tokens_per_s": {str(r["n"]): r["tokens_per_s"] for r in prefill_rows},
         "prefill_gflops": {str(r["n"]): r["gflops"] for r in prefill_rows},
         "prefill_rows": prefill_rows,
-        "noisy": (["decode"] if d_stats["noisy"] else []) + [f"prefill.N={r['n']}" for r in prefill_rows if r["noisy"]],
         "counting": counting,
     }
+    out["noisy"] = (["decode"] if out["decode_noisy"] else []) + [
+        f"prefill.N={r['n']}" for r in prefill_rows if r["noisy"]
+    ]
+    log.info("%s decode: %.1f tokens/s, %.0f%% of the read ceiling", device, out["decode_tokens_per_s"],
+             100 * out["decode_fraction_of_read_ceiling"])  # fmt: skip
     del model
     return out
 
@@ -476,7 +448,7 @@ def run_gpu(
             return {"summary": skipped_record(mode, why), "sweep": [], "stream": [], "dequant": []}
     import torch
 
-    share = cpu.CpuShare()
+    share = CpuShare()
     cfg = cpu.settings(cfg)
     reps, warm, noisy = int(cfg["repeats"]), int(cfg["warmup"]), float(cfg["noisy_spread"])
     min_sample_s = float(cfg["min_sample_ms"]) / 1e3
@@ -484,7 +456,7 @@ def run_gpu(
     cache = facts["cache_bytes"]
 
     array_bytes = int(cfg["stream_bytes"]) if cfg["stream_bytes"] else max(4 * cache, DEVICE_STREAM_MIN_BYTES)
-    stream_rows = device_stream(torch, device, array_bytes, reps, warm, noisy, min_sample_s)
+    stream_rows = device_memory_rows(torch, device, array_bytes, reps, warm, noisy, min_sample_s)
 
     with cpu.open_model(gguf_path) as model:
         weights = cpu.ffn_weight_buffers(model, int(cfg["min_weight_bytes"] or 2 * cache))
@@ -506,18 +478,17 @@ def run_gpu(
         facts["max_memory_allocated_bytes"] = int(torch.cuda.max_memory_allocated(device))
 
     summary = build_gpu_summary(facts, cfg, mode, device, stream_rows, sweep_rows, weights.describe(cache))
-    # the whole model: decode and prefill of the torch forward pass, against this job's copy bandwidth
+    # the whole model: decode and prefill of the torch forward pass, against this job's read ceiling
     del weights
     budget = decode_budget(facts) if decode_budget_bytes is None else int(decode_budget_bytes)
-    decode = device_decode(torch, device, gguf_path, cfg, summary["stream_copy_gbps"], budget)
+    decode = device_decode(torch, device, gguf_path, cfg, read_ceiling(stream_rows), budget)
     prefill_rows = decode.pop("prefill_rows")
     summary["noisy"] += decode.pop("noisy")
     summary["counting"].update(decode.pop("counting"))
     summary.update(decode)
     if torch.device(device).type == "cuda":
         facts["max_memory_allocated_bytes_with_decode"] = int(torch.cuda.max_memory_allocated(device))
-    summary["other_processes_cpu_fraction"] = other = share.other_fraction()
-    summary["machine_shared"] = bool(other is not None and other > cpu.BUSY_OTHER_FRACTION)
+    summary.update(share.record())
     return {"summary": summary, "sweep": sweep_rows, "stream": stream_rows, "dequant": [], "prefill": prefill_rows}
 
 
@@ -526,6 +497,7 @@ def build_gpu_summary(
 ) -> dict:
     copy = next(r for r in stream_rows if r["kernel"] == "copy")
     triad = next(r for r in stream_rows if r["kernel"] == "triad")
+    ceiling = read_ceiling(stream_rows)
     by_dtype: dict[str, Any] = {}
     targets = []
     for dtype in DTYPES:
@@ -538,6 +510,7 @@ def build_gpu_summary(
             "matvec_cold_gflops": matvec["gflops"],
             "matvec_cold_median_s": matvec["median_s"],
             "matvec_fraction_of_copy": matvec["gbps"] / copy["gbps"],
+            "matvec_fraction_of_read_ceiling": matvec["gbps"] / ceiling["gbps"],
             "matmul_ratio_256_over_1": cpu.ratio_256_over_1(sweep_rows, dtype),
             "gflops_by_n": {str(r["n"]): r["gflops"] for r in rows},
             "gbps_by_n": {str(r["n"]): r["gbps"] for r in rows},
@@ -556,8 +529,13 @@ def build_gpu_summary(
         "stream_copy_best_gbps": copy["best_gbps"],
         "stream_triad_best_gbps": triad["best_gbps"],
         "stream_array_bytes": copy["array_bytes"],
+        "read_ceiling_gbps": ceiling["gbps"],
+        "read_ceiling_kernel": ceiling["kernel"],
+        "read_ceiling_rel_iqr": ceiling["rel_iqr"],
+        "read_gbps_by_kernel": ceiling["by_kernel_gbps"],
         "matvec_cold_gbps": fp32["matvec_cold_gbps"],
         "matvec_fraction_of_copy": fp32["matvec_fraction_of_copy"],
+        "matvec_fraction_of_read_ceiling": fp32["matvec_fraction_of_read_ceiling"],
         "matmul_ratio_256_over_1": fp32["matmul_ratio_256_over_1"],
         "by_dtype": by_dtype,
         "dequant": {},
@@ -567,7 +545,9 @@ def build_gpu_summary(
         "machine": facts,
         "settings": {k: cfg[k] for k in cpu.DEFAULTS},
         "counting": {
-            "stream": "STREAM's: copy 16 and triad 24 bytes per float64 element, on the device",
+            "stream": "STREAM's: copy 16 and triad 24 bytes per float64 element, on the device; then a float32 "
+            "sum and a dot (4 bytes per element) and a gemv (W + x + y): the read ceiling is the best of copy, sum, dot "
+            "and gemv",
             "sweep": "bytes = (rows*cols + cols*N + rows*N) * itemsize (4 fp32, 2 bf16); FLOPs = 2*rows*cols*N",
             "timer": "CUDA events around each sample after warm-up"
             if device.startswith("cuda")

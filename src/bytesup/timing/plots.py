@@ -24,9 +24,17 @@ def read_sweep(path: str | Path) -> list[dict]:
     return [{k: float(r[k]) for k in keep if r.get(k) not in (None, "")} | {"dtype": r.get("dtype", "")} for r in rows]
 
 
+def roof_bandwidth(summary: dict) -> tuple[float | None, str]:
+    """The memory roof's GB/s and its name: the read ceiling (best of copy, sum, dot and gemv) where the
+    summary has one, else STREAM copy (a summary written before the read kernels)."""
+    if summary.get("read_ceiling_gbps"):
+        return summary["read_ceiling_gbps"], f"read ceiling ({summary.get('read_ceiling_kernel')})"
+    return summary.get("stream_copy_gbps"), "copy bandwidth"
+
+
 def plot_sweep(devices: dict[str, tuple[dict, list[dict]]], out_png: str | Path) -> None:
     """devices: name -> (summary, sweep rows). Left: median time per N; right: GFLOP/s per N,
-    with the memory roof (STREAM copy bandwidth x the op's FLOPs per byte) and the best
+    with the memory roof (the read ceiling x the op's FLOPs per byte) and the best
     measured GFLOP/s as lines."""
     fig, (ax_t, ax_f) = plt.subplots(1, 2, figsize=(10, 4.2), dpi=110)
     for (device, (summary, rows)), colour in zip(devices.items(), ("tab:blue", "tab:orange", "tab:green")):
@@ -47,10 +55,10 @@ def plot_sweep(devices: dict[str, tuple[dict, list[dict]]], out_png: str | Path)
                     linewidth=0,
                 )
             ax_f.plot(n, [r["gflops"] for r in pts], "o-", color=colour, label=f"{label} measured")
-            copy = summary.get("stream_copy_gbps")
-            if copy and all("flops" in r and "bytes" in r for r in pts):
-                roof = [copy * r["flops"] / r["bytes"] for r in pts]
-                ax_f.plot(n, roof, "--", color=colour, alpha=0.7, label=f"{device} copy bandwidth \u00d7 FLOP/byte")
+            roof_gbps, roof_name = roof_bandwidth(summary)
+            if roof_gbps and all("flops" in r and "bytes" in r for r in pts):
+                roof = [roof_gbps * r["flops"] / r["bytes"] for r in pts]
+                ax_f.plot(n, roof, "--", color=colour, alpha=0.7, label=f"{device} {roof_name} \u00d7 FLOP/byte")
             ax_f.axhline(
                 max(r["gflops"] for r in pts),
                 color=colour,

@@ -63,7 +63,8 @@ def plot_roofline(
     """Achieved GFLOP/s against FLOPs per byte, log-log, under each device's two measured roofs.
 
     `markers` are (label, intensity) of batch-1 decode, drawn as dotted verticals (see decode_markers).
-    `whole_model`: whole_model_points() rows (decode a star, prefill by N a line of diamonds);
+    `whole_model`: whole_model_points() rows (decode a star, prefill by N a line of diamonds) and
+    context_points() rows (decode across context, a dotted line of triangles);
     `course`: course_points(), under a sloped roof at `course_gbps` (the DGX Spark's quoted peak).
     """
     import numpy as np
@@ -143,8 +144,13 @@ def plot_roofline(
             )
     for engine, (colour, name) in WHOLE_MODEL_STYLE.items():
         short = {ENGINE: "whole model, ours"}.get(engine, f"whole model, {name}")
-        dec = [w for w in whole_model if w["engine"] == engine and w["phase"] == "decode"]
+        dec = [w for w in whole_model if w["engine"] == engine and w["phase"] == "decode" and w.get("context") is None]
         pre = [w for w in whole_model if w["engine"] == engine and w["phase"] == "prefill"]
+        ctx = sorted((w for w in whole_model if w["engine"] == engine and w.get("context") is not None),
+                     key=lambda w: w["context"])  # fmt: skip
+        if len(ctx) > 1:  # decode across context: the KV cache's bytes move the point left and down
+            ax.plot([w["intensity"] for w in ctx], [w["gflops"] for w in ctx], "v:", color=colour, ms=5, lw=0.8,
+                    label=f"{short}: decode at contexts {ctx[0]['context']:,} to {ctx[-1]['context']:,}")  # fmt: skip
         if pre:
             ax.plot(
                 [w["intensity"] for w in pre],

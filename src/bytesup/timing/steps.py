@@ -1,0 +1,127 @@
+"""One decode step at a time, clocked: the NumPy decoder and llama.cpp as steppers that can take turns.
+
+A stepper starts from a prompt and then `step()` decodes one more token and returns its seconds.
+`interleave()` runs several in turns, a few steps each, so that two engines compared in one job
+meet the same moments of the machine (a burst of someone else's work slows both, not one).
+
+`TimedWeights` wraps the NumPy model's weights provider and clocks the provider's own work
+(dequantizing each block when the weights stream; next to nothing when they are resident), so a
+step splits into dequantization and the rest without touching the network's code.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator, Mapping
+
+import numpy as np
+
+PROMPT_IDS_SEED = 1234  # which token ids feed the timed passes (any valid ids will do)
+PROMPT_LEN = 8  # prompt tokens before the timed decode steps
+
+
+def prompt_ids(vocab: int, n: int, seed: int = PROMPT_IDS_SEED) -> np.ndarray:
+    """n token ids drawn evenly from the vocabulary (reproducible; they need not make sense)."""
+    return np.random.default_rng(seed).integers(3, vocab, size=n)
+
+
+class TimedWeights:
+    """A weights provider that clocks its own work; everything else is the wrapped provider's."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.seconds = 0.0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def _timed(self, fn, *args):
+        t0 = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+    def block(self, i: int):
+        return self._timed(self.inner.block, i)
+
+    def embed_rows(self, ids):
+        return self._timed(self.inner.embed_rows, ids)
+
+    def head_chunks(self) -> Iterator:
+        chunks = iter(self.inner.head_chunks())
+        while True:
+            t0 = time.perf_counter()
+            item = next(chunks, None)
+            self.seconds += time.perf_counter() - t0
+            if item is None:
+                return
+            yield item
+
+
+class NumpyDecoder:
+    """The project's NumPy decoder as a stepper, greedy as in generation (the next input is the
+    argmax, taken outside the clock). `provider_seconds`: the seconds of the last step spent in the
+    weights provider (TimedWeights). Use as a context manager: the model gets its own provider back after."""
+
+    def __init__(self, model, max_tokens: int, cache=None):
+        self.model = model
+        self.cache = cache if cache is not None else model.new_cache(max_tokens)
+        self.timed = TimedWeights(model.weights)
+        self.provider_seconds = 0.0
+        self._next = 0
+
+    def __enter__(self) -> NumpyDecoder:
+        self.model.weights = self.timed
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.model.weights = self.timed.inner
+
+    def start(self, prompt) -> None:
+        logits = self.model.forward([int(i) for i in prompt], self.cache)
+        self._next = int(np.argmax(logits[-1]))
+
+    def start_at(self, token: int) -> None:
+        """Continue a cache that already holds its positions (e.g. filled for a context sweep)."""
+        self._next = int(token)
+
+    def step(self) -> float:
+        before = self.timed.seconds
+        t0 = time.perf_counter()
+        logits = self.model.forward([self._next], self.cache)
+        dt = time.perf_counter() - t0
+        self.provider_seconds = self.timed.seconds - before
+        self._next = int(np.argmax(logits[-1]))
+        return dt
+
+
+def interleave(
+    steppers: Mapping[str, object], n_tokens: int, warmup: int, rounds: int = 4, settle: int = 1, after_step=None
+) -> dict[str, list[float]]:
+    """Each stepper's seconds for `n_tokens` timed steps after `warmup` untimed ones (all steppers'
+    warm-ups first), in `rounds` turns of about n_tokens / rounds steps each, in the order given.
+    `after_step(name, stepper)`, when given, is called after each timed step (to read what else it clocked).
+
+    With more than one stepper each turn begins with `settle` untimed steps: the engine that just
+    ran may leave its worker threads spinning for a moment (OpenBLAS's and OpenMP's wait before they
+    sleep), and its data in cache; the first step of a turn would pay for the other's habits.
+    """
+    for s in steppers.values():
+        for _ in range(warmup):
+            s.step()
+    settle = settle if len(steppers) > 1 else 0
+    per_turn = max(1, math.ceil(n_tokens / max(rounds, 1)))
+    times: dict[str, list[float]] = {name: [] for name in steppers}
+    while any(len(t) < n_tokens for t in times.values()):
+        for name, s in steppers.items():
+            todo = min(per_turn, n_tokens - len(times[name]))
+            if todo:
+                for _ in range(settle):
+                    s.step()
+            for _ in range(todo):
+                times[name].append(s.step())
+                if after_step is not None:
+                    after_step(name, s)
+    return times
