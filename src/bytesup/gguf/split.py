@@ -26,7 +26,9 @@ from bytesup.errors import quote
 from bytesup.gguf.errors import GGUFFormatError
 from bytesup.run.files import PART_NAME, find_parts, part_name, part_paths
 
-__all__ = ["Split", "find_parts", "first_part_name", "open_parts", "part_name", "part_paths", "read_split"]
+__all__ = [  # the part naming lives in bytesup.run.files (the fetch names the parts too)
+    "SPLIT_KEYS", "Split", "find_parts", "first_part_name", "open_parts", "part_name", "part_paths", "read_split",
+]  # fmt: skip
 
 SPLIT_NO, SPLIT_COUNT, SPLIT_TENSORS = "split.no", "split.count", "split.tensors.count"
 SPLIT_KEYS = (SPLIT_NO, SPLIT_COUNT, SPLIT_TENSORS)

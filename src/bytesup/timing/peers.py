@@ -23,6 +23,7 @@ import numpy as np
 from gguf import GGUFValueType, GGUFWriter
 
 from bytesup.gguf.file import GGUFFile
+from bytesup.gguf.split import SPLIT_KEYS
 from bytesup.model import llama_cpp_ref
 from bytesup.timing.measure import TimingError
 
@@ -30,7 +31,8 @@ log = logging.getLogger(__name__)
 
 DISK_HEADROOM_BYTES = 256 << 20  # free disk left beside the float32 copy
 # Keys the writer sets itself (the architecture), or that must follow the new file (its type, alignment).
-_NOT_COPIED = {"general.architecture", "general.file_type", "general.alignment"}
+# a split model's split keys too: the copy is one file (bytesup.gguf.split)
+_NOT_COPIED = {"general.architecture", "general.file_type", "general.alignment", *SPLIT_KEYS}
 FILE_TYPE_ALL_F32 = 0  # llama.cpp's LLAMA_FTYPE_ALL_F32
 
 
