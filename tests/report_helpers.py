@@ -89,7 +89,7 @@ def fake_run(root: Path, date: str = DATE) -> dict:
     table = _write(
         root,
         f"{lesson_dir}/flops_per_token.csv",
-        "step,rows,flops,share\n" + "".join(f"step {HOSTILE} {i},{576 + i},{2 * i},{i / 100}\n" for i in range(50)),
+        "step,rows,flops,share\n" + "".join(f"step {HOSTILE} {i},{576 + i},{2 * i},{i / 100}\n" for i in range(210)),
     )
     figure = _write(root, f"{lesson_dir}/gate_histogram.png", png())
     cpu = _write(
@@ -186,13 +186,13 @@ def fake_run(root: Path, date: str = DATE) -> dict:
 
 def build_and_publish(root: Path, run: dict) -> Path:
     """Build the report as the report rule does; returns report/<date>/ (absolute)."""
-    from bytesup.report import build as report
+    from bytesup.report import build, publish
 
     with chdir(root):
         final = Path("report") / run["date"]
         stage = final.with_name(f".{final.name}.building")
-        report.build(run, stage)
-        report.publish(stage, final, Path("report") / f"{run['date']}.zip")
+        build.build(run, stage)
+        publish.publish(stage, final, Path("report") / f"{run['date']}.zip")
     return root / "report" / run["date"]
 
 
@@ -200,5 +200,9 @@ _MD_CITE = re.compile(r'\[((?:\\.|[^\]\\])*)\]\(<[^>]*> "(?:\\.|[^"\\])*"\)')
 
 
 def md_plain(md: str) -> str:
-    """report.md with each cited number's link taken off: '[2.051](<../../x.json> "tip")[^3]' -> '2.051[^3]'."""
-    return _MD_CITE.sub(lambda m: m.group(1), md)
+    """report.md with each cited number's link taken off: '[2.051](<../../x.json> "tip")[^3]' -> '2.051[^3]',
+    and each glossary link: '[KV cache](<glossary.html#g-kv-cache>)' -> 'KV cache'."""
+    return _MD_TERM.sub(lambda m: m.group(1), _MD_CITE.sub(lambda m: m.group(1), md))
+
+
+_MD_TERM = re.compile(r"\[((?:\\.|[^\]\\])*)\]\(<(?:\.\./)*glossary\.html#g-[a-z0-9-]+>\)")

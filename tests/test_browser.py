@@ -248,8 +248,8 @@ PAGE_FACTS = """JSON.stringify({
 })"""
 
 
-def page_facts(browser: Browser, report_dir: Path) -> dict:
-    browser.open((report_dir / "index.html").resolve().as_uri())
+def page_facts(browser: Browser, report_dir: Path, page: str = "index.html") -> dict:
+    browser.open((report_dir / page).resolve().as_uri())
     return json.loads(browser.evaluate(PAGE_FACTS))
 
 
@@ -292,12 +292,12 @@ def hostile_report(tmp_path_factory):
     return project / "report" / "2026-01-05"
 
 
-def assert_links_stay_in_the_archive(facts: dict, report_dir: Path) -> None:
+def assert_links_stay_in_the_archive(facts: dict, report_dir: Path, page: str = "index.html") -> None:
     """Every link that is no anchor is relative and lands on a file of the project (the archive)."""
     project = report_dir.parent.parent.resolve()
     for href in facts["hrefs"]:
         assert not re.match(r"[a-zA-Z][a-zA-Z0-9+.-]*:|/", href), href
-        target = (report_dir / unquote(href)).resolve()
+        target = ((report_dir / page).parent / unquote(href.split("#", 1)[0])).resolve()
         assert target.is_relative_to(project) and target.is_file(), href
 
 
@@ -308,9 +308,16 @@ def test_hostile_gguf_report_runs_nothing_and_fetches_nothing(hostile_report, br
     assert (facts["scripts"], facts["frames"], facts["handlers"]) == (0, 0, 0)
     assert_links_stay_in_the_archive(facts, hostile_report)
     assert_figures_render(facts)
-    # the hostile strings are there, as text
-    for text in (HOSTILE[0], HOSTILE[2], HOSTILE[3], HOSTILE_TOKEN.replace(" ", "\u0120"), *HOSTILE_TENSORS):
-        assert text in facts["text"], text
+    # every other page of the report is as quiet, its links as local; the hostile strings are there, as text
+    text = facts["text"]
+    for page in json.loads((hostile_report / "manifest.json").read_text())["pages"]:
+        facts = page_facts(browser, hostile_report, page)
+        assert_quiet(browser)
+        assert facts["pwned"] is None and (facts["scripts"], facts["frames"], facts["handlers"]) == (0, 0, 0)
+        assert_links_stay_in_the_archive(facts, hostile_report, page)
+        text += facts["text"]
+    for hostile in (HOSTILE[0], HOSTILE[2], HOSTILE[3], HOSTILE_TOKEN.replace(" ", "\u0120"), *HOSTILE_TENSORS):
+        assert hostile in text, hostile
     # each lesson's notebook page is as quiet (its outputs print the hostile metadata)
     for page in sorted((hostile_report / "notebooks").glob("*.html")):
         browser.open(page.resolve().as_uri())
@@ -329,12 +336,27 @@ LAYOUT = """JSON.stringify({
       return t.getBoundingClientRect().width > box.clientWidth + 1 && style.overflowX != 'auto';}).length,
   tables: document.querySelectorAll('table').length,
   inScroll: document.querySelectorAll('.scroll > table').length,
-  notesOpen: document.querySelector('details.notes').open,
+  notesOpen: (document.querySelector('details.notes') || {}).open,
+  // readable, not merely scrollable: no table wider than its box
+  wider: Array.from(document.querySelectorAll('main table')).filter(
+      t => t.getBoundingClientRect().width > t.parentElement.clientWidth + 1).map(
+      t => (t.caption ? t.caption.innerText : t.innerText).slice(0, 60)),
+  height: document.documentElement.scrollHeight,
+  rows: document.querySelectorAll('main table tbody tr').length,
+  proseWords: Array.from(document.querySelectorAll('main p, main li, main blockquote, main dd')).filter(
+      e => !e.closest('table, details')).map(e => e.innerText.split(/\\s+/).filter(Boolean).length)
+      .reduce((a, b) => a + b, 0),
+  tableWords: Array.from(document.querySelectorAll('main table')).map(
+      e => e.innerText.split(/\\s+/).filter(Boolean).length).reduce((a, b) => a + b, 0),
+  // headers and captions are words, not a file's column names or file names
+  rawHeaders: Array.from(document.querySelectorAll('main th')).map(t => t.innerText).filter(h => /_/.test(h)),
+  fileCaptions: Array.from(document.querySelectorAll('main caption, main figcaption')).map(c => c.innerText)
+      .filter(c => /\\w\\.(csv|png|json)\\b|[a-z]_[a-z]/.test(c)),
 })"""
 
 
-def layout(browser: Browser, report_dir: Path, width: int, media: str = "screen") -> dict:
-    browser.open((report_dir / "index.html").resolve().as_uri())
+def layout(browser: Browser, report_dir: Path, width: int, media: str = "screen", page: str = "index.html") -> dict:
+    browser.open((report_dir / page).resolve().as_uri())
     browser.send(
         "Emulation.setDeviceMetricsOverride",
         {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": width < 600},
@@ -349,13 +371,26 @@ def test_the_page_fits_narrow_and_wide_screens_and_prints(hostile_report, browse
     assert wide["page"][0] <= wide["page"][1]  # no sideways scrolling
     assert wide["nav"]["right"] <= wide["main"]["left"] and wide["nav"]["top"] == wide["main"]["top"]  # a sidebar
     assert wide["unscrollable"] == 0 and wide["tables"] == wide["inScroll"] > 0
+    assert wide["wider"] == []  # every table fits its box
     assert wide["notesOpen"] is False  # the footnotes are folded
+    assert wide["rawHeaders"] == [] and wide["fileCaptions"] == []
     narrow = layout(browser, hostile_report, 400)
     assert narrow["page"][0] <= 400, narrow["page"]
     assert narrow["nav"]["bottom"] <= narrow["main"]["top"]  # the contents at the top
-    assert narrow["unscrollable"] == 0
+    assert narrow["unscrollable"] == 0 and narrow["wider"] == []  # a row is a card: read, not scrolled
     printed = layout(browser, hostile_report, 800, media="print")
     assert printed["navShown"] is False  # the print stylesheet drops the contents
+
+
+def test_every_data_page_fits_a_phone_and_names_its_columns_in_words(hostile_report, browser):
+    manifest = json.loads((hostile_report / "manifest.json").read_text())
+    assert manifest["pages"]
+    for page in manifest["pages"]:
+        narrow = layout(browser, hostile_report, 400, page=page)
+        assert narrow["page"][0] <= 400 and narrow["wider"] == [], (page, narrow["wider"])
+        assert narrow["rawHeaders"] == [] and narrow["fileCaptions"] == [], page
+        wide = layout(browser, hostile_report, 1400, page=page)
+        assert wide["page"][0] <= wide["page"][1] and wide["unscrollable"] == 0, page  # a wide table scrolls in its box
 
 
 def test_a_cited_number_shows_its_key_and_hash_on_focus(hostile_report, browser):
@@ -383,7 +418,7 @@ def test_hostile_gguf_report_markdown_and_verify(hostile_report):
     assert figures and all(t.startswith("#") or not re.match(r"[a-zA-Z][a-zA-Z0-9+.-]*:|/", t) for t in targets)
     rest = re.sub(link, "", md)
     assert "](" not in rest and "<" not in rest.replace("&lt;", "")
-    assert esc_md(HOSTILE[0]) in md and esc_md(HOSTILE[2]) in md
+    assert esc_md(HOSTILE[2]) in md  # the file's general.name, in the summary (the metadata is on a data page)
     result = verify_path(hostile_report.parent / "2026-01-05.zip")
     assert result.ok, result.problems[:5]
 
@@ -423,12 +458,19 @@ def test_default_model_report_renders_every_figure(default_gguf, tmp_path, brows
     assert_quiet(browser)
     assert_figures_render(facts)
     manifest = json.loads((report_dir / "manifest.json").read_text())
-    assert facts["figures"] == len(manifest["figures"]) > 0
+    assert facts["figures"] == len([f for f in manifest["figures"] if f["page"] == "index.html"]) > 0
     assert (report_dir / "index.html").stat().st_size <= 1_500_000  # small enough for snakemake --report to embed
     assert_links_stay_in_the_archive(facts, report_dir)
-    for width in (400, 1400):
-        shown = layout(browser, report_dir, width)
-        assert shown["page"][0] <= shown["page"][1] and shown["unscrollable"] == 0, (width, shown)
+    # the targets for the page a learner reads (issue 19): short, tables that fit, more prose than tables
+    wide, narrow = layout(browser, report_dir, 1400), layout(browser, report_dir, 400)
+    for shown in (wide, narrow):
+        assert shown["page"][0] <= shown["page"][1] and shown["unscrollable"] == 0 and shown["wider"] == [], shown
+        assert shown["rawHeaders"] == [] and shown["fileCaptions"] == []
+    assert wide["height"] <= 20_000 and narrow["height"] <= 45_000, (wide["height"], narrow["height"])
+    assert wide["rows"] <= 250 and wide["proseWords"] > wide["tableWords"], wide
+    for page in manifest["pages"]:
+        shown = layout(browser, report_dir, 400, page=page)
+        assert shown["page"][0] <= 400 and shown["wider"] == [] and shown["rawHeaders"] == [], (page, shown)
     assert manifest["model"]["sha256"] == spec["sha256"]
     from bytesup.report.verify import verify_path
 

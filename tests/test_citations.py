@@ -5,8 +5,9 @@ import re
 
 import pytest
 
-from bytesup.report.citations import CitationError, Ledger, format_value, read_value
+from bytesup.report.citations import CitationError, Ledger, read_value
 from bytesup.report.doc import Doc, esc_md
+from bytesup.report.formats import format_value
 
 
 @pytest.fixture
@@ -81,16 +82,21 @@ def test_floats_without_a_format_follow_one_rule_and_no_scientific_notation_abov
 def test_one_format_per_quantity_wherever_it_is_cited(tmp_path):
     lesson = tmp_path / "lesson"
     lesson.mkdir()
-    (lesson / "metrics.json").write_text(json.dumps({"x_length": 12.8349}))
-    (lesson / "table.csv").write_text("step,x_length\n0,12.8349\n")
-    (tmp_path / "other.json").write_text(json.dumps({"x_length": 12.8349}))
-    ledger = Ledger(formats={"": {}, str(lesson): {"x_length": ".1f"}})
+    (lesson / "metrics.json").write_text(json.dumps({"x_length": 12.8349, "size": 96577380, "gate_share": 0.4512}))
+    (lesson / "table.csv").write_text("step,size,gate_share\n0,96577380,0.4512\n")
+    (tmp_path / "other.json").write_text(json.dumps({"size": 96577380}))
+    ledger = Ledger(formats={"": {}, str(lesson): {"size": "bytes", "x_length": ".1f"}})
     for name in ("metrics.json", "table.csv", "other.json"):
         ledger.add_source(str(tmp_path / name) if name == "other.json" else str(lesson / name), "r")
-    assert ledger.cite(str(lesson / "metrics.json"), "x_length").text == "12.8"
-    assert ledger.cite(str(lesson / "table.csv"), "0/x_length").text == "12.8"  # the same quantity, the same rule
-    assert ledger.cite(str(tmp_path / "other.json"), "x_length").text == "12.83"  # another folder: the default
-    assert ledger.cite(str(lesson / "metrics.json"), "x_length", ".3f").text == "12.835"  # an explicit format wins
+    metrics, table = str(lesson / "metrics.json"), str(lesson / "table.csv")
+    assert ledger.cite(metrics, "size").text == "96.58 MB"  # a size, with its one prefix
+    assert ledger.cite(table, "0/size").text == "96.58 MB"  # the same quantity, the same rule
+    assert ledger.cite(str(tmp_path / "other.json"), "size").text == "96,577,380"  # another folder: the default
+    assert ledger.cite(metrics, "size", ",d").text == "96,577,380"  # an explicit format wins
+    # a bare precision gives way to the one rule for a number, wherever and however it is cited
+    assert ledger.cite(metrics, "x_length").text == ledger.cite(metrics, "x_length", ".3f").text == "12.83"
+    # a share, by its name, is a percentage in a sentence and in a table
+    assert ledger.cite(metrics, "gate_share").text == ledger.cite(table, "0/gate_share").text == "45.1 %"
 
 
 def test_format_value_shows_non_printable_characters_escaped():
@@ -146,3 +152,49 @@ def test_hostile_text_is_inert_in_html_and_markdown(files, text):
     assert "<" not in stripped.replace("&lt;", "")
     assert "](" not in stripped
     assert esc_md(text) in md
+
+
+@pytest.mark.parametrize(
+    "value,fmt,text",
+    [
+        (96577380, "bytes", "96.58 MB"),  # one decimal prefix, the one the size calls for
+        (0.09657738, "bytes:GB", "96.58 MB"),  # stored in GB, written as every size is
+        (7162576896, "bytes", "7.163 GB"),
+        (23040, "bytes", "23.04 kB"),
+        (612, "bytes", "612 bytes"),
+        (188.74368, "bytes:MB", "188.7 MB"),
+        ([0.5, 0.25], "%", "[50.0 %, 25.0 %]"),  # a list: each element by the rule
+        ("no CUDA device", "%", "no CUDA device"),  # a text is shown as it is, whatever the format
+        (576.0, "d", "576"),
+    ],
+)
+def test_one_rule_per_unit(value, fmt, text):
+    assert format_value(value, fmt) == text
+
+
+def test_text_a_model_wrote_keeps_its_line_breaks_and_nothing_else_does():
+    assert format_value(" Paris.\n\nThe answer", "text") == " Paris.\n\nThe answer"
+    assert format_value(" Paris.\n\nThe answer") == " Paris.\\n\\nThe answer"
+    assert format_value("a\rb\nc", "text") == "a\\rb\nc"  # a carriage return is still shown escaped
+
+
+def test_the_glossary_links_a_term_at_its_first_use_on_a_page():
+    from bytesup.report.glossary import block_size, load
+
+    words = load()
+    linked: set[str] = set()
+    parts = words.split("The KV cache grows; a KV cache, decoded by decode.", linked)
+    assert parts == [
+        "The ",
+        ("KV cache", "g-kv-cache"),
+        " grows; a KV cache, decoded by ",
+        ("decode", "g-decode"),
+        ".",
+    ]  # the first use only, whole words only
+    assert words.split("and the KV cache again", linked) == ["and the KV cache again"]  # once per page
+    assert words.split("two K-quants", set()) == ["two ", ("K-quants", "g-k-quant")]  # another form, one entry
+    anchors = [a for a, _, _ in words.entries()]
+    assert len(anchors) == len(set(anchors)) and {"g-stream", "g-roofline", "g-rome", "g-logit-lens"} <= set(anchors)
+    # a quant type's size is gguf-py's, not typed: Q8_0 keeps 32 weights in 34 bytes
+    assert block_size("Q8_0") == "Q8_0 keeps 32 weights in 34 bytes: 8.5 bits per weight."
+    assert dict((t, d) for _, t, d in words.entries())["Q4_1"].endswith(block_size("Q4_1"))

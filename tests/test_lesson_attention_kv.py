@@ -9,6 +9,7 @@ import json
 import math
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 from workflow_helpers import run_notebook
@@ -17,6 +18,7 @@ from bytesup.lessons import LessonInputError, claims, plain
 from bytesup.lessons import attention_kv as lesson
 from bytesup.lessons.attention_kv import by_hand, cache, figures, rotary
 from bytesup.lessons.spec import parameter
+from bytesup.model import configs
 from bytesup.model.arch import ARCHITECTURES
 from bytesup.model.forward import Model
 from bytesup.model.synthetic import write_tiny_llama
@@ -218,13 +220,56 @@ def test_kv_sizes_from_the_published_configurations(tiny):
     assert m["specimen_weights_bytes"] == matrices // 32 * 34 + 4 * norms == 7_162_576_896
     assert m["llama3_8b_weights_bytes"] == 2 * 8_030_261_248
     assert m["model_file_bytes"] == tables["kv_size"][0]["weights_bytes"]
-    assert m["kv_cache_equals_weights_tokens"] == pytest.approx(m["model_file_bytes"] / m["kv_bytes_per_token"])
+    at_context = m["kv_bytes_per_token"] * m["context_length"]
+    assert m["kv_bytes_at_context_length"] == at_context and m["kv_sliding_window"] is None
+    first = -(-m["model_file_bytes"] // m["kv_bytes_per_token"])  # the first context whose cache holds the file
+    assert m["kv_cache_equals_weights_tokens"] == (first if first <= m["context_length"] else None)
+    assert m["specimen_cache_equals_weights_tokens"] == -(-m["specimen_weights_bytes"] // 524_288) == 13_662
 
 
-def test_a_sliding_window_stops_the_growth():
-    assert cache.kv_cache_bytes(100, 50) == 5000
-    assert cache.kv_cache_bytes(100, 5000, window=1024) == 102_400
-    np.testing.assert_array_equal(cache.kv_cache_bytes(2, [10, 100, 1000], window=100), [20, 200, 200])
+def test_a_sliding_window_stops_only_the_sliding_layers():
+    """Gemma 3 270M: 3 global layers keep the whole 32,768-token context, 15 sliding ones 512 positions,
+    1,024 bytes a layer per token (1 K/V head of 256, F16): 108.5 MB, not 18 x 1,024 x 32,768 = 604 MB.
+    A window that capped every layer (the old kv_cache_bytes(window=...)) would give 18 x 1,024 x 512."""
+    layers = configs.kv_layers(18, 1, 256, 256, windows=[None if (i + 1) % 6 == 0 else 512 for i in range(18)])
+    assert configs.kv_cache_bytes(layers, 32_768) == 3 * 1024 * 32_768 + 15 * 1024 * 512 == 108_527_616
+    assert configs.kv_cache_bytes(layers, 100) == 18 * 1024 * 100  # below the window every layer grows
+    np.testing.assert_array_equal(
+        configs.kv_cache_bytes(layers, [512, 1024]), [18 * 1024 * 512, 3 * 1024 * 1024 + 15 * 1024 * 512]
+    )
+    assert configs.kv_cache_bytes(configs.kv_layers(2, 1, 8, 8), 50) == 2 * 32 * 50  # no window: all of it
+    assert cache.cache_equals_weights_tokens(layers, 253_113_024, 32_768) is None  # never reaches the file
+    assert cache.cache_equals_weights_tokens(configs.kv_layers(1, 1, 1, 1), 100, 1000) == 25  # 4 bytes a token
+
+
+def test_a_tiny_gemma3s_cache_and_its_figure_count_the_windows_layer_by_layer(tmp_path):
+    """The KV numbers and the KV figure of lesson 6 on a tiny Gemma 3 (6 layers, layer 5 global, window 4,
+    context 128, one K/V head of 16: 64 bytes a layer per token), against the per-layer sum."""
+    from bytesup.model.synthetic import write_tiny_gemma3
+
+    path = write_tiny_gemma3(tmp_path / "g.gguf")
+    with Model.from_gguf(path) as model:
+        metadata = dict(model.gguf.metadata)
+    m, tables = lesson.run(
+        path, metadata, TINY_PROMPT, {"resident_budget_mb": 100}, contexts=(4,), repeats=1, decode_steps=1
+    )
+    per_layer = 2 * 1 * 16 * 2
+    assert m["kv_bytes_per_token"] == 6 * per_layer and m["kv_sliding_window"] == 4 and m["kv_global_layers"] == 1
+    assert m["kv_bytes_at_context_length"] == per_layer * 128 + 5 * per_layer * 4 == 9472
+    assert m["kv_mb_at_context_if_every_layer_grew"] == pytest.approx(6 * per_layer * 128 / 1e6)
+    assert m["rope_base_sliding"] == 10000.0 and m["rope_base_global"] == 1e6 and m["rope_global_layers"] == [5]
+    assert {r["base"] for r in tables["rope"]} == {10000.0, 1e6}
+    mine = tables["kv_size"][0]
+    assert (mine["sliding_window"], mine["global_layers"], mine["kv_bytes_at_context_f16"]) == (4, 1, 9472)
+    fig = figures.plot_kv_size(tables["kv_size"])
+    line = fig.axes[0].lines[0]  # this model's curve: the cache at each context drawn
+    t, drawn = line.get_xdata(), line.get_ydata()
+    want = [per_layer * (n + 5 * min(n, 4)) for n in t]
+    np.testing.assert_array_equal(drawn, want)
+    slope = np.diff(drawn) / np.diff(t)  # per token: all 6 layers below the window, the global one past it
+    assert slope.max() == 6 * per_layer and slope[-1] == per_layer
+    assert t[-1] == 128 and drawn[-1] == m["kv_bytes_at_context_length"]
+    plt.close(fig)
 
 
 def test_claims_reproduce_the_published_facts_and_wait_for_the_specimen(tiny):
@@ -342,17 +387,40 @@ def test_gemma3_270m_block0_attention_by_hand(gemma_gguf):
     assert m["kv_cache_same_next_token"] and m["kv_bytes_per_token"] == 2 * 18 * 1 * 256 * 2
 
 
-def test_figures_are_drawn(tiny, tmp_path):
-    from bytesup.lessons import save_figure
-
+def test_figures_draw_the_runs_numbers(tiny):
+    """The figures' drawn data, not only their PNG bytes: each heatmap is its head's attention weights
+    (the future masked), the KV curves are the cache's per-layer sum at each context with each model's
+    weights as a dashed line, and the timing lines are the measured medians."""
     tables = tiny[3]
-    for name, fig in [
-        ("a.png", figures.plot_attention(tables["attention"], tables["tokens"], tables["spec"], "t")),
-        ("k.png", figures.plot_kv_size(tables["kv_size"], "t")),
-        ("t.png", figures.plot_timing(tables["timing"], "t")),
-        ("n.png", figures.plot_timing([], "t")),
-    ]:
-        assert save_figure(fig, tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    spec, attention = tables["spec"], tables["attention"]
+    fig = figures.plot_attention(attention, tables["tokens"], spec, "t")
+    blocks = sorted({b for b, _ in by_hand.shown_heads(spec)})
+    heads = sorted({h for _, h in by_hand.shown_heads(spec)})
+    n = len(tables["tokens"])
+    for ax, (b, h) in zip(fig.axes, zip(blocks, heads)):
+        drawn = ax.images[0].get_array()
+        np.testing.assert_allclose(drawn.data[~drawn.mask], np.asarray(attention[b][h])[~by_hand.causal_mask(n)])
+        assert drawn.mask.sum() == n * (n - 1) // 2  # the future above the diagonal, left blank
+    plt.close(fig)
+    size = tables["kv_size"]
+    fig = figures.plot_kv_size(size, "t")
+    ax = fig.axes[0]
+    curves = [line for line in ax.lines if line.get_linestyle() == "-"]
+    weights = [line for line in ax.lines if line.get_linestyle() == "--"]
+    assert len(curves) == len(weights) == len(size)
+    for line, row in zip(curves, size):
+        np.testing.assert_array_equal(line.get_ydata(), configs.kv_cache_bytes(row["kv_layers"], line.get_xdata()))
+        assert line.get_xdata()[-1] == row["context_length"]
+    assert [line.get_ydata()[0] for line in weights] == [row["weights_bytes"] for row in size]
+    plt.close(fig)
+    timing = tables["timing"]
+    fig = figures.plot_timing(timing, "t")
+    medians = [list(c.lines[0].get_ydata()) for c in fig.axes[0].containers]
+    assert medians == [[r["recompute_median_s"] for r in timing], [r["cached_median_s"] for r in timing]]
+    plt.close(fig)
+    fig = figures.plot_timing([], "t")
+    assert "not timed" in fig.axes[0].texts[0].get_text()
+    plt.close(fig)
 
 
 # --- the notebook -------------------------------------------------------------------------------------
@@ -375,7 +443,9 @@ def test_notebook_does_each_step_in_its_cells():
         "softmax(s) @ v[:, kvh]",
         "@ w.wo.T",
         "y = x + out",
-        "2 * spec.n_layers * spec.n_kv_heads * spec.head_dim * f16",
+        "per_layer = 2 * spec.n_kv_heads * spec.head_dim * f16",
+        "per_token = spec.n_layers * per_layer",
+        "T if spec.layer_window(i) is None else min(T, spec.layer_window(i))",
     ):
         assert step in code, step
     assert "matplotlib.use" not in code

@@ -371,6 +371,20 @@ def test_specimen_on_the_course_machine_is_compared(tiny):
     assert {r.status for r in results} == {"reproduced"}
 
 
+def test_a_tiny_gemma3s_cache_at_4k_counts_its_windows(tmp_path):
+    """The capstone's cache at lesson 7's context, layer by layer: a tiny Gemma 3 with window 4 and 6 layers,
+    the last global (64 bytes a layer per token)."""
+    from bytesup.model.synthetic import write_tiny_gemma3
+
+    gguf = write_tiny_gemma3(tmp_path / "g.gguf")
+    extract(gguf, tmp_path / "gguf", ["token_embd.weight"])
+    meta = read_metadata(tmp_path / "gguf" / "metadata.json")
+    rows = pc.read_tensor_table(tmp_path / "gguf" / "tensors.csv")
+    m = lesson.compute(meta, rows, gpu_summary=GPU_SKIPPED)
+    assert (m["model_sliding_window"], m["model_kv_global_layers"]) == (4, 1)
+    assert m["model_kv_cache_4k_bytes"] == 64 * 4096 + 5 * 64 * 4 and m["model_kv_cache_bytes_per_context_token"] == 384
+
+
 def test_this_models_kv_cache_and_bound_table(tiny):
     _, meta, rows = tiny
     d = lesson.dims(meta)
@@ -388,8 +402,20 @@ def test_this_models_kv_cache_and_bound_table(tiny):
     assert (
         run.metrics["model_kv_cache_bytes_per_context_token"] == 2 * 2 * 2 * 8 * 2
     )  # K and V, blocks, heads, width, F16
-    wider = dict(d, value_dim=16)  # values twice as long as keys: K at 8, V at 16
-    assert accounting.model_kv_bytes_per_context_token(wider) == 2 * 2 * (8 + 16) * 2
+    wider = {**meta, "llama.attention.value_length": 16}  # values twice as long as keys: K at 8, V at 16
+    assert sum(per for per, _ in accounting.model_kv_layers(wider)) == 2 * 2 * (8 + 16) * 2
+    m = run.metrics  # lesson 7's 4k context beside the empty cache, by the one ceiling function
+    assert m["model_kv_cache_4k_bytes"] == 4096 * m["model_kv_cache_bytes_per_context_token"]
+    assert m["model_sliding_window"] is None and m["model_kv_global_layers"] == 2
+    copy = m["timing_stream_copy_gbps"]
+    assert m["model_ceiling_stream_copy_tps"] == pytest.approx(copy * 1e9 / m["model_bytes_per_token"], rel=1e-12)
+    assert m["model_ceiling_stream_copy_4k_tps"] == pytest.approx(
+        copy * 1e9 / (m["model_bytes_per_token"] + m["model_kv_cache_4k_bytes"]), rel=1e-12
+    )
+    assert m["model_ceiling_stream_copy_float32_tps"] == pytest.approx(
+        copy * 1e9 / (4 * m["model_weights_read"]), rel=1e-12
+    )
+    assert m["deepseek_q8_0_kv_cache_4k_bytes"] == 524_288 * 4096
     assert [(b["device"], b["model"]) for b in run.bounds] == [("cpu", a.label) for a in run.accounts]
     assert {b["bound"] for b in run.bounds} <= {"memory", "compute"}
     assert run.bounds[0]["memory ceiling tok/s"] == run.metrics["model_cpu_memory_ceiling_tps"]

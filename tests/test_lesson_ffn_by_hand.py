@@ -9,6 +9,9 @@ import pytest
 
 from bytesup.lessons import LessonInputError, TensorFiles, claims, metadata_values, plain, read_metadata, write_metrics
 from bytesup.lessons import ffn_by_hand as lesson
+from bytesup.lessons.ffn_by_hand import across, cost, figures
+from bytesup.lessons.ffn_walk import recipe
+from bytesup.timing.results import read_timing
 
 N_EMBD, N_FF, VOCAB = 32, 80, ["<|endoftext|>", "a", "Ġthe", "Ġcat", "Ġdog", "cat"]
 REQUIRED = [
@@ -141,7 +144,7 @@ def test_toys_and_course_arithmetic():
 
 
 def test_flops_table_for_the_course_config_and_this_model():
-    course = lesson.flops_metrics(lesson.flops_per_token(lesson.COURSE_DIMS), lesson.COURSE_DIMS)
+    course = cost.flops_metrics(cost.flops_per_token(cost.COURSE_DIMS), cost.COURSE_DIMS)
     # 4 attention projections 4096x4096 + 3 FFN matrices 4096x11008, at 2 FLOPs per weight
     assert course["flops_matvec_per_token_block"] == 2 * (4 * 4096 * 4096 + 3 * 4096 * 11008) == 404_750_336
     assert course["flops_elementwise_per_token_block"] == 4 * 4096 * 2 + 4096 * 2 + 5 * 11008
@@ -149,7 +152,7 @@ def test_flops_table_for_the_course_config_and_this_model():
     # this model: q/o 32x32, k/v 16x32 (2 of 4 heads), FFN 3 x 80x32
     assert m["flops_matvec_per_token_block"] == 2 * (2 * 32 * 32 + 2 * 16 * 32 + 3 * 80 * 32)
     assert m["course_flops_matvec_per_token_block"] == 404_750_336
-    rows = lesson.flops_table(lesson.dims(synthetic()[0]))
+    rows = cost.flops_table(lesson.dims(synthetic()[0]))
     assert sum(r["share"] for r in rows) == pytest.approx(1.0)
     assert {r["step"]: r["rows"] for r in rows}["attn_k"] == 16
 
@@ -158,9 +161,9 @@ def test_timing_is_read_not_invented(tmp_path):
     summary = {"matvec_cold_gbps": 11.0, "cpu": "Some x86 CPU"}
     sweep = tmp_path / "sweep.csv"
     sweep.write_text("n,median_s,gflops\n256,0.4,1\n1,0.02,2\n")  # no gbps, no time_over_n1
-    s, rows, notes = lesson.read_timing(None, sweep)
+    s, rows, notes = read_timing(None, sweep)
     assert notes == ["timing summary not found: None"] and len(rows) == 2
-    table, m = lesson.matvec_vs_matmul(summary, rows, notes)
+    table, m = cost.matvec_vs_matmul(summary, rows, notes)
     assert [r["n"] for r in table] == [1, 256]
     assert table[1]["time_over_n1"] == pytest.approx(20.0) and table[0]["gbps"] is None
     assert m["timing_matmul_ratio_256_over_1"] == pytest.approx(20.0) and m["timing_ratio_source"] == "sweep.csv"
@@ -170,22 +173,22 @@ def test_timing_is_read_not_invented(tmp_path):
     assert "sweep.csv column 'time_over_n1' (worked out from median_s)" in m["timing_missing"]
     assert m["timing_course_machine"] is False
     spark = {"machine": {"cpu_model": "NVIDIA GB10"}, "weights": {"what": "GB10 elsewhere is ignored"}}
-    assert lesson.matvec_vs_matmul(spark, [])[1]["timing_course_machine"] is True
-    assert lesson.matvec_vs_matmul({"weights": {"what": "a GB10 note"}}, [])[1]["timing_course_machine"] is False
+    assert cost.matvec_vs_matmul(spark, [])[1]["timing_course_machine"] is True
+    assert cost.matvec_vs_matmul({"weights": {"what": "a GB10 note"}}, [])[1]["timing_course_machine"] is False
     # the timing stage's own columns are passed through, and its time_over_n1 is used as written
     sweep.write_text(
         "op,n,rows,cols,weight_bytes,median_s,gbps,gflops,time_over_n1,noisy\n"
         "matvec,1,8,4,128,0.01,1,2,1.0,True\nmatmul,256,8,4,128,0.5,1,2,49.0,False\n"
     )
-    table, m = lesson.matvec_vs_matmul({}, lesson.read_timing(None, sweep)[1])
+    table, m = cost.matvec_vs_matmul({}, read_timing(None, sweep)[1])
     assert [(r["op"], r["time_over_n1"], r["noisy"], r["weight_bytes"]) for r in table] == [
         ("matvec", 1.0, True, 128),
         ("matmul", 49.0, False, 128),
     ]
     assert m["timing_matmul_ratio_256_over_1"] == 49.0 and m["timing_weight_mb"] == 128e-6
-    _, m = lesson.matvec_vs_matmul({"matmul_ratio_256_over_1": 21.0}, rows)
+    _, m = cost.matvec_vs_matmul({"matmul_ratio_256_over_1": 21.0}, rows)
     assert m["timing_matmul_ratio_256_over_1"] == 21.0 and m["timing_ratio_source"] == "summary.json"
-    _, m = lesson.matvec_vs_matmul({}, [])
+    _, m = cost.matvec_vs_matmul({}, [])
     assert m["timing_matmul_ratio_256_over_1"] is None and m["timing_ratio_source"] == "missing"
 
 
@@ -278,9 +281,14 @@ def test_the_notebook_on_the_tiny_run_computes_what_the_package_does(standalone,
     assert list(rows[0]) == list(claims.COLUMNS)
     assert {r["status"] for r in rows} <= {"reproduced", "specimen differs"}
     with (out / "x_matvec_vs_matmul.csv").open() as f:
-        assert list(csv.DictReader(f).fieldnames) == list(lesson.TABLE_COLUMNS)
+        assert list(csv.DictReader(f).fieldnames) == list(cost.TABLE_COLUMNS)
     with (out / "x_flops_per_token.csv").open() as f:
-        assert [r["step"] for r in csv.DictReader(f)] == [r["step"] for r in lesson.flops_table(lesson.dims(meta))]
+        assert [r["step"] for r in csv.DictReader(f)] == [r["step"] for r in cost.flops_table(lesson.dims(meta))]
+    # beyond one token and one block: the vocabulary sample and the forward pass, block by block
+    for key in ("vocab_angle_deg_median", "pass_later_ffn_angle_deg_median", "pass_residual_end_median"):
+        assert got[key] is not None, key
+    with (out / "x_across_blocks.csv").open(encoding="utf-8") as f:
+        assert [int(r["block"]) for r in csv.DictReader(f)] == list(range(meta["llama.block_count"]))
 
 
 def test_on_a_tiny_gguf_through_the_extract_stage(tmp_path):
@@ -346,7 +354,7 @@ def test_gemma3_walk_follows_its_recipe_on_a_tiny_file(tmp_path):
     check_against_reference(m, lesson3_reference(gguf, " cat"))
     assert m["embedding_scale"] == pytest.approx(32**0.5) and m["recipe"].startswith("gemma3: embedding x sqrt")
     # the FLOPs table has Gemma's extra steps, its activation, and the course's llama numbers only where the steps match
-    rows = lesson.flops_table(lesson.dims(meta), lesson.recipe(meta), qk_norm=True)
+    rows = cost.flops_table(lesson.dims(meta), recipe(meta), qk_norm=True)
     steps = [r["step"] for r in rows]
     assert "GELU-tanh" in steps and "SiLU" not in steps and "post_ffw_norm (RMSNorm)" in steps
     assert next(r for r in rows if r["step"] == "GELU-tanh")["flops"] == 8 * 64
@@ -399,3 +407,94 @@ def test_paths_resolve_against_the_project_root(tmp_path, monkeypatch):
     assert paths.resolve("/abs/x.json") == Path("/abs/x.json")
     with pytest.raises(paths.ProjectRootNotFound, match="Snakefile"):
         paths.project_root("/")
+
+
+# --- beyond one token and one block (across.py) -----------------------------------------------------
+
+
+def tiny_gguf_inputs(tmp_path, writer="llama"):
+    from bytesup.gguf.extract import extract
+    from bytesup.model.synthetic import write_tiny_gemma3, write_tiny_llama
+
+    gguf = (write_tiny_llama if writer == "llama" else write_tiny_gemma3)(tmp_path / f"{writer}.gguf")
+    extract(gguf, tmp_path / "gguf", list(lesson.SPEC.tensors))
+    return gguf, read_metadata(tmp_path / "gguf" / "metadata.json"), TensorFiles(tmp_path / "gguf" / "extract.json")
+
+
+@pytest.mark.parametrize("writer", ["llama", "gemma3"])
+def test_many_tokens_through_block_0_are_the_walk_on_each_row(tmp_path, writer):
+    """The vocabulary sample's batched FFN is the walk (ffn_walk.ffn_step) row by row, and RMSNorm makes the
+    FFN blind to x's length."""
+    from bytesup.lessons.ffn_walk import dims, ffn_step, ffn_weights
+
+    _, meta, tensors = tiny_gguf_inputs(tmp_path, writer)
+    rc = recipe(meta)
+    w = ffn_weights(tensors, dims(meta), 0, rc)
+    E = np.asarray(tensors["token_embd.weight"])
+    X = E[:5] * np.float32(rc.embed_scale)
+    out, _ = across.ffn_rows(X, w, dims(meta)["rms_epsilon"], rc)
+    for i in range(5):
+        trace, _ = ffn_step(X[i], w, dims(meta)["rms_epsilon"], rc)
+        np.testing.assert_allclose(out[i], trace.out, rtol=1e-5, atol=1e-6)
+    m = lesson.compute(meta, tensors)
+    assert m["vocab_tokens"] == min(across.VOCAB_SAMPLE, E.shape[0])
+    ids = np.unique(np.linspace(0, E.shape[0] - 1, across.VOCAB_SAMPLE).round().astype(int))
+    Xs = E[ids] * np.float32(rc.embed_scale)
+    outs, _ = across.ffn_rows(Xs, w, dims(meta)["rms_epsilon"], rc)
+    cos = np.sum(Xs * (Xs + outs), 1) / np.linalg.norm(Xs, axis=1) / np.linalg.norm(Xs + outs, axis=1)
+    assert m["vocab_angle_deg_median"] == pytest.approx(np.median(np.degrees(np.arccos(np.clip(cos, -1, 1)))), abs=1e-3)
+    assert m["ffn_scale_change_max_rel"] < 1e-3  # FFN(c x) = FFN(x) once x is far above eps
+    assert all(m[k] is None for k in across.PASS_KEYS)  # no forward pass without the model file
+
+
+@pytest.mark.parametrize("writer", ["llama", "gemma3"])
+def test_the_forward_pass_half_by_half_is_the_models(tmp_path, writer):
+    """forward_halves keeps, per block, x, h = x + attention and y = h + FFN(h); its y is the traced pass's
+    stream, block after block, and the per-block measures are medians over positions 1.. of those arrays."""
+    from bytesup.model.forward import Model
+
+    gguf, meta, tensors = tiny_gguf_inputs(tmp_path, writer)
+    m, tables = lesson.run(meta, tensors, " cat", model_gguf=gguf, forward={"resident_budget_mb": 100})
+    halves, rows = tables["halves"], tables["across"]
+    assert m["pass_check_max_rel_diff"] < 1e-6 and m["pass_tokens"] == len(halves.ids) > 2
+    with Model.from_gguf(gguf) as model:
+        n_layers = model.spec.n_layers
+        np.testing.assert_array_equal(halves.x[1:], halves.y[:-1])  # each block reads what the last wrote
+        emb = np.asarray(model.weights.embed_rows(np.asarray(halves.ids)), np.float32) * np.float32(
+            model.spec.embed_scale
+        )
+        np.testing.assert_allclose(halves.x[0], emb, rtol=1e-6)
+        assert m["model_tied"] is model.spec.tied
+    assert [r["block"] for r in rows] == list(range(n_layers)) and m["pass_blocks"] == n_layers
+    ffn = halves.y - halves.h
+    r = np.linalg.norm(ffn, axis=-1) / np.linalg.norm(halves.h, axis=-1)
+    assert rows[1]["ffn_over_h_median"] == pytest.approx(np.median(r[1, 1:]))
+    assert m["pass_later_ffn_over_h_median"] == pytest.approx(np.median(r[1:, 1:]))
+    assert m["pass_residual_start_median"] == pytest.approx(np.median(np.linalg.norm(halves.x[0, 1:], axis=-1)))
+    assert m["pass_residual_end_median"] == pytest.approx(np.median(np.linalg.norm(halves.y[-1, 1:], axis=-1)))
+    fig = figures.plot_across_blocks(rows, {"ratio": 2.0, "angle": 60.0}, {"ratio": 0.3, "angle": 18.0})
+    line = fig.axes[0].lines[0]  # the data drawn: per block, the FFN's length over the stream's
+    np.testing.assert_array_equal(line.get_ydata(), [row["ffn_over_h_median"] for row in rows])
+    np.testing.assert_array_equal(fig.axes[1].lines[0].get_ydata(), [row["ffn_angle_deg_median"] for row in rows])
+
+
+def test_the_verdicts_say_which_statement_holds():
+    """Each verdict key carries the measured value where its statement holds, None where it does not."""
+    over = across.verdicts(
+        {"vocab_angle_deg_median": 80.0, "pass_block0_ffn_angle_deg_median": 30.0, "pass_later_ffn_angle_deg_median": 12.0,
+         "act_abs_below_0_1_fraction": 0.3, "pass_ffn_top1_share_median": 0.1}
+    )  # fmt: skip
+    assert over["block0_overwrites_angle_deg"] == 80.0 and over["block0_nudges_angle_deg"] is None
+    assert over["pass_block0_nudges_angle_deg"] == 30.0 and over["pass_block0_overwrites_angle_deg"] is None
+    assert over["later_blocks_nudge_angle_deg"] == 12.0 and over["later_blocks_overwrite_angle_deg"] is None
+    assert over["valves_mostly_open_share"] == pytest.approx(0.7) and over["valves_mostly_shut_share"] is None
+    assert over["ffn_output_spread_top1_share"] == 0.1 and over["ffn_output_concentrated_top1_share"] is None
+    under = across.verdicts({"vocab_angle_deg_median": 18.0, "act_abs_below_0_1_fraction": 0.91})
+    assert under["block0_nudges_angle_deg"] == 18.0 and under["valves_mostly_shut_share"] == 0.91
+    assert under["later_blocks_nudge_angle_deg"] is None and under["later_blocks_overwrite_angle_deg"] is None
+
+
+def test_top_share_tells_an_outlier_from_a_spread_vector():
+    assert across.top_share(np.array([3.0, 4.0])) == pytest.approx(16 / 25)
+    assert across.top_share(np.ones(100)) == pytest.approx(0.01)
+    assert across.top_share(np.array([1.0, -2.0, 2.0]), 2) == pytest.approx(8 / 9)

@@ -304,7 +304,7 @@ def test_tiny_gemma3_next_token_residuals_lens_and_costs_match_a_float64_gemma(t
     named = [k for k in n_bytes if k.startswith("blk.")] + ["output_norm.weight", "token_embd.weight"]
     assert m["weight_bytes_per_token_float32"] == 4 * (sum(elements[k] for k in named) + d)
     assert m["weight_bytes_per_token_file"] == sum(n_bytes[k] for k in named) + n_bytes["token_embd.weight"] // vocab
-    extra = [r for r in tables["cost"] if r["step"] == "gemma3's extra norms and biases"]
+    extra = [r for r in tables["cost"] if r["step"] == "gemma3's extra norms"]
     assert len(extra) == 1 and extra[0]["flops"] == 0
     assert extra[0]["float32_bytes"] == 4 * sum(
         elements[k] for k in named if "_norm" in k and ("attn_q_norm" in k or "attn_k_norm" in k or "post_" in k)

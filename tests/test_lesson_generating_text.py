@@ -289,7 +289,10 @@ def test_llama_cpp_skipped_in_one_line_when_it_cannot_run(tiny, monkeypatch):
     for key in reference.LLAMA_CPP_KEYS:
         assert m[key] is None, key  # nothing invented
     assert tables["llama_cpp"] == [] and tables["llama_cpp_logits"] == []
-    assert {h.key for h in lesson.SPEC.headlines} >= {"llama_cpp_parts_at", "llama_cpp_first_step_max_abs_logit_diff"}
+    assert {h.key for h in lesson.SPEC.headlines} >= {
+        "llama_cpp_parts_at_step",
+        "llama_cpp_first_step_max_abs_logit_diff",
+    }
 
 
 def test_llama_cpp_not_run_beside_streamed_weights(tiny, monkeypatch):
@@ -330,6 +333,7 @@ def test_side_by_side_on_a_stand_in_llama_cpp(tiny, monkeypatch):
     assert seen == {"path": gguf, "prompt_ids": ours["prompt_ids"], "max_new_tokens": 8, "eos": (2,)}
     assert m["greedy_ids"] == ids and m["llama_cpp_skipped"] is None and m["llama_cpp_version"] == "0.0-stand-in"
     assert m["llama_cpp_greedy_ids"] == theirs_ids and m["llama_cpp_parts_at"] == k
+    assert m["llama_cpp_parts_at_step"] == k + 1 and m["llama_cpp_same_tokens_all"] is None  # 1 = the first new token
     tok = Tokenizer.from_metadata(metadata)
     assert m["llama_cpp_greedy_text"] == tok.decode(theirs_ids)
     assert m["llama_cpp_top_logit"] == pytest.approx(float(logits[0].max()) + 0.01, abs=1e-6)

@@ -188,10 +188,23 @@ def test_this_model_from_its_own_table():
 def test_any_architecture_uses_its_own_table_and_kv_lengths():
     meta, rows = tiny_inputs(arch="gemma3")
     meta.update({"gemma3.attention.key_length": 256, "gemma3.attention.value_length": 256, "general.file_type": 15})
+    meta.update({"gemma3.block_count": 6, "gemma3.attention.sliding_window": 512})  # layer 5 global, 0-4 sliding
     rows.append({"name": "blk.0.attn_q_norm.weight", "type": "F32", "shape": "256", "bytes": 1024, "elements": 256})
     m = catalog.this_model(meta, rows, "g")
     assert m["weights_bytes"] == sum(r["bytes"] for r in rows) and m["architecture"] == "gemma3"
-    assert m["kv_bytes_per_token"] == 2 * 2 * (256 + 256) * 2 and m["quant"] == "Q4_K_M"
+    per_layer = 2 * (256 + 256) * 2  # 2 K/V heads of 256, F16
+    assert m["kv_bytes_per_token"] == 6 * per_layer and m["quant"] == "Q4_K_M"
+    assert (m["sliding_window"], m["kv_global_layers"]) == (512, 1)
+    # the fit table counts the cache layer by layer: 2,048 tokens (the model's maximum) on the global layer,
+    # the window's 512 on each of the five sliding ones; the ceiling reads that cache with the weights
+    fit = fit_table.fit_rows([m], [catalog.Device("d", "d", 8 * GiB, 100.0, "")])
+    r = fit_table.find_row(fit, "model", "32k", "d")
+    assert r["context_tokens"] == 2048 and r["sliding_window"] == 512
+    assert r["kv_cache_bytes"] == per_layer * (2048 + 5 * 512)
+    assert r["ceiling_tps"] == pytest.approx(100e9 / (m["read_per_token_bytes"] + per_layer * (2048 + 5 * 512)))
+    no_window = {k: v for k, v in meta.items() if k != "gemma3.attention.sliding_window"}
+    with pytest.raises(LessonInputError, match="sliding_window"):
+        catalog.this_model(no_window, rows)
     del meta["gemma3.block_count"]
     with pytest.raises(LessonInputError, match="gemma3.block_count"):
         catalog.this_model(meta, rows)

@@ -23,8 +23,7 @@ from report_helpers import (
 )
 
 from bytesup.lessons import registry
-from bytesup.report import build as report
-from bytesup.report import provenance
+from bytesup.report import build, lesson_page, provenance, publish, sections
 from bytesup.report.citations import SELF
 from bytesup.report.doc import esc_md
 from bytesup.report.verify import verify_path
@@ -66,10 +65,18 @@ class _Text(HTMLParser):
             self.out.append(data)
 
 
+def page_text(path: Path) -> str:
+    """A page's text, tags removed, spaces collapsed."""
+    import html as html_lib
+
+    main = path.read_text().split("<main>", 1)[1]
+    return " ".join(html_lib.unescape(re.sub(r"<[^>]+>", " ", main)).split())
+
+
 def uncited_text(html: str) -> str:
     parser = _Text()
     parser.feed(html.split("<body>", 1)[1])
-    return " ".join(parser.out)
+    return "".join(parser.out)
 
 
 def _root(report_dir: Path) -> Path:
@@ -78,8 +85,8 @@ def _root(report_dir: Path) -> Path:
 
 def labels() -> list[str]:
     """Words the report's code writes: quantity labels, titles, captions (numbers there name things)."""
-    out = [label for label, _, _ in report.TIMING_HEADLINES + report.TIMING_CONTEXT + report.PROVENANCE_FACTS]
-    out += [part for label, _, _ in report.TIMING_HEADLINES for part in report._label_unit(label)]
+    out = [label for label, _, _ in sections.TIMING_HEADLINES + sections.TIMING_CONTEXT + sections.PROVENANCE_FACTS]
+    out += [label for label, _, _ in sections.DECODE_HEADLINES]
     for spec in registry().values():
         out += [spec.heading, spec.source, spec.id, *(h.text for h in spec.headlines), *spec.figures.values()]
     return sorted(out, key=len, reverse=True)
@@ -101,6 +108,7 @@ def test_every_number_in_the_text_is_a_citation(built):
         "BLAS 0",
         "files/<row>/<column>",
         recipe_summary("llama"),
+        sections.UNITS,
     ]  # the recipe: words of the architecture table
     for label in labels() + sorted(metric_keys, key=len, reverse=True) + names:
         text = text.replace(label, "")
@@ -111,17 +119,20 @@ def test_every_number_in_the_text_is_a_citation(built):
 def test_sections_and_their_numbers(built):
     _, run, report_dir = built
     html = (report_dir / "index.html").read_text()
-    for anchor in ("summary", LESSON, "timing", "claims", "provenance", "notes"):
+    for anchor in ("summary", LESSON, "timing", "maintainers", "notes"):
         assert f'id="{anchor}"' in html
     md = md_plain((report_dir / "report.md").read_text())
-    assert "No GPU on this run: no CUDA device[^" in md
+    assert "- GPU timing: not measured: no CUDA device[^" in md  # for maintainers, not in the lessons
+    assert "llama.cpp decode: not measured: llama-cpp-python is not installed[^" in md
     manifest = json.loads((report_dir / "manifest.json").read_text())
     texts = {(c["file"], c["key"]): c["text"] for c in manifest["citations"]}
     claims = f"results/{MODEL}/lessons/{LESSON}/claims.csv"
     assert texts[(claims, "count/status=reproduced")] == "2"
     assert texts[(claims, "count/status=specimen differs")] == "1"
     assert texts[(claims, "count/status=not reproduced")] == "0"
-    assert texts[("claims.csv", "rows")] == "3"  # every lesson's claims, in the report's own claims.csv
+    # every lesson's claims, in the report's own claims.csv, counted lesson by lesson
+    assert texts[("claims.csv", "count/status=reproduced")] == "2"
+    assert texts[("claims.csv", f"count/lesson={LESSON}&status=specimen differs")] == "1"
     assert (
         texts[(f"results/{MODEL}/lessons/{LESSON}/metrics.json", "x_rms")] == "0.08545"
     )  # no format given: four significant digits
@@ -132,37 +143,44 @@ def test_sections_and_their_numbers(built):
     assert texts[(f"{gguf}/metadata.json", "metadata/general.name")] == HOSTILE
     assert texts[(f"{gguf}/tensors.csv", "rows")] == "3"
     assert texts[(f"{gguf}/extract.json", "gguf/sha256")] == "ab" * 32
-    # a long table shows its first rows and cites how many there are
+    # a long table shows its first rows on the lesson's data page and cites how many there are
     table = f"results/{MODEL}/lessons/{LESSON}/flops_per_token.csv"
-    assert texts[(table, "rows")] == "50"
-    assert (table, f"{report.TABLE_ROWS - 1}/flops") in texts and (table, f"{report.TABLE_ROWS}/flops") not in texts
+    assert texts[(table, "rows")] == "210"
+    rows = lesson_page.DATA_ROWS
+    assert (table, f"{rows - 1}/flops") in texts and (table, f"{rows}/flops") not in texts
+    data = (report_dir / lesson_page.data_page(LESSON)).read_text()
+    assert "The table shows the file&#x27;s first rows; it holds all " in data
 
 
 def test_citation_markup_links_the_file_and_names_key_sha_and_rule(built):
     _, _, report_dir = built
     manifest = json.loads((report_dir / "manifest.json").read_text())
     html = (report_dir / "index.html").read_text()
-    metrics = f"results/{MODEL}/lessons/{LESSON}/metrics.json"
-    entry = next(f for f in manifest["files"] if f["path"] == metrics)
-    tip = f"{metrics} \u2192 x_rms \u00b7 sha256 {entry['sha256'][:12]} \u00b7 rule lesson_{LESSON}"
-    # a number in running text (here the summary's table) links to its file, relative to index.html,
-    # shows file, key and hash on hover or focus (a link is focusable), and has its footnote
+    record = f"resources/models/{MODEL}.json"
+    entry = next(f for f in manifest["files"] if f["path"] == record)
+    tip = f"{record} \u2192 name \u00b7 sha256 {entry['sha256'][:12]} \u00b7 rule fetch"
+    # a number in running text (here the summary's first sentence) links to its file, relative to
+    # index.html, shows file, key and hash on hover or focus (a link is focusable), and has its footnote
     link = re.search(
-        rf'<a class="cite" href="([^"]+)" data-tip="{re.escape(tip)}">0.08545</a>'
-        r'<a class="ref" href="#n(\d+)">\2</a>',
+        rf'<a class="cite" href="([^"]+)" data-tip="{re.escape(tip)}">{MODEL}</a><a class="ref" href="#n(\d+)">\2</a>',
         html,
     )
-    assert link and link.group(1) == f"../../{metrics}"
-    assert (report_dir / link.group(1)).resolve() == (report_dir.parent.parent / metrics).resolve()
+    assert link and link.group(1) == f"../../{record}"
+    assert (report_dir / link.group(1)).resolve() == (report_dir.parent.parent / record).resolve()
     note = re.search(rf'<li id="n{link.group(2)}"[^>]*>([^<]*)</li>', html).group(1)
-    assert note == f"{metrics} \u2192 x_rms (sha256 {entry['sha256'][:12]}, rule lesson_{LESSON})"
+    assert note == f"{record} \u2192 name (sha256 {entry['sha256'][:12]}, rule fetch)"
     md = (report_dir / "report.md").read_text()
-    assert f'[0.08545](<../../{metrics}> "{esc_md(tip)}")[^{link.group(2)}]' in md
-    assert f"[^{link.group(2)}]: {esc_md(note)}" in md and "x\\_rms" in esc_md(note)
+    assert f'[{MODEL}](<../../{record}> "{esc_md(tip)}")[^{link.group(2)}]' in md
+    assert f"[^{link.group(2)}]: {esc_md(note)}" in md
+    # a data page links the same file one folder further up, and numbers its own footnotes from 1
+    data = (report_dir / lesson_page.data_page(LESSON)).read_text()
+    metrics = f"results/{MODEL}/lessons/{LESSON}/metrics.json"
+    assert f'<a href="../../../{metrics}">JSON</a><a class="ref" href="#n1">1</a>' in data
+    assert '<li id="n1" value="1">' in data
     # the footnotes are folded, the page has a table of contents in the course's order
     assert re.search(r'<details class="notes"><summary>\d+ footnotes', html)
     toc = re.search(r'<nav class="toc"[^>]*>(.*?)</nav>', html).group(1)
-    assert re.findall(r'href="#([^"]+)"', toc) == ["summary", LESSON, "timing", "claims", "provenance", "notes"]
+    assert re.findall(r'href="#([^"]+)"', toc) == ["summary", LESSON, "timing", "maintainers", "notes"]
 
 
 def test_manifest_holds_the_provenance(built):
@@ -278,7 +296,7 @@ def test_archive_holds_the_report_and_every_cited_file(built):
     top = f"llm-bytes-up-{DATE}"  # the archive unpacks into one folder, named after the report
     assert {n.split("/")[0] for n in names} == {top}
     assert all((i.external_attr >> 16) & 0o777 == 0o644 for i in infos)  # readable by whoever unpacks it
-    assert {f"{top}/report/{DATE}/{name}" for name in report.REPORT_FILES} <= names
+    assert {f"{top}/report/{DATE}/{name}" for name in (*build.REPORT_FILES, *manifest["pages"])} <= names
     assert {f"{top}/{f['path']}" for f in manifest["files"] if not f["in_report"]} <= names
     for fig in manifest["figures"]:
         target = PurePosixPath(f"{top}/report/{DATE}") / fig["md_link"]
@@ -317,14 +335,12 @@ def test_a_full_disk_while_archiving_leaves_the_earlier_report_as_it_was(tmp_pat
     never arrived, the earlier report and archive untouched; the next run (space freed) publishes."""
     import errno
 
-    from bytesup.report import build as report
-
     root = tmp_path / "project"
     run = fake_run(root)
     first = build_and_publish(root, run)
     first_html = (first / "index.html").read_text()
     first_zip = (root / "report" / f"{DATE}.zip").read_bytes()
-    real_add, calls = report._add, []
+    real_add, calls = publish._add, []
 
     def add_then_fill_the_disk(zf, source, member):
         calls.append(member)
@@ -332,7 +348,7 @@ def test_a_full_disk_while_archiving_leaves_the_earlier_report_as_it_was(tmp_pat
             raise OSError(errno.ENOSPC, "No space left on device", str(source))
         real_add(zf, source, member)
 
-    monkeypatch.setattr(report, "_add", add_then_fill_the_disk)
+    monkeypatch.setattr(publish, "_add", add_then_fill_the_disk)
     run["started"] = "2026-01-02T11:00:00+00:00"
     with pytest.raises(OSError, match="No space left"):
         build_and_publish(root, run)
@@ -340,7 +356,7 @@ def test_a_full_disk_while_archiving_leaves_the_earlier_report_as_it_was(tmp_pat
     assert names == [f".{DATE}.building", DATE, f"{DATE}.zip"]  # the stage: the report job removes it
     assert (first / "index.html").read_text() == first_html
     assert (root / "report" / f"{DATE}.zip").read_bytes() == first_zip
-    monkeypatch.setattr(report, "_add", real_add)
+    monkeypatch.setattr(publish, "_add", real_add)
     import shutil
 
     shutil.rmtree(root / "report" / f".{DATE}.building")
@@ -421,11 +437,13 @@ def test_a_measured_gpu_is_reported_and_verifies(tmp_path):
     run["machine"]["gpus"] = [{"name": "NVIDIA H200", "driver": "550.54", "memory_mib": 143771}]
     report_dir = build_and_publish(root, run)
     md = md_plain((report_dir / "report.md").read_text())
-    assert "Device: NVIDIA H200[^" in md and "No GPU on this run" not in md
-    assert "| Timing, GPU | matvec bandwidth as a fraction of device copy | 79.0 %[^" in md
+    assert "GPU timing: not measured" not in md
+    assert "| GPU: matvec bandwidth as a share of device copy | 79.0 %[^" in md
     assert "GPU: NVIDIA H200[^" in md  # the summary's machine line, from the manifest
-    assert "| decode, the project's decoder's torch twin \\(tokens/s\\) | 410.5[^" in md
-    assert "| fraction of that ceiling reached | 5.7 %[^" in md
+    timing = page_text(report_dir / sections.TIMING_PAGE)
+    assert re.search(r"Device: NVIDIA H200 \d+ \.", timing)  # each number with its footnote
+    assert re.search(r"decode, the project's decoder's torch twin \(tokens/s\) 410\.5 \d+ ", timing)
+    assert re.search(r"share of that ceiling reached 5\.7 % \d+ ", timing)
     manifest = json.loads((report_dir / "manifest.json").read_text())
     keys = {c["key"] for c in manifest["citations"] if c["file"] == SELF}
     assert {"machine/gpus/0/name", "machine/gpus/0/driver", "machine/gpus/0/memory_mib"} <= keys
@@ -436,7 +454,17 @@ def test_a_measured_gpu_is_reported_and_verifies(tmp_path):
 def test_a_lessons_claims_are_counted_in_words_and_numbers(built):
     _, _, report_dir = built
     md = md_plain((report_dir / "report.md").read_text())
-    assert re.search(r"prints: 2\[\^\d+\] reproduced, 1\[\^\d+\] specimen differs, 0\[\^\d+\] not reproduced\.", md)
+    assert re.search(
+        r"Of the 3\[\^\d+\] numbers the course prints for this lesson: 2\[\^\d+\] reproduced, 1\[\^\d+\] specimen"
+        r" differs, 0\[\^\d+\] not reproduced; all of them are on the \[lesson's data page\]",
+        md,
+    )
+    # beside each other: the course's value, what it is about, this run's, the verdict
+    html = (report_dir / "index.html").read_text()
+    section = html.split(f'<h2 id="{LESSON}">', 1)[1]
+    assert '<td class="v num" data-label="the course">0.1708</td>' in section
+    assert '<td class="v num" data-label="this model">0.08545</td>' in section
+    assert '<td class="v status-specimen-differs" data-label="verdict">specimen differs</td>' in section
 
 
 def test_a_narrative_cites_its_numbers_and_leaves_out_a_sentence_it_cannot_fill(tmp_path):
@@ -453,13 +481,41 @@ def test_a_narrative_cites_its_numbers_and_leaves_out_a_sentence_it_cannot_fill(
         "Both {n} and {missing}, or neither.\n"
         "\nOf {claims_csv:rows} claims, {claims_csv:count/status=reproduced} reproduced; {n} bytes.\n"
     )
-    paragraphs = report.narrative(template, files, ledger)
-    text = [["<" + p.text + ">" if isinstance(p, Citation) else p for p in para] for para in paragraphs]
+    blocks = lesson_page.narrative(template, files, ledger)
+    text = [["<" + p.text + ">" if isinstance(p, Citation) else p for p in para] for _, para in blocks]
     assert ["".join(para) for para in text] == [
         "The embedding has RMS <0.08545>.",
         "Of <2> claims, <1> reproduced; <22,080> bytes.",
     ]
     assert [n.key for n in ledger.notes] == ["x_rms", "rows", "count/status=reproduced", "n"]  # none for dropped ones
+
+
+def test_a_narrative_quotes_what_a_model_wrote_with_its_prompt_and_line_breaks(tmp_path):
+    from bytesup.report.citations import Citation, Ledger
+    from bytesup.report.doc import Strong
+
+    (tmp_path / "metrics.json").write_text(
+        json.dumps({"prompt": "The capital is", "text": " Paris.\n\nIt is", "size": 96577380})
+    )
+    ledger = Ledger(root=tmp_path, formats={"": {"size": "bytes"}})
+    ledger.add_source("metrics.json", "lesson_x")
+    template = "It writes:\n> **{prompt}**{text}\nIt reads {size} MB per token.\n"
+    blocks = lesson_page.narrative(template, {"metrics_json": "metrics.json"}, ledger)
+    assert [kind for kind, _ in blocks] == ["para", "quote", "para"]
+    prompt, text = blocks[1][1]
+    assert isinstance(prompt, Strong) and prompt.pieces[0].text == "The capital is"
+    assert isinstance(text, Citation) and text.text == " Paris.\n\nIt is"  # the breaks kept, not \\n
+    assert "".join(p.text if isinstance(p, Citation) else p for p in blocks[2][1]) == "It reads 96.58 MB per token."
+    from bytesup.report.doc import Doc
+
+    doc = Doc(ledger, "t")
+    doc.quote(*blocks[1][1])
+    html = doc.html_parts[-1]
+    assert html.startswith('<blockquote class="generated"><strong><a class="cite"') and ">The capital is</a>" in html
+    assert re.search(r"> Paris\.<br><br>It is</a><a class=\"ref\" href=\"#n\d\">\d</a></blockquote>$", html)
+    assert "\\n" not in html
+    md = doc.md_parts[-1]
+    assert md.startswith("> **[The capital is]") and "Paris.\\\n> \\\n> It is" in md  # Markdown's hard breaks
 
 
 def test_each_footnote_has_one_marker_and_one_text(built):
@@ -468,13 +524,15 @@ def test_each_footnote_has_one_marker_and_one_text(built):
     manifest = json.loads((report_dir / "manifest.json").read_text())
     assert len(manifest["notes"]) >= 5  # the built report cites files and claims: it has footnotes
     for note in manifest["notes"]:
-        assert md.count(f"[^{note['id']}]") == 2, note  # its marker and its text
-    assert len(re.findall(r"^\[\^[^\]]+\]:", md, re.M)) == len(manifest["notes"])  # no footnote without an entry
+        if note["page"] == "index.html":
+            assert md.count(f"[^{note['id']}]") == 2, note  # its marker and its text
+    index_notes = [n for n in manifest["notes"] if n["page"] == "index.html"]
+    assert len(re.findall(r"^\[\^[^\]]+\]:", md, re.M)) == len(index_notes)  # no footnote without an entry
 
 
 def test_every_lesson_has_its_narrative():
     for lesson in registry():
-        template = report.narrative_template(lesson)
+        template = lesson_page.narrative_template(lesson)
         assert template and "{" in template, lesson
 
 
@@ -505,8 +563,9 @@ def test_the_summary_lists_what_did_not_run_and_why(tmp_path):
     report_dir = build_and_publish(root, run)
     md = md_plain((report_dir / "report.md").read_text())
     assert "bytesup.model.arch has no recipe for it" in md
-    assert f"What did not run, and why:\n\n- Lesson 4 · The forward pass: {esc_md(why)}." in md
-    assert f"Not run for this model: {esc_md(why)}." in md
+    assert esc_md("Lessons that did not run for this model: Lesson 4 · The forward pass (each section says why).") in md
+    assert f"Not run for this model: {esc_md(why)}." in md  # its section
+    assert f"- Lesson 4 · The forward pass: {esc_md(why)}." in md  # for maintainers
     assert verify_path(report_dir).ok
 
 
@@ -531,12 +590,27 @@ def test_a_notebook_page_renders_markdown_code_and_outputs_and_runs_nothing(tmp_
     # a pandas DataFrame's HTML, with the <style scoped> pandas puts first
     table = (
         "<div><style scoped>\n    .dataframe tbody tr th {\n        vertical-align: top;\n    }\n</style>"
-        '<table border="1" class="dataframe"><thead><tr><th>rows</th></tr></thead>'
-        "<tbody><tr><td>576</td></tr></tbody></table></div>"
+        '<table border="1" class="dataframe"><thead><tr><th>rows</th><th>d</th><th>ops</th></tr></thead>'
+        "<tbody><tr><td>576</td><td>576.0</td><td>11274289152</td></tr>"
+        "<tr><td>NaN</td><td>0.0854512</td><td>Paris</td></tr></tbody></table></div>"
     )
     nb = _notebook(
         [
             {"cell_type": "markdown", "source": "# Step 1\n\nThe gate is **g**, a `<|im_start|>` token.\n\n## Step 2"},
+            {
+                "cell_type": "code",
+                "execution_count": 1,
+                "metadata": {"tags": ["parameters"]},
+                "source": "token = 'default'",
+                "outputs": [],
+            },
+            {
+                "cell_type": "code",
+                "execution_count": 2,
+                "metadata": {"tags": ["injected-parameters"]},
+                "source": "# Parameters\ntoken = ' cat'\n",
+                "outputs": [],
+            },
             {
                 "cell_type": "code",
                 "execution_count": 3,
@@ -582,10 +656,17 @@ def test_a_notebook_page_renders_markdown_code_and_outputs_and_runs_nothing(tmp_
     text = html_lib.unescape(re.sub(r"<[^>]+>", "", page))
     assert "g = W_gate @ xn\ng[0]" in text and "In\xa0[3]:" in text and "Out[3]:" in text
     assert "<pre>576 rows\nline two</pre>" in page and "<pre>-0.2639</pre>" in page
-    assert f'<img alt="figure" src="data:image/png;base64,{figure}"/>' in page
+    assert f'<img alt="figure" src="data:image/png;base64,{figure}">' in page
     assert "ValueError</span>: bad &lt;b&gt;" in page and "\x1b" not in page
-    # the table stays a table; its CSS is dropped, not shown as text
-    assert '<table class="dataframe"><thead><tr><th>rows</th></tr></thead><tbody><tr><td>576</td>' in page
+    # the title once (the notebook's own), the parameters once: those the workflow passed, said so
+    assert page.count("<h1") == 1 and "<h1>Lesson 3" not in page
+    assert "default" not in text and text.count("token = ' cat'") == 1
+    assert "# The parameters the workflow ran this notebook with (papermill passed them)\ntoken" in text
+    # the table stays a table, its numbers written as the report writes them; its CSS is dropped
+    assert '<table class="dataframe"><thead><tr><th>rows</th><th>d</th><th>ops</th></tr></thead><tbody><tr>' in page
+    assert '<td class="num">576</td><td class="num">576</td><td class="num">11,274,289,152</td>' in page
+    assert '<td></td><td class="num">0.08545</td><td>Paris</td>' in page and "NaN" not in page
+    assert "white-space:pre-wrap" in page  # long code lines wrap, nothing is clipped
     assert "vertical-align" not in page and "style scoped" not in page
     # self-contained, script-free
     assert "Content-Security-Policy" in page and "<script" not in page.lower()

@@ -5,6 +5,7 @@ file and each number; damaged archives, added files and a moved folder are one c
 from __future__ import annotations
 
 import hashlib
+import html
 import json
 import re
 import shutil
@@ -67,8 +68,11 @@ def test_archive_verifies_after_unpacking_on_another_machine(built, tmp_path, ca
     link = re.search(r"!\[[^\]]*\]\(<([^>]+)>\)", md).group(1)
     assert (report_dir / link).resolve().read_bytes() == png()
     html = (report_dir / "index.html").read_text()
-    href = re.search(r'<a class="cite" href="([^"]+metrics\.json)"', html).group(1)
-    assert (report_dir / href).resolve() == (elsewhere / TOP / METRICS).resolve()
+    href = re.search(r'<a class="cite" href="([^"]+models/m\.json)"', html).group(1)
+    assert (report_dir / href).resolve() == (elsewhere / TOP / f"resources/models/{MODEL}.json").resolve()
+    data = report_dir / "data" / f"{LESSON}.html"  # a data page, one folder down
+    href = re.search(r'<a href="([^"]+metrics\.json)">JSON</a>', data.read_text()).group(1)
+    assert (data.parent / href).resolve() == (elsewhere / TOP / METRICS).resolve()
 
 
 def test_a_changed_output_file_fails_naming_the_file_and_each_number(built, capsys):
@@ -99,9 +103,9 @@ def _insert_sentence(text: str, name: str) -> str:
 # (what is tampered, old text, new text): a word, a label, a caption, a number inside a label,
 # a cited number, a table cell, a link
 EDITS = [
-    ("label", "tokens/s ceiling at this job", "tokens/s measured on this machine at this job"),
-    ("caption", "Flops per token", "Flops per token, measured on a GPU"),
-    ("number in a label", "time(N=256) / time(N=1)", "time(N=512) / time(N=1)"),
+    ("label", "its tokens/s ceiling at that read ceiling", "its tokens/s measured at that read ceiling"),
+    ("caption", "The course's numbers beside this model's", "The course's numbers, measured on a GPU"),
+    ("number in a label", "time for 256 tokens at once", "time for 512 tokens at once"),
     ("word", "Not run for this model", "Not needed for this model"),
 ]
 
@@ -120,7 +124,7 @@ def test_an_inserted_sentence_fails_naming_where(built, capsys, page):
 def test_an_edited_label_caption_or_number_in_a_label_fails(built, capsys, page, what, old, new):
     _, report_dir = built
     text = (report_dir / page).read_text()
-    old_md = old.replace("(", "\\(").replace(")", "\\)") if page == "report.md" else old
+    old_md = old.replace("(", "\\(").replace(")", "\\)") if page == "report.md" else html.escape(old)
     assert old_md in text, (what, page)
     (report_dir / page).write_text(text.replace(old_md, new, 1))
     code, lines = verify(capsys, report_dir)
@@ -130,24 +134,40 @@ def test_an_edited_label_caption_or_number_in_a_label_fails(built, capsys, page,
 
 def test_a_changed_number_a_cell_or_a_link_fails(built, capsys):
     _, report_dir = built
-    c = citation(report_dir, METRICS, "token_id")
     original = (report_dir / "index.html").read_text()
     for old, new in (
-        (f">{c['text']}</a>", ">2,645</a>"),  # a cited number in running text
-        ('<td class="v num">578</td>', '<td class="v num">579</td>'),  # a table's cell
-        (f'href="../../{METRICS}"', 'href="../../results/other.json"'),
-    ):  # a link
+        (">Test CPU</a>", ">Fast CPU</a>"),  # a cited value in running text
+        (
+            '<td class="v num" data-label="the course">0.1708</td>',
+            '<td class="v num" data-label="the course">0.1709</td>',
+        ),
+        (f'href="../../resources/models/{MODEL}.json"', 'href="../../results/other.json"'),  # a link
+    ):
         assert old in original, old
         (report_dir / "index.html").write_text(original.replace(old, new, 1))
         code, lines = verify(capsys, report_dir)
         assert code == 1 and len(lines) == 2 and lines[0].startswith("index.html, line "), (old, lines)
     (report_dir / "index.html").write_text(original)
     md = (report_dir / "report.md").read_text()
-    md, n = re.subn(r"\| 578 \| 4 \|", "| 578 | 5 |", md)
+    md, n = re.subn(r"\| 0\.1708 \|", "| 0.1709 |", md)
     assert n == 1
     (report_dir / "report.md").write_text(md)
     code, lines = verify(capsys, report_dir)
-    assert code == 1 and lines[0].startswith("report.md, line ") and "5 |" in lines[0]
+    assert code == 1 and lines[0].startswith("report.md, line ") and "0.1709 |" in lines[0]
+
+
+def test_an_edited_data_page_or_a_missing_one_fails(built, capsys):
+    _, report_dir = built
+    page = report_dir / "data" / f"{LESSON}.html"
+    original = page.read_text()
+    old = '<td class="v num" data-label="matrix rows">578</td>'  # a cell of a table shown only there
+    assert old in original
+    page.write_text(original.replace(old, old.replace("578", "579"), 1))
+    code, lines = verify(capsys, report_dir)
+    assert code == 1 and len(lines) == 2 and lines[0].startswith(f"data/{LESSON}.html, line "), lines
+    page.unlink()
+    code, lines = verify(capsys, report_dir)
+    assert code == 1 and lines[0] == f"data/{LESSON}.html: missing (a page of the report)", lines
 
 
 def test_a_swapped_figure_fails(built, capsys):
@@ -239,17 +259,17 @@ def forge(report_dir: Path, root: Path) -> None:
     """Make the rest of the report agree with whatever was edited in its folder, as a careful forger
     would: each in-report file's manifest entry re-hashed, the pages and the manifest's citations
     re-rendered from that manifest. What verify still catches is then only what it re-derives."""
-    from bytesup.report import build
+    from bytesup.report import build, render
 
     manifest = json.loads((report_dir / "manifest.json").read_text())
     for entry in manifest["files"]:
         if entry["in_report"]:
             data = (report_dir / entry["path"]).read_bytes()
             entry["sha256"], entry["bytes"] = hashlib.sha256(data).hexdigest(), len(data)
-    doc = build.render({k: v for k, v in manifest.items() if k not in build.OUTPUTS}, report_dir, root)
-    manifest.update(build.rendered_outputs(doc))
-    (report_dir / "index.html").write_text(doc.render_html())
-    (report_dir / "report.md").write_text(doc.render_md())
+    pages = render.render({k: v for k, v in manifest.items() if k not in render.OUTPUTS}, report_dir, root)
+    manifest.update(pages.outputs())
+    for name, text in pages.files().items():
+        (report_dir / name).write_text(text)
     (report_dir / "manifest.json").write_text(build.manifest_text(manifest))
 
 

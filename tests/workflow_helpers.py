@@ -208,11 +208,11 @@ def assert_metrics_match(metrics: dict, expected: dict, rel: float = 1e-5) -> No
 
 def assert_refusals_reported(md: str, refused, architecture: str) -> None:
     """Each refused lesson's one line (it names the architecture) is in the report twice: in the
-    summary's list of what did not run, and in the lesson's own section."""
+    closing section's list of what did not run, for maintainers, and in the lesson's own section."""
     for spec in refused:
         why = spec.refusal(architecture)
         assert f"'{architecture}'" in why and "\n" not in why, spec.id
-        assert md.count(f"\n- {spec.heading}: {why}.") == 1, spec.id  # the summary's list
+        assert md.count(f"\n- {spec.heading}: {why}.") == 1, spec.id  # the list for maintainers
         assert md.count(f"Not run for this model: {why}.") >= 1, spec.id  # its section
     # lessons following the same architectures share their line: each lesson's line twice
     assert md.count("Not run for this model: ") == len(refused)

@@ -1,7 +1,7 @@
 """Build the dated report from the run's outputs (called by the report rule).
 
 The report is built in report/.<date>.building/ (same depth, so relative links hold), then
-moved into place by bytesup.report.build.publish, which keeps an earlier report of the same date
+moved into place by bytesup.report.publish.publish, which keeps an earlier report of the same date
 aside as report/<date>.<n>/ (and its archive as report/<date>.<n>.zip) instead of
 overwriting it. The rule's outputs are flagged update(), so Snakemake leaves the earlier
 report where it is until this script has moved it.
@@ -14,8 +14,7 @@ import sys
 from pathlib import Path
 
 from bytesup.errors import BytesupError
-from bytesup.report import build as report
-from bytesup.report import job_resources, provenance
+from bytesup.report import build, job_resources, provenance, publish
 from bytesup.run import joblog
 
 sm = snakemake  # noqa: F821  (injected by Snakemake's script directive)
@@ -45,8 +44,8 @@ final = Path(sm.output.html).parent
 stage = final.with_name(f".{final.name}.building")
 shutil.rmtree(stage, ignore_errors=True)
 try:
-    manifest = report.build(run, stage)
-    kept = report.publish(stage, final, Path(sm.output.archive))
+    manifest = build.build(run, stage)
+    kept = publish.publish(stage, final, Path(sm.output.archive))
 except BytesupError as err:  # a cited key missing from its file, a benchmark unreadable: one line
     shutil.rmtree(stage, ignore_errors=True)
     logging.error("%s", err)

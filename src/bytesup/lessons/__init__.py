@@ -28,8 +28,22 @@ from bytesup.errors import BytesupError
 from bytesup.lessons.spec import LessonSpec
 from bytesup.run.files import plain  # lessons and their tests write metrics with it
 
-FIGSIZE = (7.0, 4.0)  # inches; every lesson figure has the same size ...
+FIGSIZE = (6.4, 4.8)  # inches; every lesson figure has the same size ...
 DPI = 120  # ... and resolution, so PNG bytes depend only on the data
+# Drawn to be read on a phone: a 6.4-inch figure shown 360 pixels wide keeps 14-point text about
+# 11 pixels tall. Every text of a lesson figure is at least MIN_FONT_PT (tests hold them to it).
+MIN_FONT_PT = 11.0
+STYLE = {
+    "font.size": 14,
+    "axes.titlesize": 14,
+    "axes.labelsize": 14,
+    "xtick.labelsize": 12.5,
+    "ytick.labelsize": 12.5,
+    "legend.fontsize": 12,
+    "figure.titlesize": 14,
+    "lines.linewidth": 2.0,
+    "lines.markersize": 7,
+}
 
 
 @functools.cache
@@ -61,6 +75,17 @@ class LessonInputError(BytesupError, ValueError):
 
 class MissingTensorError(LessonInputError, KeyError):
     """A tensor the lesson needs was not extracted (a KeyError too, so `in` and .get() work)."""
+
+
+def resident_budget_bytes(forward: Mapping | None) -> int:
+    """The config's forward.resident_budget_mb in bytes: the model keeps float32 weights resident
+    when they fit, else streams them (0 streams always)."""
+    try:
+        return int(float((forward or {})["resident_budget_mb"]) * 2**20)
+    except (KeyError, TypeError, ValueError):
+        raise LessonInputError(
+            f"config key forward.resident_budget_mb: expected a number of MB, got {forward!r}"
+        ) from None
 
 
 def read_json(path: str | Path) -> dict:
@@ -147,13 +172,35 @@ def write_table(rows: Sequence[Mapping], path: str | Path, columns: Sequence[str
 
 
 def figure(nrows: int = 1, ncols: int = 1, **kwargs):
-    """A new matplotlib figure of the lessons' one size (no screen needed): (fig, axes)."""
+    """A new matplotlib figure of the lessons' one size and type style (no screen needed): (fig, axes)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    plt.rcParams.update(STYLE)
+    kwargs.setdefault("layout", "constrained")  # room for every label; legend_below puts legends outside
     return plt.subplots(nrows, ncols, figsize=kwargs.pop("figsize", FIGSIZE), **kwargs)
+
+
+def si_label(value: float, unit: str = "") -> str:
+    """A figure's short label for a count or a size: three significant digits and a decimal prefix
+    (2.05 k, 7.16 GB, 612 B)."""
+    for prefix, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}".rstrip()
+
+
+def legend_below(fig, *axes, ncol: int = 1):
+    """One legend for `axes` (all of the figure's when none), under them: off the data."""
+    handles, labels = [], []
+    for ax in axes or fig.axes:
+        h, lab = ax.get_legend_handles_labels()
+        handles += h
+        labels += lab
+    if handles:
+        fig.legend(handles, labels, loc="outside lower center", ncol=ncol, frameon=False)
 
 
 def save_figure(fig, path: str | Path) -> Path:

@@ -122,7 +122,7 @@ def ffn_step(x, w: Mapping[str, np.ndarray], eps: float, rc: Recipe) -> tuple[FF
     return FFNTrace(xn=xn, g=g, u=u, h=h, out=out, y=y), down
 
 
-def _weights(tensors: Mapping, d: dict, block: int, rc: Recipe) -> dict[str, np.ndarray]:
+def ffn_weights(tensors: Mapping, d: dict, block: int, rc: Recipe) -> dict[str, np.ndarray]:
     """The lesson's tensors as float32, with their shapes checked in numpy order (rows x cols)."""
     n_embd, n_ff = d["embedding_length"], d["feed_forward_length"]
     want = {
@@ -160,7 +160,7 @@ def walk(metadata: Mapping, tensors: Mapping, token: str = " cat", block: int = 
         )
     row = np.array(E[tid], dtype=np.float32)  # one row: the token's vector
     x = row * np.float32(rc.embed_scale) if rc.embed_scale != 1.0 else row  # Gemma scales it by sqrt(d_model)
-    w = _weights(tensors, d, block, rc)
+    w = ffn_weights(tensors, d, block, rc)
     trace, down = ffn_step(x, w, d["rms_epsilon"], rc)
     return Walk(
         token=token,

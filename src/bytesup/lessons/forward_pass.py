@@ -35,6 +35,7 @@ from bytesup.lessons import claims as claims_mod
 from bytesup.lessons.spec import SERIES, Headline, LessonSpec
 from bytesup.model.arch import (
     ARCHITECTURES,
+    BIAS_TENSORS,
     OPTIONAL_ROLES,
     ArchMetadataError,
     ArchSpec,
@@ -66,6 +67,7 @@ SPEC = LessonSpec(
     ),
     reads=("model_gguf", "metadata_json"),
     tables=("prompt_tokens.csv", "next_token_top5.csv", "logit_lens.csv", "cost_per_token.csv"),
+    key_tables=("next_token_top5.csv",),
     figures={
         "residual_norms.png": (
             "The residual stream's length (L2 norm, last prompt position) after the embedding and after every block"
@@ -290,7 +292,9 @@ def cost_table(spec: ArchSpec, per_tensor: Mapping, context_len: int) -> list[di
     extras = [r for r in spec.roles if r in OPTIONAL_ROLES]  # gemma3's q/k and post norms, qwen2's biases
     if extras:
         files = ", ".join(spec.tensor_name(r, 0).removeprefix("blk.0.") for r in extras)
-        rows.append((f"{spec.arch}'s extra norms and biases", files, 0, block_bytes(*extras)))
+        biases = [r for r in extras if r in BIAS_TENSORS]  # qwen2's; the rest are norms (gemma3's)
+        kinds = ["norms"] * (len(biases) < len(extras)) + ["biases"] * bool(biases)
+        rows.append((f"{spec.arch}'s extra {' and '.join(kinds)}", files, 0, block_bytes(*extras)))
     rows += [
         ("final norm", "output_norm", 0, per_tensor[spec.tensor_name("output_norm")]),
         ("unembedding", f"{head}{' (tied)' if spec.tied else ''}", spec.vocab * d, per_tensor[head]),
@@ -439,42 +443,39 @@ def plot_residual_norms(lens: Sequence[Mapping], title: str = ""):
     x = [r["layer"] for r in lens]
     y = [r["residual_norm"] for r in lens]
     ax.plot(x, y, marker="o", ms=3.5, lw=1.4, color="C0")
-    ax.set_xticks(
-        x[:: max(1, len(x) // 16)], [("emb" if i == 0 else str(i - 1)) for i in x[:: max(1, len(x) // 16)]], fontsize=8
-    )
-    ax.set_xlabel("residual stream after: the embedding (emb), then block 0, 1, 2, ...")
+    shown_x = x[:: max(1, len(x) // 8)]
+    ax.set_xticks(shown_x, [("emb" if i == 0 else str(i - 1)) for i in shown_x])
+    ax.set_xlabel("after the embedding (emb), then block 0, 1, ...")
     ax.set_ylabel("length |x| (L2 norm, last position)")
     ax.set_ylim(0, max(y) * 1.08)
-    ax.annotate(f"{y[0]:.2f}", (x[0], y[0]), textcoords="offset points", xytext=(-4, 8), fontsize=8)
-    ax.annotate(f"{y[-1]:.0f}", (x[-1], y[-1]), textcoords="offset points", xytext=(-10, 6), fontsize=8)
+    ax.annotate(f"{y[0]:.2f}", (x[0], y[0]), textcoords="offset points", xytext=(-4, 8))
+    ax.annotate(f"{y[-1]:.0f}", (x[-1], y[-1]), textcoords="offset points", xytext=(-10, 6))
     ax.grid(lw=0.3, alpha=0.6)
     if title:
-        ax.set_title(title, fontsize=10)
-    fig.tight_layout()
+        ax.set_title(title)
     return fig
 
 
 def plot_logit_lens(lens: Sequence[Mapping], next_token: str, title: str = ""):
     """Two panels over the residual stream: the probability (log scale) and the rank (1 = top) of the
     model's final next token when the final norm and the unembedding read the stream early."""
-    fig, (ax, ax2) = figure(2, 1, sharex=True)
+    fig, (ax, ax2) = figure(2, 1, sharex=True, figsize=(6.4, 7.0))
     x = [r["layer"] for r in lens]
     p = np.array([r["next_token_prob"] for r in lens], dtype=np.float64)
     p = np.maximum(p, np.finfo(np.float64).tiny)  # a probability that underflowed to 0 sits at the bottom
     ax.plot(x, p, marker="o", ms=3.5, lw=1.4, color="C1")
     ax.set_yscale("log")
-    ax.set_ylabel(f"p({shown(next_token)})", fontsize=9)
+    ax.set_ylabel(f"p({shown(next_token)})")
     ax.grid(lw=0.3, alpha=0.6)
     ranks = np.array([r["next_token_rank"] for r in lens], dtype=np.float64) + 1
     ax2.plot(x, ranks, marker="s", ms=3, lw=1.2, color="C0")
     ax2.set_yscale("log")
     ax2.invert_yaxis()
-    ax2.set_ylabel("its rank (1 = top)", fontsize=9)
+    ax2.set_ylabel("its rank (1 = top)")
     ax2.grid(lw=0.3, alpha=0.6)
-    ticks = x[:: max(1, len(x) // 16)]
-    ax2.set_xticks(ticks, [("emb" if i == 0 else str(i - 1)) for i in ticks], fontsize=8)
-    ax2.set_xlabel("logit lens after: the embedding (emb), then block 0, 1, 2, ...")
+    ticks = x[:: max(1, len(x) // 8)]
+    ax2.set_xticks(ticks, [("emb" if i == 0 else str(i - 1)) for i in ticks])
+    ax2.set_xlabel("read after the embedding (emb), then block 0, 1, ...")
     if title:
-        ax.set_title(title, fontsize=10)
-    fig.tight_layout()
+        ax.set_title(title)
     return fig

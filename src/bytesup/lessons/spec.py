@@ -60,7 +60,11 @@ def parameter(file_name: str) -> str:
 @dataclass(frozen=True)
 class Headline:
     """One headline number of a lesson: a metrics.json key, a label a reader understands,
-    its unit ("" for a count or a plain ratio) and one format for it (None: as written)."""
+    its unit ("" for a count or a plain ratio) and what kind of number it is, for the report's one
+    rule per kind (bytesup.report.formats): fmt "%" a share, "d" an exact count, "cut:N" a long
+    text; None (or a bare precision such as ".3f", which the report does not use) a number written
+    by the one rule, four significant digits. A unit of bytes, kB, MB or GB makes it a size, written
+    with the one prefix its size calls for (96.58 MB), wherever it is cited."""
 
     key: str
     label: str

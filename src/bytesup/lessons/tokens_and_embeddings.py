@@ -32,7 +32,7 @@ from bytesup.gguf.dequant import bit_equal, reference_dequantize
 from bytesup.gguf.file import GGUFFile
 from bytesup.gguf.quants import QUANTS
 from bytesup.gguf.sizes import tensor_bytes
-from bytesup.lessons import LessonInputError, figure, metadata_values
+from bytesup.lessons import LessonInputError, figure, legend_below, metadata_values
 from bytesup.lessons import claims as claims_mod
 from bytesup.lessons.spec import SERIES, Headline, LessonSpec
 from bytesup.model.layers import rms
@@ -58,8 +58,8 @@ SPEC = LessonSpec(
     headlines=(
         Headline("token_id", "token id"),
         Headline("token_vocab_form", "stored in the vocabulary as"),
-        Headline("row_length", "row length", fmt=".4f"),
-        Headline("row_rms", "row RMS", fmt=".4f"),
+        Headline("row_length", "row length", fmt=".4g"),  # as lesson 3 writes the same row's |x| and RMS
+        Headline("row_rms", "row RMS", fmt=".4g"),
         Headline("row_bit_exact_gguf_py", "row decoded by hand, bit-exact with gguf-py"),
         Headline("token_nearest", "nearest neighbour"),
         Headline("token_nearest_cosine", "its cosine", fmt=".3f"),
@@ -475,6 +475,7 @@ def random_vector_metrics() -> dict:
         "random_dot_expected_sd": math.sqrt(RANDOM_WIDTH),
         "random_self_dot_expected": float(RANDOM_WIDTH),
         "random_dot_in_sds": dot / math.sqrt(RANDOM_WIDTH),
+        "random_width": RANDOM_WIDTH,
     }
 
 
@@ -509,6 +510,9 @@ def compute(metadata: Mapping, tensors: Mapping, gguf: GGUFFile, token: str = " 
     m["embedding_shape"] = list(E.shape)
     m["embedding_type"] = gguf.tensor(EMBEDDINGS).type_name
     m["tied_embeddings"] = "output.weight" not in gguf.tensor_names
+    m["course_embedding_width"] = claims_mod.published_value(SPEC.id, "embedding.width")  # the specimen's
+    m["embedding_table_mb"] = gguf.tensor(EMBEDDINGS).n_bytes / 1e6
+    m["tied_table_mb"] = m["embedding_table_mb"] if m["tied_embeddings"] else None  # also the output head
 
     row = row_by_hand(gguf, m["token_id"])
     m.update(row_checks(row, E[m["token_id"]]))
@@ -558,8 +562,7 @@ def plot_closeness(arrays: Mapping[str, np.ndarray], width: int, title: str = ""
     ax.set_xlim(-0.5, 1.0)
     ax.set_xlabel("cosine similarity of two embedding rows")
     ax.set_ylabel("density")
-    ax.legend(loc="upper left", fontsize=8)
+    legend_below(fig, ax)
     if title:
         ax.set_title(title)
-    fig.tight_layout()
     return fig

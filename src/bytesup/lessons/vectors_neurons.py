@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from bytesup.lessons import claims as claims_mod
-from bytesup.lessons import figure
+from bytesup.lessons import figure, legend_below
 from bytesup.lessons.spec import COMPANION, Headline, LessonSpec
 from bytesup.model import configs
 from bytesup.model import param_counts as pc
@@ -40,6 +40,8 @@ SPEC = LessonSpec(
         'Background from two other courses: chapter 2 of part 1 of a linear-algebra course, "Vectors and the functions that move them", and lesson 4 of a neural-networks course, "Neurons, matrices and nonlinearity"'
     ),
     tables=("mlp_by_hand.csv", "llama3_numbers.csv"),
+    key_tables=("mlp_by_hand.csv",),
+    key_figures=("activations.png", "fold.png"),
     figures={
         "activations.png": "ReLU, GELU, SiLU and tanh, with SiLU's minimum marked",
         "composition.png": "A grid stretched by S, then turned by R (row vectors, x W); the single matrix S R lands on the same points",
@@ -55,7 +57,7 @@ SPEC = LessonSpec(
         Headline("fold_linear_affine_residual_rms", "fold: residual of the best affine fit, without ReLU", fmt=".1e"),
         Headline("fold_gate_patterns", "linear pieces seen", fmt="d"),
         Headline("llama3_8b_mlp_ops_per_layer", "Llama 3 8B MLP ops per token per layer", fmt=",d"),
-        Headline("llama3_8b_mlp_ops_per_token", "Llama 3 8B MLP ops per token, 32 layers", fmt=",d"),
+        Headline("llama3_8b_mlp_ops_per_token", "Llama 3 8B MLP ops per token, all its layers", fmt=",d"),
         Headline("llama31_405b_mlp_ops_per_token", "Llama 3.1 405B MLP ops per token (exercise)", fmt=",d"),
         Headline("llama31_405b_mlp_tokens_per_s", "405B tokens/s at 5e14 ops/s (exercise)", fmt=".0f"),
     ),
@@ -512,7 +514,6 @@ def plot_activations(lo: float = -4.0, hi: float = 4.0):
         f"SiLU min {float(silu(zs)):.3f} at z = {zs:.2f}",
         (zs, float(silu(zs))),
         xytext=(-3.9, -1.45),
-        fontsize=8,
         arrowprops={"arrowstyle": "-", "color": "0.5"},
     )
     ax.axhline(0, color="k", lw=0.6)
@@ -522,8 +523,7 @@ def plot_activations(lo: float = -4.0, hi: float = 4.0):
     ax.set_xlabel("z (the neuron's score before the activation)")
     ax.set_ylabel("activation(z)")
     ax.set_title("Four activations: ReLU, GELU, SiLU, tanh")
-    ax.legend(loc="upper left", fontsize=8)
-    fig.tight_layout()
+    legend_below(fig, ax, ncol=2)
     return fig
 
 
@@ -531,12 +531,11 @@ def plot_fold(f: Mapping, title: str = ""):
     """Inputs, outputs without the ReLU (one affine map), outputs with it (folded)."""
     X, y_lin, y = f["X"], f["y_linear"], f["y_relu"]
     colour = np.arctan2(X[:, 1], X[:, 0])  # each point keeps its input's colour through the maps
-    fig, axes = figure(1, 3)
+    fig, axes = figure(3, 1, figsize=(6.4, 12.0))  # one panel under the other: each as wide as a phone
     for ax, pts, name in zip(axes, (X, y_lin, y), ("input x", "output, no ReLU", "output, ReLU")):
         ax.scatter(pts[:, 0], pts[:, 1], c=colour, cmap="hsv", s=3, lw=0)
-        ax.set_title(name, fontsize=9)
+        ax.set_title(name)
         ax.set_aspect("equal")
-        ax.tick_params(labelsize=7)
     lim = float(np.abs(X).max())
     s = np.linspace(-lim, lim, 2)
     for j in range(3):  # each detector's boundary x . W_in[:, j] + b_j = 0, drawn on the input panel
@@ -548,8 +547,7 @@ def plot_fold(f: Mapping, title: str = ""):
     axes[0].set_xlim(-lim, lim)
     axes[0].set_ylim(-lim, lim)
     if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+        fig.suptitle(title)
     return fig
 
 
@@ -565,26 +563,23 @@ def plot_composition():
             ax.plot(G[k, :, 0], G[k, :, 1], color="C0", lw=0.7, **kw)
             ax.plot(G[:, k, 0], G[:, k, 1], color="C1", lw=0.7, **kw)
 
-    fig, axes = figure(1, 3)
+    fig, axes = figure(3, 1, figsize=(6.4, 13.0))  # one panel under the other: each as wide as a phone
     draw(axes[0], P)
-    axes[0].set_title("grid x", fontsize=9)
+    axes[0].set_title("grid x")
     draw(axes[1], P @ S)
-    axes[1].set_title("x S (stretch)", fontsize=9)
+    axes[1].set_title("x S (stretch)")
     draw(axes[2], P @ S @ R)
     once = P @ (S @ R)
     axes[2].plot(once[:, 0], once[:, 1], "o", mfc="none", mec="k", ms=3, mew=0.5, label="x (S R), one matrix")
-    axes[2].set_title("(x S) R (then rotate)", fontsize=9)
-    axes[2].legend(fontsize=7, loc="lower left")
+    axes[2].set_title("(x S) R (then rotate)")
     for ax in axes:
         ax.plot([0], [0], "k+", ms=8)  # the origin never moves
         ax.set_xlim(-2.2, 2.2)
         ax.set_ylim(-2.2, 2.2)
         ax.set_aspect("equal")
-        ax.tick_params(labelsize=7)
+    legend_below(fig, axes[2])
     SR = S @ R
     fig.suptitle(
-        f"S R = [[{SR[0, 0]:.2f}, {SR[0, 1]:.2f}], [{SR[1, 0]:.2f}, {SR[1, 1]:.2f}]] (row vectors, x W: S first)",
-        fontsize=10,
+        f"S R = [[{SR[0, 0]:.2f}, {SR[0, 1]:.2f}], [{SR[1, 0]:.2f}, {SR[1, 1]:.2f}]]\n(row vectors, x W: S first)"
     )
-    fig.tight_layout()
     return fig

@@ -409,6 +409,18 @@ def _sliding_layers(metadata, facts: ArchFacts, arch: str, n_layers: int, path) 
     return window, tuple((i + 1) % every != 0 for i in range(n_layers))
 
 
+def layer_windows(metadata: Mapping[str, Any], n_layers: int, path=None) -> tuple[int | None, ...]:
+    """Each layer's sliding window (None: a global layer, which sees every position), read from the
+    file the way the architecture's table row says (spec_from_metadata does the same for a model);
+    every layer global for an architecture without sliding layers or not in the table."""
+    arch = metadata.get("general.architecture")
+    facts = ARCHITECTURES.get(arch) if isinstance(arch, str) else None
+    if facts is None:
+        return (None,) * n_layers
+    window, sliding = _sliding_layers(metadata, facts, arch, n_layers, path)
+    return tuple(window if s else None for s in sliding) if sliding else (None,) * n_layers
+
+
 def recipe_summary(arch: str) -> str:
     """One line, for people, of what an architecture's block does, from its table row."""
     if arch not in ARCHITECTURES:

@@ -11,10 +11,13 @@ innermost-first dimensions are reversed).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from bytesup.gguf.sizes import type_bytes
-from bytesup.model.arch import ArchSpec
+from bytesup.model.arch import ArchSpec, layer_windows
 
 
 @dataclass(frozen=True)
@@ -151,5 +154,87 @@ def kv_bytes_per_token(a: Architecture, cache_type: str = "F16") -> int:
 
 def kv_bytes(blocks: int, kv_heads: int, key_length: int, value_length: int, cache_type: str = "F16") -> int:
     """The same from the sizes a GGUF's metadata gives: blocks x KV heads x (key + value length)
-    x bytes per element (a model may store values of another length than keys)."""
+    x bytes per element (a model may store values of another length than keys).
+
+    That is what one token of context adds while every layer still keeps every position; a model
+    with sliding-window layers stops adding on those past their window (``kv_cache_bytes``)."""
     return blocks * kv_heads * (key_length + value_length) * type_bytes(cache_type, 1)
+
+
+# The KV cache layer by layer: (bytes one token of context adds to the layer, its window), the
+# window None on a layer that keeps every position (a global layer) and n on a sliding one, which
+# keeps only the last n.
+KVLayers = tuple[tuple[int, int | None], ...]
+
+
+def kv_layers(
+    blocks: int,
+    kv_heads: int,
+    key_length: int,
+    value_length: int,
+    cache_type: str = "F16",
+    windows: Sequence[int | None] = (),
+) -> KVLayers:
+    """The cache's layers from a model's sizes; `windows` per layer (empty: every layer global)."""
+    per_layer = kv_bytes(1, kv_heads, key_length, value_length, cache_type)
+    windows = tuple(windows) or (None,) * blocks
+    if len(windows) != blocks:
+        raise ValueError(f"{len(windows)} windows for {blocks} blocks")
+    return tuple((per_layer, w) for w in windows)
+
+
+def spec_kv_layers(spec: ArchSpec | Architecture, cache_type: str = "F16") -> KVLayers:
+    """A model's cache layers: an ArchSpec's sliding layers keep their window (bytesup.model.arch),
+    a published Architecture's layers all keep every position."""
+    window = getattr(spec, "layer_window", lambda layer: None)
+    windows = [window(i) for i in range(spec.n_layers)]
+    return kv_layers(spec.n_layers, spec.n_kv_heads, spec.head_dim, spec.head_dim, cache_type, windows)
+
+
+def file_kv_layers(metadata: Mapping, cache_type: str = "F16") -> KVLayers:
+    """A GGUF's cache layers from its metadata alone: blocks x KV heads x (key + value length) per
+    layer, and each layer's window where the architecture table reads sliding-window layers from the
+    file (bytesup.model.arch; Gemma 3: only every sixth layer keeps the whole context). A file of an
+    architecture the table lacks keeps every position on every layer: all its metadata can say."""
+    arch = metadata.get("general.architecture")
+
+    def key(name, default=None):
+        value = metadata.get(f"{arch}.{name}", default)
+        if value is None:
+            raise ValueError(f"metadata key {arch}.{name} is missing")
+        return int(value)
+
+    n_head = key("attention.head_count")
+    k_len = key("attention.key_length", key("embedding_length") // n_head)
+    blocks = key("block_count")
+    return kv_layers(blocks, key("attention.head_count_kv", n_head), k_len, key("attention.value_length", k_len),
+                     cache_type, layer_windows(metadata, blocks))  # fmt: skip
+
+
+def context_for_kv_share(layers: KVLayers, weight_bytes: int, share: float, limit: int) -> int | None:
+    """The fewest positions in the cache at which its bytes are `share` of what a decode step reads
+    (the weights' `weight_bytes` beside them), or None when that takes more than `limit` (the context
+    length): a model whose sliding layers stop growing may never get there. share 0.5: the cache as
+    large as the weights."""
+
+    def reached(t: int) -> bool:
+        kv = kv_cache_bytes(layers, t)
+        return kv >= share * (weight_bytes + kv)
+
+    if not reached(limit):
+        return None
+    lo, hi = 0, limit  # the cache only grows with the positions: bisect for the first that reaches it
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if reached(mid) else (mid + 1, hi)
+    return lo
+
+
+def kv_cache_bytes(layers: KVLayers, context):
+    """Bytes the KV cache holds after `context` tokens (a number, or an array of them): every
+    layer's bytes per token times the positions it keeps, all of them or its window's. Only the
+    global layers grow without end; a sliding layer stops growing at its window."""
+    c = np.asarray(context, dtype=np.int64)
+    total = sum(per * (c if w is None else np.minimum(c, w)) for per, w in layers)
+    total = np.asarray(total, dtype=np.int64)
+    return int(total) if total.ndim == 0 else total

@@ -5,6 +5,7 @@ Keys are paths split on "/":
   JSON  "x_rms", "dequant/Q8_0/ratio", "targets/0/met"  (list items by index)
   CSV   "3/measured"               row 3 (0-based, header excluded), column "measured"
         "count/status=reproduced"  how many rows have that value in that column
+        "count/lesson=x&status=y"  how many rows have both
         "rows"                     the number of data rows
 The same reader serves the report (to write a number) and `bytesup verify` (to re-read it).
 
@@ -21,22 +22,23 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bytesup.run.files import sha256_file
-from bytesup.gguf.file import printable
 from bytesup.errors import BytesupError
+from bytesup.report.formats import format_value, one_rule
+from bytesup.run.files import sha256_file
 
 SELF = "manifest.json"  # the report's own manifest, beside index.html
+_THOUSANDS = re.compile(r"[-+]?\d{1,3}(,\d{3})+(\.\d+)?")
+# A quantity named so is a share or a probability: written as a percentage, wherever it is cited.
+SHARE = re.compile(r"(^|_)(fraction|share|prob|probability)(_|$)")
 
 
 class CitationError(BytesupError, KeyError):
     """A cited key is missing from its file."""
-
 
 
 def _read_csv(path: Path) -> list[dict[str, str]]:
@@ -61,9 +63,9 @@ def read_csv_key(rows: list[dict[str, str]], key: str, where: str = "table") -> 
     if key == "rows":
         return len(rows)
     head, _, rest = key.partition("/")
-    if head == "count" and "=" in rest:
-        column, wanted = rest.split("=", 1)
-        return sum(1 for row in rows if row.get(column) == wanted)
+    if head == "count" and "=" in rest:  # count/status=reproduced, count/lesson=x&status=reproduced
+        wanted = [condition.split("=", 1) for condition in rest.split("&")]
+        return sum(1 for row in rows if all(row.get(column) == value for column, value in wanted))
     if head.isdigit() and rest:
         row = int(head)
         if row >= len(rows) or rest not in rows[row]:
@@ -72,78 +74,41 @@ def read_csv_key(rows: list[dict[str, str]], key: str, where: str = "table") -> 
     raise CitationError(f"{where}: {key!r} is not a CSV citation key")
 
 
-def read_value(path: str | Path, key: str) -> Any:
-    """The value stored under `key` in a JSON or CSV file (see the module docstring)."""
+def parse(path: str | Path) -> Any:
+    """A JSON file's data, or a CSV file's rows (a list of {column: text})."""
     path = Path(path)
     if path.suffix == ".csv":
-        return read_csv_key(_read_csv(path), key, str(path))
-    return read_key(json.loads(path.read_text(encoding="utf-8")), key, str(path))
+        return _read_csv(path)
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def lookup(data: Any, key: str, where: str, csv_file: bool) -> Any:
+    """The value under `key` in parsed data (see `parse`)."""
+    return read_csv_key(data, key, where) if csv_file else read_key(data, key, where)
+
+
+def read_value(path: str | Path, key: str) -> Any:
+    """The value stored under `key` in a JSON or CSV file (see the module docstring)."""
+    return lookup(parse(path), key, str(path), Path(path).suffix == ".csv")
 
 
 def _number_or_text(text: str) -> Any:
+    """A CSV cell's value: an int, a float (thousands separated or not: "524,288"), a list of
+    numbers ("[7, -1]"), else the text."""
+    plain = text.replace(",", "") if _THOUSANDS.fullmatch(text) else text
     for kind in (int, float):
         try:
-            return kind(text)
+            return kind(plain)
         except ValueError:
             pass
+    if text.startswith("[") and text.endswith("]"):
+        try:
+            items = json.loads(text)
+        except ValueError:
+            return text
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in items):
+            return items
     return text
-
-
-def format_value(value: Any, fmt: str | None = None) -> str:
-    """How a cited value is written in the report; verify formats the re-read value the same way.
-
-    fmt: a format() spec (".3f"), "%" (a fraction as a percentage), "json" (compact JSON, for
-    dicts), or "cut:N" (the text cut to N characters with a trailing ellipsis).
-    Non-printable characters (a token's "\r", a lone surrogate) are shown escaped, as
-    `bytesup inspect` shows them: a browser would turn "\r" into "\n" and lose the difference.
-    """
-    return printable(_format(value, fmt))
-
-
-def _format(value: Any, fmt: str | None) -> str:
-    if fmt and fmt.startswith("cut:"):
-        text = format_value(value)
-        limit = int(fmt[4:])
-        return text if len(text) <= limit else text[: limit - 1] + "\u2026"
-    if fmt == "json":
-        return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(", ", ": "))
-    if isinstance(value, bool) or value is None:
-        return {True: "yes", False: "no", None: "none"}[value]
-    if fmt and fmt.endswith("%"):  # "%" and ".1%" alike: a fraction as a percentage, one way everywhere
-        digits = fmt[1:-1] if fmt.startswith(".") else "1"
-        return f"{100 * float(value):,.{digits}f} %"
-    if fmt:
-        if isinstance(value, (int, float)) and value == 0 and re.fullmatch(r"\.\d+[eEgG]", fmt):
-            return "0"  # an exact zero is 0 in every notation (0.0e+00 reads as a measurement)
-        if isinstance(value, (int, float)) and re.fullmatch(r"\.\d+f|d", fmt):
-            fmt = "," + fmt  # thousands separated, as every count and byte size in the report
-        return format(value, fmt)
-    if isinstance(value, int):
-        return f"{value:,}"
-    if isinstance(value, float):
-        return plain_float(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(format_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return format_value(value, "json")
-    return str(value)
-
-
-def plain_float(value: float) -> str:
-    """The report's one rule for a float nobody gave a format: four significant digits, never
-    scientific notation where a person reads the number (a whole float is a count: 53,084,160;
-    12.83; 0.0854), thousands separated; only magnitudes below 0.001 keep an exponent (1e-06)."""
-    if math.isnan(value) or math.isinf(value):
-        return str(value)
-    if value == 0:
-        return "0"
-    if value.is_integer() or abs(value) >= 1e4:
-        return f"{round(value):,}"
-    if abs(value) < 1e-3:
-        return f"{value:.3g}"
-    digits = max(0, 3 - math.floor(math.log10(abs(value))))
-    text = f"{value:,.{digits}f}"
-    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 @dataclass
@@ -154,7 +119,7 @@ class Source:
     bytes: int = 0
     in_report: bool = False
 
-    def hash(self, location: str | Path) -> "Source":
+    def hash(self, location: str | Path) -> Source:
         self.sha256 = sha256_file(location)
         self.bytes = Path(location).stat().st_size
         return self
@@ -169,16 +134,19 @@ class Citation:
     value: Any
     text: str
     note: int  # the footnote that names the source: its own, or its table's or figure's
+    page: str = "index.html"  # the page it is on
 
 
 @dataclass
 class Note:
-    """One footnote: a number's source (file and key), or a table's or figure's file (key None)."""
+    """One footnote: a number's source (file and key), or a table's or figure's file (key None).
+    Footnotes are numbered per page."""
 
     id: int
     file: str
     key: str | None
     kind: str  # "number", "table" or "figure"
+    page: str = "index.html"
 
 
 @dataclass
@@ -190,7 +158,8 @@ class Ledger:
     formats: one format per quantity: {scope: {name: format}}, a name being the last part of a key
     (a JSON key or a CSV column) and a scope a folder of cited files ("" for all), used wherever that
     quantity is cited without a format of its own, so it reads the same everywhere it appears.
-    Files are hashed when first cited, so files that are never cited need not exist.
+    Files are hashed when first cited, so files that are never cited need not exist; each is read
+    and parsed once. `page` is the page being written: citations and footnotes are on it.
     """
 
     report_dir: str | Path = "."
@@ -200,6 +169,10 @@ class Ledger:
     documents: dict[str, Any] = field(default_factory=dict)  # in-memory JSON (the manifest in the making)
     citations: list[Citation] = field(default_factory=list)
     notes: list[Note] = field(default_factory=list)
+    page: str = "index.html"
+    _parsed: dict[str, Any] = field(default_factory=dict, repr=False)
+    _page_notes: dict[str, int] = field(default_factory=dict, repr=False)
+    _read: list[str] = field(default_factory=list, repr=False)  # the files hashed, in the order first read
 
     def location(self, path: str) -> Path:
         src = self.sources.get(path) or self._unknown(path)
@@ -225,48 +198,62 @@ class Ledger:
         src = self.sources.get(path) or self._unknown(path)
         if not src.sha256 and path not in self.documents:
             src.hash(self.location(path))
+            self._read.append(path)
         return src
 
     def fmt_for(self, path: str, key: str) -> str | None:
+        """The quantity's one format: its scope's, else a share's or a probability's "%" (SHARE)."""
         name = key.rsplit("/", 1)[-1]
         for scope in sorted(self.formats, key=len, reverse=True):
-            if (not scope or path.startswith(scope + "/")) and name in self.formats[scope]:
+            if (not scope or path.startswith(scope + "/")) and one_rule(self.formats[scope].get(name)):
                 return self.formats[scope][name]
-        return None
+        return "%" if SHARE.search(name) else None
 
-    def read(self, path: str, key: str) -> Any:
+    def data(self, path: str) -> Any:
+        """The file's parsed data (JSON data, or a CSV file's rows), read once."""
         self.source(path)
         if path in self.documents:
-            return read_key(self.documents[path], key, path)
-        return read_value(self.location(path), key)
+            return self.documents[path]
+        if path not in self._parsed:
+            self._parsed[path] = parse(self.location(path))
+        return self._parsed[path]
+
+    def read(self, path: str, key: str) -> Any:
+        data = self.data(path)
+        return lookup(data, key, path, path not in self.documents and path.endswith(".csv"))
+
+    def has(self, path: str, key: str) -> bool:
+        """Whether the file holds `key` with a value (not null)."""
+        try:
+            return self.read(path, key) is not None
+        except CitationError:
+            return False
 
     def note(self, path: str, key: str | None, kind: str) -> Note:
         self.source(path)
-        note = Note(len(self.notes) + 1, path, key, kind)
+        number = self._page_notes.get(self.page, 0) + 1
+        self._page_notes[self.page] = number
+        note = Note(number, path, key, kind, self.page)
         self.notes.append(note)
         return note
 
     def cite(self, path: str, key: str, fmt: str | None = None, note: Note | None = None) -> Citation:
         """A number in running text (its own footnote), or with `note`, a cell of that note's table."""
         value = self.read(path, key)
-        if fmt is None:
-            fmt = self.fmt_for(path, key)
+        fmt = one_rule(fmt if fmt is not None else self.fmt_for(path, key))
         if note is None:
             note = self.note(path, key, "number")
         elif note.file != path:
             raise CitationError(f"{path} → {key}: a cell of the table from {note.file} must cite that file")
-        citation = Citation(len(self.citations) + 1, path, key, fmt, value, format_value(value, fmt), note.id)
+        text = format_value(value, fmt)
+        citation = Citation(len(self.citations) + 1, path, key, fmt, value, text, note.id, self.page)
         self.citations.append(citation)
         return citation
 
     def cited_files(self) -> list[Source]:
-        """Every hashed source that a citation or footnote names, in the order first cited."""
-        seen: dict[str, Source] = {}
-        for path in [n.file for n in self.notes]:
-            src = self.sources[path]
-            if path not in seen and path not in self.documents:
-                seen[path] = src
-        return list(seen.values())
+        """Every file the pages read (a number cited from it, a table, a figure, or only looked at to
+        decide what to show), in the order first read: the manifest hashes them, the archive holds them."""
+        return [self.sources[path] for path in self._read]
 
 
 def note_line(note: Note | dict, source: Source | dict) -> str:

@@ -158,19 +158,28 @@ def peak_mb(job: str, a: Architecture, *, resident_budget_mb: int = 2000, llc_mb
     """
     vocab_text = a.vocab * TOKEN_TEXT_BYTES / MB
     if job == "fetch":
-        return {"own_mb": PYTHON_BASE_MB, "mapped_mb": 0.0,
-                "holds": "the interpreter; the file is hashed (or copied) 1 MB at a time"}
+        return {
+            "own_mb": PYTHON_BASE_MB,
+            "mapped_mb": 0.0,
+            "holds": "the interpreter; the file is hashed (or copied) 1 MB at a time",
+        }
     if job == "extract":
         # bytesup.gguf.extract: tensor by tensor, a chunk of rows read with plain reads (quantized) and its
         # float32 rows written through the hasher; the metadata (the vocabulary) as Python objects
-        return {"own_mb": PYTHON_BASE_MB + 2 * CHUNK_MB + vocab_text, "mapped_mb": 0.0,
-                "holds": "one chunk of rows, quantized and as float32; the vocabulary as text"}
+        return {
+            "own_mb": PYTHON_BASE_MB + 2 * CHUNK_MB + vocab_text,
+            "mapped_mb": 0.0,
+            "holds": "one chunk of rows, quantized and as float32; the vocabulary as text",
+        }
     if job == "02_tokens_and_embeddings":
         # the table a chunk of rows at a time (the rows, their unit rows), 512 sampled unit rows and
         # their cosines to a chunk, per-token floats (row lengths, cosines to one row, their order)
         sample = _f32_mb(512, a.d_model) + 512 * min(a.vocab, CHUNK_MB * MB // (4 * a.d_model)) * 4 / MB
-        return {"own_mb": NOTEBOOK_BASE_MB + 2 * CHUNK_MB + sample + 6 * 4 * a.vocab / MB + vocab_text,
-                "mapped_mb": CHUNK_MB, "holds": "two chunks of embedding rows, 512 sampled rows, a few floats per token"}
+        return {
+            "own_mb": NOTEBOOK_BASE_MB + 2 * CHUNK_MB + sample + 6 * 4 * a.vocab / MB + vocab_text,
+            "mapped_mb": CHUNK_MB,
+            "holds": "two chunks of embedding rows, 512 sampled rows, a few floats per token",
+        }
     if job == "timing_cpu":
         # bytesup.timing.cpu.run_cpu: first STREAM (3 float64 arrays of max(4 x LLC, 256 MiB)), freed;
         # then ffn_gate and ffn_up stacked as float32 until each holds 2 x LLC (one block at least),
@@ -179,9 +188,11 @@ def peak_mb(job: str, a: Architecture, *, resident_budget_mb: int = 2000, llc_mb
         per_block = _f32_mb(a.d_ff, a.d_model)
         blocks = max(1, math.ceil(2 * llc_mb / per_block))
         sweep_mb = (3 if blocks > 1 else 2) * blocks * per_block
-        return {"own_mb": PYTHON_BASE_MB + max(stream_mb, sweep_mb),
-                "mapped_mb": 2 * type_bytes(type_name, a.d_ff * a.d_model) / MB,
-                "holds": "the STREAM arrays, or ffn_gate and ffn_up as float32 (stacked when one block is under 2 x LLC)"}
+        return {
+            "own_mb": PYTHON_BASE_MB + max(stream_mb, sweep_mb),
+            "mapped_mb": 2 * type_bytes(type_name, a.d_ff * a.d_model) / MB,
+            "holds": "the STREAM arrays, or ffn_gate and ffn_up as float32 (stacked when one block is under 2 x LLC)",
+        }
     if job == "timing_decode":
         # bytesup.timing.decode: the NumPy decoder with resident float32 weights when they fit the budget,
         # else one block's matrices as float32 at a time plus a chunk of the output head (bytesup.model.weights
@@ -196,18 +207,34 @@ def peak_mb(job: str, a: Architecture, *, resident_budget_mb: int = 2000, llc_mb
         kv_mb = min(kv_bytes_read(a, max(DECODE_CONTEXTS) + 16), KV_BUDGET_BYTES) / MB if resident else 0.0
         largest = max(type_bytes(type_name, math.prod(shape)) for _, shape in llama_tensor_shapes(a) if len(shape) > 1)
         beside = max(stream_mb, kv_mb, 4 * largest / MB if resident else 0.0)
-        return {"own_mb": PYTHON_BASE_MB + weights + beside,
-                "mapped_mb": max(f32_model, file_bytes(a, type_name) / MB) if resident else largest / MB,
-                "holds": ("all weights as float32 + the memory kernels or the context sweep's cache; llama.cpp maps "
-                          "the float32 copy, then the file" if resident else
-                          "one block's matrices as float32 + a head chunk + the STREAM arrays")}
+        return {
+            "own_mb": PYTHON_BASE_MB + weights + beside,
+            "mapped_mb": max(f32_model, file_bytes(a, type_name) / MB) if resident else largest / MB,
+            "holds": (
+                "all weights as float32 + the memory kernels or the context sweep's cache; llama.cpp maps "
+                "the float32 copy, then the file"
+                if resident
+                else "one block's matrices as float32 + a head chunk + the STREAM arrays"
+            ),
+        }
     if job in ("timing_figure", "report"):
-        return {"own_mb": NOTEBOOK_BASE_MB, "mapped_mb": 0.0, "holds": "CSV and JSON files: nothing grows with the model"}
+        return {
+            "own_mb": NOTEBOOK_BASE_MB,
+            "mapped_mb": 0.0,
+            "holds": "CSV and JSON files: nothing grows with the model",
+        }
     raise ValueError(f"no memory model for job {job!r}; known: {', '.join(MODELLED_JOBS)}")
 
 
-MODELLED_JOBS = ("fetch", "extract", "02_tokens_and_embeddings", "timing_cpu", "timing_decode", "timing_figure",
-                 "report")
+MODELLED_JOBS = (
+    "fetch",
+    "extract",
+    "02_tokens_and_embeddings",
+    "timing_cpu",
+    "timing_decode",
+    "timing_figure",
+    "report",
+)
 
 
 def estimate_table(a: Architecture, **kw) -> list[dict]:
@@ -216,8 +243,18 @@ def estimate_table(a: Architecture, **kw) -> list[dict]:
     return sorted(rows, key=lambda r: -r["own_mb"])
 
 
-COLUMNS = ("job", "wall_s", "runtime_s", "within_runtime", "max_rss_mb", "mem_mb", "mem_fraction", "within_mem_mb",
-           "cpu_s", "benchmark")
+COLUMNS = (
+    "job",
+    "wall_s",
+    "runtime_s",
+    "within_runtime",
+    "max_rss_mb",
+    "mem_mb",
+    "mem_fraction",
+    "within_mem_mb",
+    "cpu_s",
+    "benchmark",
+)
 
 
 def write_csv(rows: list[dict], path: str | os.PathLike) -> Path:

@@ -161,6 +161,7 @@ SCHEMA = {
                     "format": {"type": ["string", "null"], "maxLength": 64},
                     "text": TEXT,
                     "note": COUNT,
+                    "page": PATH,
                 },
             },
         },
@@ -175,11 +176,13 @@ SCHEMA = {
                     "file": PATH,
                     "key": {"type": ["string", "null"], "maxLength": 100_000},
                     "kind": NAME,
+                    "page": PATH,
                 },
             },
         },
         "tables": ANY_LIST,
         "figures": ANY_LIST,
+        "pages": {"type": "array", "maxItems": 1_000, "items": PATH},  # besides index.html: data/*.html, glossary
     },
 }
 

@@ -21,8 +21,17 @@ from pathlib import Path
 from bytesup.timing.machine import blas_info, cpu_model, memory_bytes
 
 PACKAGES = (
-    "bytesup", "snakemake", "numpy", "gguf", "pandas", "matplotlib", "papermill",
-    "huggingface_hub", "threadpoolctl", "jsonschema", "torch",
+    "bytesup",
+    "snakemake",
+    "numpy",
+    "gguf",
+    "pandas",
+    "matplotlib",
+    "papermill",
+    "huggingface_hub",
+    "threadpoolctl",
+    "jsonschema",
+    "torch",
 )
 
 
@@ -58,8 +67,13 @@ def gpus() -> list[dict]:
     if not exe:
         return []
     try:
-        out = subprocess.run([exe, "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=20, check=True).stdout
+        out = subprocess.run(
+            [exe, "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return []
     found = []

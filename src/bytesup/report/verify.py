@@ -5,8 +5,9 @@ llm-bytes-up-<date>/). Verify
 
 1. re-hashes every file the manifest lists (size and sha256), and names files that are in the
    report folder or the archive but not in the manifest;
-2. re-renders index.html and report.md from the manifest and the cited files, with the same code
-   that wrote them (bytesup.report.build.render), and compares them byte for byte with what was shared:
+2. re-renders every page (index.html, report.md, the data pages data/*.html, the glossary) from the
+   manifest and the cited files, with the same code that wrote them (bytesup.report.render), and
+   compares them byte for byte with what was shared:
    an edited word, label, caption, link, number or an added sentence fails, naming the first place
    that differs; the manifest's list of citations is compared with the re-rendered one, so a
    changed file is named with each number it changes;
@@ -14,7 +15,7 @@ llm-bytes-up-<date>/). Verify
 4. re-renders each lesson's notebook page from its executed notebook and compares it the same way.
 (job_resources.csv is re-hashed only: the Snakemake records it comes from are not in the report.)
 
-The words come from this package (lesson specs, narrative templates): verify with the version
+The words come from this package (lesson specs, narrative templates, labels.yaml, glossary.yaml): verify with the version
 that wrote the report (manifest.json, packages/bytesup and git_describe).
 
 Cited paths are relative to a root: the archive's folder, or for a folder the project that holds
@@ -37,9 +38,10 @@ from pathlib import Path
 
 from bytesup.errors import BytesupError
 from bytesup.gguf.file import printable
-from bytesup.report import archive, build, notebook_pages, safe_read
+from bytesup.report import archive, build, notebook_pages, render, safe_read
 from bytesup.report import manifest as manifest_mod
 from bytesup.report.citations import CitationError
+from bytesup.report.lesson_page import title
 
 CONTEXT = 50  # characters shown either side of the first difference
 
@@ -78,10 +80,10 @@ def first_difference(name: str, shown: str, expected: str) -> str | None:
         start = expected.rfind(marker, 0, at)
         if start != -1:
             end = expected.find('"' if marker == 'id="' else "\n", start + len(marker))
-            section = f" (section '{printable(expected[start + len(marker):end])}')"
+            section = f" (section '{printable(expected[start + len(marker) : end])}')"
             break
     lo = max(0, at - CONTEXT)
-    got, want = shown[lo:at + CONTEXT], expected[lo:at + CONTEXT]
+    got, want = shown[lo : at + CONTEXT], expected[lo : at + CONTEXT]
     return f"{name}, line {line}{section}: shows \u201c{printable(got)}\u201d where the files give \u201c{printable(want)}\u201d"
 
 
@@ -98,6 +100,8 @@ def _named(manifest: dict, report_dir: Path, root: Path):
             yield f"sources/{rule}/{name}", root, path
     for lesson, page in manifest.get("notebooks", {}).items():
         yield f"notebooks/{lesson}", report_dir, page
+    for i, page in enumerate(manifest.get("pages", [])):
+        yield f"pages/{i}", report_dir, page
     if manifest.get("job_resources"):
         yield "job_resources", report_dir, manifest["job_resources"]
     yield "(the claims table)", report_dir, build.CLAIMS_FILE
@@ -123,11 +127,21 @@ def _refuse_unsafe(manifest: dict, report_dir: Path, root: Path) -> None:
 
 def expected_report_files(manifest: dict) -> set[str]:
     """Every file a report folder holds, relative to it."""
-    return set(build.REPORT_FILES) | {f["path"] for f in manifest.get("files", []) if f.get("in_report")}
+    pages = manifest.get("pages") if isinstance(manifest.get("pages"), list) else []
+    return (
+        set(build.REPORT_FILES)
+        | {f["path"] for f in manifest.get("files", []) if f.get("in_report")}
+        | {str(p) for p in pages}
+    )
 
 
-def verify_folder(report_dir: Path, root: Path | None = None, label: str | None = None,
-                  root_given: bool = False, hashed: dict | None = None) -> Result:
+def verify_folder(
+    report_dir: Path,
+    root: Path | None = None,
+    label: str | None = None,
+    root_given: bool = False,
+    hashed: dict | None = None,
+) -> Result:
     """`hashed`: (sha256, bytes) by (in_report, path), for files an archive's reading hashed already."""
     report_dir = Path(report_dir)
     root_given = root_given or root is not None
@@ -136,7 +150,9 @@ def verify_folder(report_dir: Path, root: Path | None = None, label: str | None 
     problems = result.problems
     try:
         where = report_dir / "manifest.json"
-        manifest = manifest_mod.parse(safe_read.read_capped(where, manifest_mod.MAX_BYTES, "a report's manifest"), str(where), build.FORMAT)
+        manifest = manifest_mod.parse(
+            safe_read.read_capped(where, manifest_mod.MAX_BYTES, "a report's manifest"), str(where), build.FORMAT
+        )
         html, md = _page(report_dir / "index.html"), _page(report_dir / "report.md")
     except FileNotFoundError as err:
         raise VerifyError(f"{report_dir}: not a report folder (no {Path(err.filename).name})") from None
@@ -147,15 +163,23 @@ def verify_folder(report_dir: Path, root: Path | None = None, label: str | None 
 
     # 1. the files
     outside = [f for f in manifest["files"] if not f["in_report"]]
-    if outside and not root_given and not any((safe_read.inside(root, f["path"]) or root / "-").is_file() for f in outside):
-        raise VerifyError(f"{report_dir}: none of the {len(outside)} project files it cites are under {root}: the"
-                          " folder was moved away from its project; pass --root PROJECT (the folder holding results/)")
+    if (
+        outside
+        and not root_given
+        and not any((safe_read.inside(root, f["path"]) or root / "-").is_file() for f in outside)
+    ):
+        raise VerifyError(
+            f"{report_dir}: none of the {len(outside)} project files it cites are under {root}: the"
+            " folder was moved away from its project; pass --root PROJECT (the folder holding results/)"
+        )
     _refuse_unsafe(manifest, report_dir, root)
     for entry in manifest["files"]:
         path = entry["path"]
         location = safe_read.inside(report_dir if entry["in_report"] else root, path)
         try:
-            digest, size = hashed[entry["in_report"], path] if hashed is not None else safe_read.sha256_regular(location)
+            digest, size = (
+                hashed[entry["in_report"], path] if hashed is not None else safe_read.sha256_regular(location)
+            )
         except (FileNotFoundError, KeyError):
             problems.append(f"{printable(path)}: missing (looked in {location})")
             continue
@@ -165,8 +189,9 @@ def verify_folder(report_dir: Path, root: Path | None = None, label: str | None 
         if size != entry["bytes"]:
             problems.append(f"{path}: {size} bytes, the manifest says {entry['bytes']}")
         if digest != entry["sha256"]:
-            problems.append(f"{path}: sha256 {digest[:12]}, the manifest says {entry['sha256'][:12]}"
-                            " (the file changed)")
+            problems.append(
+                f"{path}: sha256 {digest[:12]}, the manifest says {entry['sha256'][:12]} (the file changed)"
+            )
         result.files += 1
     expected = expected_report_files(manifest)
     for extra, kind in safe_read.listing(report_dir):
@@ -175,28 +200,42 @@ def verify_folder(report_dir: Path, root: Path | None = None, label: str | None 
         elif extra not in expected:
             problems.append(f"{printable(extra)}: in the report folder but not in its manifest (an added file)")
 
-    # 2. the page, re-rendered from the manifest and the files
-    inputs = {k: v for k, v in manifest.items() if k not in build.OUTPUTS}
+    # 2. the pages, re-rendered from the manifest and the files
+    inputs = {k: v for k, v in manifest.items() if k not in render.OUTPUTS}
     try:
-        doc = build.render(inputs, report_dir, root)
+        pages = render.render(inputs, report_dir, root)
     except (CitationError, OSError, ValueError, KeyError, TypeError, RecursionError) as err:
         problems.append(f"cannot re-render the report from its files: {printable(str(err))}")
         return result
-    outputs = build.rendered_outputs(doc)
+    outputs = pages.outputs()
     result.numbers = len(outputs["citations"])
     result.figures = len(outputs["figures"])
     shared = {c["id"]: c for c in manifest["citations"]}
     for c in outputs["citations"]:
         old = shared.get(c["id"])
-        if old is None or (old["file"], old["key"]) != (c["file"], c["key"]):
+        if old is None or (old.get("page"), old["file"], old["key"]) != (c["page"], c["file"], c["key"]):
             continue
         if old["text"] != c["text"]:
-            problems.append(f"citation {c['id']} ({c['file']} \u2192 {c['key']}): the file gives {c['text']!r};"
-                            f" the report shows {old['text']!r}")
-    if {k: manifest.get(k) for k in build.OUTPUTS} != outputs and not any("citation" in p for p in problems):
-        problems.append("manifest.json: its list of citations, footnotes, tables or figures is not the one"
-                        " the files give")
-    for name, shown, want in (("index.html", html, doc.render_html()), ("report.md", md, doc.render_md())):
+            problems.append(
+                f"citation {c['id']} ({c['file']} \u2192 {c['key']}): the file gives {c['text']!r};"
+                f" the report shows {old['text']!r}"
+            )
+    if {k: manifest.get(k) for k in render.OUTPUTS} != outputs and not any("citation" in p for p in problems):
+        problems.append(
+            "manifest.json: its list of citations, footnotes, tables, figures or pages is not the one the files give"
+        )
+    for name, want in pages.files().items():
+        if name in ("index.html", "report.md"):
+            shown = html if name == "index.html" else md
+        else:
+            try:
+                shown = _page(report_dir / name)
+            except FileNotFoundError:
+                problems.append(f"{name}: missing (a page of the report)")
+                continue
+            except (OSError, ValueError) as err:
+                problems.append(f"{name}: {printable(str(err))}")
+                continue
         diff = first_difference(name, shown, want)
         if diff:
             problems.append(diff)
@@ -213,7 +252,7 @@ def verify_folder(report_dir: Path, root: Path | None = None, label: str | None 
         if not notebook or location is None or not location.is_file():
             continue  # a missing page is named above
         try:
-            want = notebook_pages.render(safe_read.inside(root, notebook), build._title(lesson))
+            want = notebook_pages.render(safe_read.inside(root, notebook), title(lesson), build.section_link(lesson))
             shown = safe_read.read_capped(location, archive.MAX_PAGE_BYTES).decode("utf-8", errors="replace")
         except (ValueError, OSError) as err:
             problems.append(printable(str(err)))
@@ -230,7 +269,7 @@ def _claims_difference(manifest: dict, report_dir: Path, root: Path) -> str | No
     if shown is None or not shown.is_file():
         return None  # named above as missing
     lessons = {lesson: {"claims_csv": str(root / files["claims_csv"])}
-               for lesson, files in build._by_kind(manifest["sources"])["lessons"].items() if "claims_csv" in files}  # fmt: skip
+               for lesson, files in render.by_kind(manifest["sources"])["lessons"].items() if "claims_csv" in files}  # fmt: skip
     try:
         with tempfile.TemporaryDirectory(prefix="bytesup-verify-") as tmp:
             build.write_claims(lessons, Path(tmp) / build.CLAIMS_FILE)

@@ -20,7 +20,7 @@ import logging
 
 import numpy as np
 
-from bytesup.model.configs import kv_bytes
+from bytesup.model.configs import context_for_kv_share, kv_cache_bytes, spec_kv_layers
 from bytesup.model.forward import flops_per_token
 from bytesup.timing.measure import summarize
 from bytesup.timing.steps import NumpyDecoder
@@ -33,19 +33,11 @@ KV_ITEM_TYPE = "F32"  # the NumPy decoder keeps its cache in float32
 KV_VISIBLE_SHARE = 0.10  # the KV cache's share of a step's bytes from which the lessons call it visible
 
 
-def kv_bytes_per_position(shape, cache_type: str = KV_ITEM_TYPE) -> int:
-    """Bytes of K and V one position holds in ONE block (configs.kv_bytes), for an ArchSpec or an
-    Architecture (anything with n_kv_heads and head_dim)."""
-    return kv_bytes(1, shape.n_kv_heads, shape.head_dim, shape.head_dim, cache_type)
-
-
 def kv_bytes_read(shape, positions: int, cache_type: str = KV_ITEM_TYPE) -> int:
     """Bytes of keys and values one decode step reads when the cache holds `positions` positions
     (this step's own included): every block reads them all, a sliding-window layer (an ArchSpec's
-    layer_window) only its last `window`."""
-    per = kv_bytes_per_position(shape, cache_type)
-    window = getattr(shape, "layer_window", lambda layer: None)
-    return sum(per * (positions if window(i) is None else min(positions, window(i))) for i in range(shape.n_layers))
+    layer_window) only its last `window` (configs.kv_cache_bytes, layer by layer)."""
+    return kv_cache_bytes(spec_kv_layers(shape, cache_type), positions)
 
 
 def kv_share(weight_bytes: int, kv: int) -> float:
@@ -55,18 +47,8 @@ def kv_share(weight_bytes: int, kv: int) -> float:
 
 def context_for_share(shape, weight_bytes: int, share: float, limit: int, cache_type: str = KV_ITEM_TYPE) -> int | None:
     """The fewest positions in the cache at which its keys and values are `share` of the bytes a
-    decode step reads (weights `weight_bytes` beside them), or None when that takes more than `limit`
-    positions (the context length: on a model whose every layer slides, the cache stops growing)."""
-    if kv_share(weight_bytes, kv_bytes_read(shape, limit, cache_type)) < share:
-        return None
-    lo, hi = 0, limit  # kv_bytes_read grows with the positions: bisect for the first that reaches the share
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if kv_share(weight_bytes, kv_bytes_read(shape, mid, cache_type)) >= share:
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
+    decode step reads (configs.context_for_kv_share), or None when that takes more than `limit`."""
+    return context_for_kv_share(spec_kv_layers(shape, cache_type), weight_bytes, share, limit)
 
 
 def contexts_for(

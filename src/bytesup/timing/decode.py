@@ -34,6 +34,7 @@ from bytesup.model.arch import supported
 from bytesup.model.configs import DEEPSEEK_CODER_6_7B
 from bytesup.model.forward import Model, flops_per_token
 from bytesup.model.weights import float32_bytes
+from bytesup.timing.ceiling import tokens_per_s
 from bytesup.timing.context import KV_VISIBLE_SHARE, context_for_share, contexts_for, decode_by_context
 from bytesup.timing.cpu import settings
 from bytesup.timing.machine import CpuShare, machine_facts
@@ -98,7 +99,7 @@ def decode_summary(times, bytes_per_token: int, ceiling: dict, noisy_spread: flo
         "decode_read_ceiling_gbps": ceiling["gbps"],
         "decode_read_ceiling_kernel": ceiling["kernel"],
         "decode_read_ceiling_rel_iqr": ceiling["rel_iqr"],
-        "decode_ceiling_tokens_per_s": ceiling["gbps"] * 1e9 / bytes_per_token,
+        "decode_ceiling_tokens_per_s": tokens_per_s(ceiling["gbps"], bytes_per_token),  # the one ceiling
         "decode_fraction_of_read_ceiling": gbps / ceiling["gbps"],
     }
 
@@ -370,7 +371,7 @@ def _llama_on_file_summary(llama: dict, file_bytes: int, ceiling: dict, noisy: f
         return {"skipped": llama["skipped"]}
     stats = summarize(llama["decode_times"], noisy)
     tps = 1.0 / stats["median_s"]
-    ceiling_tps = ceiling["gbps"] * 1e9 / file_bytes
+    ceiling_tps = tokens_per_s(ceiling["gbps"], file_bytes)
     rows = [prefill_row("llama.cpp", n, samples, noisy, spec) for n, samples in llama["prefill"].items()]
     prefill_rows += rows
     return {

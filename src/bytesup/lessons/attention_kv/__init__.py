@@ -38,7 +38,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from bytesup.lessons import LessonInputError
+from bytesup.lessons import LessonInputError, resident_budget_bytes
 from bytesup.lessons import claims as claims_mod
 from bytesup.lessons.attention_kv.by_hand import (
     BLOCK,
@@ -60,7 +60,7 @@ from bytesup.lessons.attention_kv.cache import (
     time_decode,
     timing_metrics,
 )
-from bytesup.lessons.attention_kv.rotary import hf_layout_scores, pair_angles, rope_table, rope_theta, wrap
+from bytesup.lessons.attention_kv.rotary import hf_layout_scores, pair_angles, rope_bases, rope_table, rope_theta, wrap
 from bytesup.lessons.spec import SERIES, Headline, LessonSpec
 from bytesup.model.arch import ARCHITECTURES
 from bytesup.model.configs import kv_bytes_per_token
@@ -78,6 +78,7 @@ SPEC = LessonSpec(
     ),
     reads=("model_gguf", "metadata_json"),
     tables=("kv_cache_size.csv", "kv_cache_timing.csv", "rope_angles.csv", "attention_top.csv"),
+    key_figures=("attention_patterns.png", "kv_cache_size.png"),
     figures={
         "attention_patterns.png": (
             "Attention weights over the prompt for three heads of the first, a middle and the last block:"
@@ -142,15 +143,6 @@ def encode_prompt(metadata: Mapping, prompt: str) -> tuple[list[int], list[str]]
     return ids, [tok.token_text(i) for i in ids]
 
 
-def resident_budget_bytes(forward: Mapping | None) -> int:
-    try:
-        return int(float((forward or {})["resident_budget_mb"]) * 2**20)
-    except (KeyError, TypeError, ValueError):
-        raise LessonInputError(
-            f"config key forward.resident_budget_mb: expected a number of MB, got {forward!r}"
-        ) from None
-
-
 def run(
     model_gguf: str | os.PathLike,
     metadata: Mapping,
@@ -162,14 +154,12 @@ def run(
     contexts: Sequence[int] = CONTEXTS,
     repeats: int = REPEATS,
     decode_steps: int = DECODE_STEPS,
-    window: int | None = None,
 ) -> tuple[dict, dict]:
     """(metrics, tables): every number the lesson reports, and what its cells show, each computed once.
 
     tables: "spec", "ids", "tokens", "weights" (block's AttnWeights), "hand" (HandAttention),
     "package" (attention_block's y, K, V), "attention" (per block, heads x N x N), "attention_top",
     "rope", "kv_size", "timing" (rows; [] when the model streams), "mode".
-    window: the model's sliding window (None for llama: the cache keeps every position).
     """
     ids, tokens = encode_prompt(metadata, prompt)
     with Model.from_gguf(model_gguf, resident_budget_bytes=resident_budget_bytes(forward)) as model:
@@ -268,19 +258,41 @@ def run(
         }
         for b, h in shown_heads(spec)
     ]
-    # 4. the cache's size
-    size = kv_size_table(spec, model_name, file_bytes, window)
+    # rope's bases: one per kind of layer (Gemma 3's global layers turn with the file's freq_base)
+    bases = rope_bases(spec)
+    global_layers = [i for i in range(spec.n_layers) if spec.layer_window(i) is None]
+    m["rope_bases"] = sorted(bases)
+    m["rope_base_sliding"] = spec.layer_rope_base(spec.sliding_layers.index(True)) if any(spec.sliding_layers) else None
+    m["rope_base_global"] = spec.layer_rope_base(global_layers[0]) if global_layers and spec.sliding_layers else None
+    m["rope_global_layers"] = global_layers if spec.sliding_layers else None
+    # 4. the cache's size, layer by layer (a sliding-window layer keeps only its window)
+    size = kv_size_table(spec, model_name, file_bytes)
     this, specimen, llama = size
+    grew = this["kv_bytes_at_context_if_every_layer_grew_f16"]
     m.update(
         {
             "kv_bytes_per_token": this["kv_bytes_per_token_f16"],
             "kv_bytes_per_token_f32": this["kv_bytes_per_token_f32"],
             "kv_bytes_at_context_length": this["kv_bytes_at_context_f16"],
             "kv_mb_at_context_length": this["kv_bytes_at_context_f16"] / 1e6,
-            "kv_sliding_window": window,
+            "kv_sliding_window": this["sliding_window"],
+            "kv_global_layers": this["global_layers"],
+            "kv_sliding_layers": spec.n_layers - this["global_layers"] if this["sliding_window"] else None,
+            "kv_mb_at_context_if_every_layer_grew": grew / 1e6 if grew else None,
+            "kv_cache_at_context_share_of_weights": this["cache_at_context_over_weights"],
             "model_file_bytes": file_bytes,
             "kv_cache_equals_weights_tokens": this["cache_equals_weights_tokens"],
+            # only when the cache never reaches the file within the model's context (sliding layers stop growing)
+            "kv_cache_never_reaches_weights_share": (
+                this["cache_at_context_over_weights"] if this["cache_equals_weights_tokens"] is None else None
+            ),
             "specimen_kv_bytes_per_token": specimen["kv_bytes_per_token_f16"],
+            "specimen_block_count": specimen["blocks"],
+            "specimen_head_count_kv": specimen["kv_heads"],
+            "specimen_head_dim": specimen["head_dim"],
+            "specimen_over_model_kv_bytes_per_token": specimen["kv_bytes_per_token_f16"]
+            / this["kv_bytes_per_token_f16"],
+            "llama3_8b_kv_heads": llama["kv_heads"],
             "specimen_kv_bytes_at_context_length": specimen["kv_bytes_at_context_f16"],
             "specimen_context_length": specimen["context_length"],
             "specimen_weights_bytes": specimen["weights_bytes"],
@@ -308,7 +320,7 @@ def run(
         "package": (y_pkg, k_pkg, v_pkg),
         "attention": attention,
         "attention_top": top,
-        "rope": rope_table(spec, block=block),
+        "rope": rope_table(spec),
         "kv_size": size,
         "timing": timing,
         "mode": mode,

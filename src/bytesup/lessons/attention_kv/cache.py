@@ -14,8 +14,13 @@ from bytesup.model.configs import (
     DEEPSEEK_CODER_6_7B,
     LLAMA3_8B,
     Architecture,
+    KVLayers,
+    context_for_kv_share,
     kv_bytes_per_token,
+    kv_cache_bytes,
+    kv_layers,
     llama_tensor_shapes,
+    spec_kv_layers,
 )
 from bytesup.model.forward import (
     KVCache,
@@ -29,10 +34,9 @@ from bytesup.model.forward import (
 )
 from bytesup.model.trace import Trace
 
-# Context lengths from the same published config.json files as bytesup.model.configs
-# (max_position_embeddings); configs.Architecture does not carry them. None of these models uses a
-# sliding window (no sliding_window key): their caches grow with every token up to the limit.
-# How the course's comparison models are stored: the specimen as its Q8_0 GGUF (matrices Q8_0,
+# The comparison models use no sliding window: their caches grow with every token up to their
+# context (configs.Architecture.context_length, the published max_position_embeddings). How the
+# course's comparison models are stored: the specimen as its Q8_0 GGUF (matrices Q8_0,
 # norm vectors F32, as llama.cpp's quantizer leaves them), Llama-3-8B as published (BF16 throughout).
 STORED_AS = {DEEPSEEK_CODER_6_7B.name: ("Q8_0", "F32"), LLAMA3_8B.name: ("BF16", "BF16")}
 CONTEXTS = (8, 32, 64, 128)  # context lengths the timing runs at
@@ -59,14 +63,6 @@ def architecture_of(spec: ArchSpec, name: str) -> Architecture:
     )
 
 
-def kv_cache_bytes(bytes_per_token: int, tokens, window: int | None = None):
-    """Cache bytes after `tokens` tokens of context. A sliding-window model keeps only the last
-    `window` positions, so its cache stops growing there; window None: every position is kept."""
-    tokens = np.asarray(tokens)
-    kept = tokens if window is None else np.minimum(tokens, window)
-    return bytes_per_token * kept
-
-
 def stored_bytes(a: Architecture, matrices: str, vectors: str) -> int:
     """Bytes of a llama-style model's weights stored as `matrices` (2-D tensors) and `vectors` (norms)."""
     return sum(
@@ -74,16 +70,50 @@ def stored_bytes(a: Architecture, matrices: str, vectors: str) -> int:
     )
 
 
-def kv_size_table(spec: ArchSpec, model: str, file_bytes: int, window: int | None = None) -> list[dict]:
-    """Per model: KV bytes per token (F16, F32), the cache at its full context, its weights, and the
-    context at which the F16 cache is as large as the weights."""
-    entries = [(architecture_of(spec, model), spec.context_length, window, file_bytes, "the GGUF file")]
+def cache_equals_weights_tokens(layers: KVLayers, weights_bytes: int, context_length: int) -> int | None:
+    """The shortest context (tokens) at which the cache holds as many bytes as the weights, or None
+    when it never does within the model's context: a model whose sliding layers stop growing at
+    their window may stay below its weights however long the text."""
+    return context_for_kv_share(layers, weights_bytes, 0.5, context_length)
+
+
+# kv_size_table's columns as kv_cache_size.csv writes them (kv_layers, the per-layer list, stays out)
+KV_SIZE_COLUMNS = (
+    "model",
+    "blocks",
+    "heads",
+    "kv_heads",
+    "head_dim",
+    "sliding_window",
+    "global_layers",
+    "kv_bytes_per_token_f16",
+    "kv_bytes_per_token_f32",
+    "context_length",
+    "kv_bytes_at_context_f16",
+    "kv_bytes_at_context_if_every_layer_grew_f16",
+    "weights_bytes",
+    "weights_stored_as",
+    "cache_equals_weights_tokens",
+    "cache_at_context_over_weights",
+    "source",
+)
+
+
+def kv_size_table(spec: ArchSpec, model: str, file_bytes: int) -> list[dict]:
+    """Per model: KV bytes per token (F16, F32) while every layer still grows, the cache at its full
+    context counted layer by layer (a sliding-window layer keeps only its window: on Gemma 3 only
+    the global layers hold the whole context), its weights, and the context at which the F16 cache
+    is as large as the weights (None: never, within the model's context)."""
+    entries = [(architecture_of(spec, model), spec.context_length, spec_kv_layers(spec), file_bytes, "the GGUF file")]
     for a in (DEEPSEEK_CODER_6_7B, LLAMA3_8B):
         matrices, vectors = STORED_AS[a.name]
         what = matrices if matrices == vectors else f"{matrices} (norms {vectors})"
-        entries.append((a, a.context_length, None, stored_bytes(a, matrices, vectors), what))
+        layers = kv_layers(a.n_layers, a.n_kv_heads, a.head_dim, a.head_dim)
+        entries.append((a, a.context_length, layers, stored_bytes(a, matrices, vectors), what))
     rows = []
-    for a, context, win, weights, what in entries:
+    for a, context, layers, weights, what in entries:
+        windows = {w for _, w in layers if w is not None}
+        at_context = kv_cache_bytes(layers, context)
         per_token = kv_bytes_per_token(a, "F16")
         rows.append(
             {
@@ -92,15 +122,19 @@ def kv_size_table(spec: ArchSpec, model: str, file_bytes: int, window: int | Non
                 "heads": a.n_heads,
                 "kv_heads": a.n_kv_heads,
                 "head_dim": a.head_dim,
+                "sliding_window": min(windows) if windows else None,
+                "global_layers": sum(w is None for _, w in layers),
                 "kv_bytes_per_token_f16": per_token,
                 "kv_bytes_per_token_f32": kv_bytes_per_token(a, "F32"),
                 "context_length": context,
-                "sliding_window": win,
-                "kv_bytes_at_context_f16": int(kv_cache_bytes(per_token, context, win)),
+                "kv_bytes_at_context_f16": at_context,
+                "kv_bytes_at_context_if_every_layer_grew_f16": per_token * context if windows else None,
                 "weights_bytes": weights,
                 "weights_stored_as": what,
-                "cache_equals_weights_tokens": weights / per_token,
+                "cache_equals_weights_tokens": cache_equals_weights_tokens(layers, weights, context),
+                "cache_at_context_over_weights": at_context / weights,
                 "source": a.source,
+                "kv_layers": layers,
             }
         )
     return rows

@@ -38,20 +38,42 @@ def wrap(a: np.ndarray) -> np.ndarray:
     return np.angle(np.exp(1j * np.asarray(a, dtype=np.float64)))
 
 
-def rope_table(
-    spec: ArchSpec, n_positions: int = ROPE_POSITIONS, pairs: Sequence[int] = ROPE_PAIRS, block: int = BLOCK
-) -> list[dict]:
-    """For a few pairs i: radians per token, tokens per full turn, and the angle at positions 0..n-1
-    (with block ``block``'s rope base)."""
-    theta = rope_theta(spec, block)
-    chosen = sorted({i for i in pairs if i < len(theta)} | {len(theta) - 1})
+def rope_table(spec: ArchSpec, n_positions: int = ROPE_POSITIONS, pairs: Sequence[int] = ROPE_PAIRS) -> list[dict]:
+    """For a few pairs i: radians per token, tokens per full turn, and the angle at positions 0..n-1,
+    once for every rope base the model's layers use (Gemma 3: 10,000 on its sliding layers and the
+    file's rope.freq_base on the global ones; llama: one base for every layer)."""
     rows = []
-    for i in chosen:
-        dims = f"{i},{i + spec.n_rot // 2}" if spec.rope_layout == "neox" else f"{2 * i},{2 * i + 1}"
-        row = {"pair": i, "dims": dims, "radians_per_token": theta[i], "tokens_per_turn": 2 * math.pi / theta[i]}
-        row.update({f"pos_{p}": p * theta[i] for p in range(n_positions)})
-        rows.append(row)
+    for base, layers in rope_bases(spec).items():
+        theta = rope_theta(spec, layers[0])
+        chosen = sorted({i for i in pairs if i < len(theta)} | {len(theta) - 1})
+        for i in chosen:
+            dims = f"{i},{i + spec.n_rot // 2}" if spec.rope_layout == "neox" else f"{2 * i},{2 * i + 1}"
+            row = {
+                "layers": layer_kind(spec, layers[0]),
+                "base": base,
+                "pair": i,
+                "dims": dims,
+                "radians_per_token": theta[i],
+                "tokens_per_turn": 2 * math.pi / theta[i],
+            }
+            row.update({f"pos_{p}": p * theta[i] for p in range(n_positions)})
+            rows.append(row)
     return rows
+
+
+def rope_bases(spec: ArchSpec) -> dict[float, list[int]]:
+    """Each rope base the model uses -> the layers that use it, in layer order."""
+    out: dict[float, list[int]] = {}
+    for i in range(spec.n_layers):
+        out.setdefault(spec.layer_rope_base(i), []).append(i)
+    return out
+
+
+def layer_kind(spec: ArchSpec, layer: int) -> str:
+    """'every layer', or which kind a layer of a model with sliding-window layers is."""
+    if not spec.sliding_layers:
+        return "every layer"
+    return f"sliding (window {spec.sliding_window})" if spec.is_sliding(layer) else "global"
 
 
 def gguf_rows_to_hf(w: np.ndarray, n_heads: int) -> np.ndarray:

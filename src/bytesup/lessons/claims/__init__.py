@@ -314,3 +314,11 @@ def load_claims(lesson: str) -> list[Claim]:
     if not ref.is_file():
         raise ClaimsError(f"no claims file for lesson {lesson!r} (looked for bytesup/lessons/claims/{lesson}.yaml)")
     return claims_from_dict(yaml.safe_load(ref.read_text(encoding="utf-8")), source=f"claims/{lesson}.yaml")
+
+
+def published_value(lesson: str, claim_id: str) -> float | list[float]:
+    """A number as the course prints it, read from the lesson's claims file (never retyped)."""
+    for c in load_claims(lesson):
+        if c.claim_id == claim_id:
+            return parse_published(c.published)
+    raise ClaimsError(f"claims/{lesson}.yaml has no claim {claim_id!r}")

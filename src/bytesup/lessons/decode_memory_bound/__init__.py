@@ -58,7 +58,7 @@ from bytesup.lessons.decode_memory_bound.accounting import (
     account_layout,
     group_table,
     kv_cache_bytes_per_context_token,
-    model_kv_bytes_per_context_token,
+    model_kv_layers,
 )
 from bytesup.lessons.decode_memory_bound.roofline import (
     bound_table,
@@ -74,7 +74,8 @@ from bytesup.lessons.ffn_walk import dims
 from bytesup.lessons.spec import CAPSTONE, Headline, LessonSpec
 from bytesup.model import configs
 from bytesup.model import param_counts as pc
-from bytesup.model.configs import DEEPSEEK_CODER_6_7B
+from bytesup.model.configs import DEEPSEEK_CODER_6_7B, kv_cache_bytes
+from bytesup.timing.ceiling import CONTEXT_4K, FLOAT32, STORED, tokens_per_s
 from bytesup.timing.results import course_machine, number
 
 SPEC = LessonSpec(
@@ -190,12 +191,30 @@ SPEC = LessonSpec(
         Headline("model_ffn_share_of_bytes", "FFN share of the bytes per token", fmt=".1%"),
         Headline("model_ceiling_stream_copy_tps", "tokens/s ceiling at STREAM copy bandwidth (as stored)", fmt=".0f"),
         Headline("model_ceiling_matvec_cold_tps", "tokens/s ceiling at cold matvec bandwidth (as stored)", fmt=".0f"),
+        Headline(
+            "model_ceiling_stream_copy_4k_tps",
+            "the same ceiling with lesson 7's 4k tokens in the KV cache (as stored)",
+            unit="tokens/s",
+            fmt=".0f",
+        ),
+        Headline(
+            "model_ceiling_stream_copy_float32_tps",
+            "the same ceiling for float32 weights (what our decoder reads)",
+            unit="tokens/s",
+            fmt=".1f",
+        ),
         Headline("deepseek_q8_0_bytes_per_token_gb", "deepseek-coder-6.7b Q8_0: bytes per token", unit="GB", fmt=".2f"),
         Headline(
             "deepseek_q8_0_ceiling_stream_copy_tps",
             "deepseek-coder-6.7b Q8_0: ceiling on this machine",
             unit="tokens/s",
-            fmt=".1f",
+            fmt=".2f",
+        ),
+        Headline(
+            "deepseek_q8_0_ceiling_stream_copy_4k_tps",
+            "deepseek-coder-6.7b Q8_0: ceiling on this machine at 4k context",
+            unit="tokens/s",
+            fmt=".2f",
         ),
         Headline(
             "deepseek_q8_0_ceiling_course_peak_tps",
@@ -223,10 +242,7 @@ def fmt(value, spec: str = ".1f", missing: str = "n/a") -> str:
 
 def published(claim_id: str) -> float:
     """A number as the course prints it, read from this lesson's claims file (never retyped)."""
-    for c in claims_mod.load_claims(SPEC.id):
-        if c.claim_id == claim_id:
-            return float(claims_mod.parse_published(c.published))
-    raise KeyError(claim_id)
+    return float(claims_mod.published_value(SPEC.id, claim_id))
 
 
 def bandwidths(cpu: Mapping, gpu: Mapping) -> tuple[list[dict], list[str]]:
@@ -413,9 +429,22 @@ def run(
     m["model_tied"] = any(r["read"].startswith("whole table") for r in mine.reads)
     m["model_tensor_count"] = len(tensor_rows)
     m["model_types"] = sorted({str(r["type"]) for r in tensor_rows})
+    # the KV cache at the context lesson 7 compares at (4k tokens), layer by layer: on a model with
+    # sliding-window layers only the global ones hold the whole context
+    kv_at = {}
     for layout in PUBLISHED_LAYOUTS:
-        m[f"{layout.key}_kv_cache_bytes_per_context_token"] = kv_cache_bytes_per_context_token(layout.arch)
-    m["model_kv_cache_bytes_per_context_token"] = model_kv_bytes_per_context_token(d)
+        per_token = kv_cache_bytes_per_context_token(layout.arch)
+        m[f"{layout.key}_kv_cache_bytes_per_context_token"] = per_token
+        kv_at[layout.key] = per_token * CONTEXT_4K
+    layers = model_kv_layers(metadata)
+    windows = {w for _, w in layers if w is not None}
+    m["model_kv_cache_bytes_per_context_token"] = sum(per for per, _ in layers)  # while every layer still grows
+    m["model_sliding_window"] = min(windows) if windows else None
+    m["model_kv_global_layers"] = sum(w is None for _, w in layers)
+    kv_at[MODEL_KEY] = kv_cache_bytes(layers, CONTEXT_4K)
+    m["kv_context_tokens"] = CONTEXT_4K
+    for key, kv in kv_at.items():
+        m[f"{key}_kv_cache_4k_bytes"] = kv
     # cross-checks: Llama-3-8B against param_counts (which counts no lookup row), the specimen's
     # tensors as the file would list them against this run's table when the run is the specimen
     m["llama3_8b_param_counts_streamed"] = pc.count(configs.LLAMA3_8B)["streamed_params"]
@@ -428,6 +457,9 @@ def run(
     a = DEEPSEEK_CODER_6_7B
     m["course_ffn_gate_fp32_mb"] = type_bytes("F32", a.d_ff * a.d_model) / 1e6
     m["course_matvec_fraction_of_peak"] = published("timing.matvec_gbps") / published("timing.peak_gbps")
+    m["course_matvec_gbps"], m["course_peak_gbps"] = published("timing.matvec_gbps"), published("timing.peak_gbps")
+    m["course_matmul_ratio_256_over_1"] = published("timing.matmul_ratio_256_over_1")
+    m["timing_ratio_tokens"] = int(published("matmul.work_256_over_1"))  # the N of "256 times the work"
     gate = next((r for r in tensor_rows if r["name"] == "blk.0.ffn_gate.weight"), None)
     m["model_ffn_gate_fp32_mb"] = type_bytes("F32", math.prod(parse_shape(gate["shape"]))) / 1e6 if gate else None
 
@@ -442,7 +474,12 @@ def run(
         gpu_row = next((c for c in ceil if c["model"] == acc.label and c["bandwidth"].startswith("GPU copy")), None)
         m[f"{acc.key}_ceiling_gpu_copy_tps"] = gpu_row["tokens_per_s_ceiling"] if gpu_row else None
         for key, cid in (("course_peak", "timing.peak_gbps"), ("course_matvec", "timing.matvec_gbps")):
-            m[f"{acc.key}_ceiling_{key}_tps"] = published(cid) * GB / acc.summary["bytes_per_token"]
+            m[f"{acc.key}_ceiling_{key}_tps"] = tokens_per_s(published(cid), acc.summary["bytes_per_token"])
+        # the same ceiling with lesson 7's 4k tokens of context in the cache (its fit table's number)
+        m[f"{acc.key}_ceiling_stream_copy_4k_tps"] = tokens_per_s(
+            m["timing_stream_copy_gbps"], acc.summary["bytes_per_token"], kv_at[acc.key]
+        )
+        m[f"{acc.key}_kv_4k_share_of_read"] = kv_at[acc.key] / (acc.summary["bytes_per_token"] + kv_at[acc.key])
     llc = m["timing_llc_bytes"]
     m["model_bytes_over_llc"] = mine.summary["bytes_per_token"] / llc if llc else None
 
@@ -471,6 +508,12 @@ def run(
     m.update(dm)
     # the decoder's float32 bytes against this lesson's own count of the weights a token reads
     m["model_float32_bytes_per_token"] = type_bytes("F32", mine.summary["weights_read"])
+    m["model_float32_over_stored"] = m["model_float32_bytes_per_token"] / mine.summary["bytes_per_token"]
+    # a float32 decoder's ceiling at the timing job's copy bandwidth, the same function as the others
+    m["model_ceiling_stream_copy_float32_tps"] = tokens_per_s(
+        m["timing_stream_copy_gbps"], m["model_float32_bytes_per_token"]
+    )
+    m["ceiling_weights_stored"], m["ceiling_weights_float32"] = STORED, FLOAT32
     course = course_points()
     m["course_spark_matvec_gflops"], m["course_spark_n256_gflops"] = (p["gflops"] for p in course)
     m["notes"] = [*timing_notes, *bw_notes, *cpu_notes, *gpu_notes, *decode_notes]

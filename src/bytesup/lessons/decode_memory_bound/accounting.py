@@ -6,6 +6,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from bytesup.errors import BytesupError
 from bytesup.gguf.extract import parse_shape
 from bytesup.gguf.sizes import type_bytes
 from bytesup.lessons import LessonInputError
@@ -113,10 +114,13 @@ def model_architecture(d: Mapping, tensor_rows: Sequence[Mapping], name: str = "
     return pc.architecture_from_gguf(d, (r["name"] for r in tensor_rows), vocab, name)
 
 
-def model_kv_bytes_per_context_token(d: Mapping) -> int:
-    """kv_cache_bytes_per_context_token for this run's model, from its metadata's sizes (a model may
-    store values of another length than keys: metadata value_length)."""
-    return configs.kv_bytes(d["block_count"], d["head_count_kv"], d["head_dim"], d["value_dim"])
+def model_kv_layers(metadata: Mapping) -> configs.KVLayers:
+    """This run's model's KV cache layer by layer (configs.file_kv_layers: a sliding-window layer keeps
+    only its window), with the lesson's one-line error."""
+    try:
+        return configs.file_kv_layers(metadata)
+    except (BytesupError, ValueError) as err:
+        raise LessonInputError(f"metadata.json: {err}") from None
 
 
 @dataclass

@@ -5,35 +5,36 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from bytesup.gguf.sizes import type_bytes
-from bytesup.lessons import figure
-from bytesup.lessons.decode_memory_bound.accounting import GB, Accounting
+from bytesup.lessons import figure, legend_below, si_label
+from bytesup.lessons.decode_memory_bound.accounting import Accounting
 from bytesup.lessons.decode_memory_bound.whole_model import ENGINE, LLAMA_CPP
 
 # --- figures -------------------------------------------------------------------------------------
 
 
 def plot_bytes_per_token(accounts: Sequence[Accounting], title: str = ""):
-    """Where each model's bytes per token go: one 100 % bar per model, its total written beside it."""
-    fig, ax = figure()
+    """Where each model's bytes per token go: one 100 % bar per model, its total under its name."""
+    fig, ax = figure(figsize=(6.4, 2.8 + 1.1 * len(accounts)))
     colours = ["C0", "C1", "C2", "C4", "0.6"]
     for i, acc in enumerate(accounts):
         total = acc.summary["bytes_per_token"]
         left = 0.0
         for (group, b), colour in zip(acc.summary["bytes_by_group"].items(), colours):
             share = b / total
-            ax.barh(i, share, left=left, color=colour, label=group if i == 0 else None)
-            if share > 0.06:
-                ax.text(left + share / 2, i, f"{100 * share:.0f}%", ha="center", va="center", fontsize=8)
+            ax.barh(i, share, height=0.5, left=left, color=colour, label=group if i == 0 else None)
+            if share > 0.12:  # written where it fits inside its segment
+                ax.text(left + share / 2, i, f"{100 * share:.0f}%", ha="center", va="center")
             left += share
-        ax.text(1.01, i, f"{total / GB:.3g} GB" if total >= GB else f"{total / 1e6:.3g} MB", va="center", fontsize=8)
-    ax.set_yticks(range(len(accounts)), [a.label for a in accounts], fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlim(0, 1.14)
-    ax.set_xlabel("share of the bytes read per generated token (batch 1, weights only)")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3, fontsize=7, frameon=False)
+
+    for i, acc in enumerate(accounts):  # each model's name and total above its bar: the bars get the width
+        ax.text(0, i - 0.3, f"{acc.label}: {si_label(acc.summary['bytes_per_token'], 'B')}", va="bottom")
+    ax.set_yticks([])
+    ax.set_ylim(len(accounts) - 0.5, -0.9)
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("share of the bytes a token reads")
+    legend_below(fig, ax, ncol=1)
     if title:
-        ax.set_title(title, fontsize=10)
-    fig.tight_layout()
+        ax.set_title(title)
     return fig
 
 
@@ -69,7 +70,7 @@ def plot_roofline(
     """
     import numpy as np
 
-    fig, ax = figure()
+    fig, ax = figure(figsize=(6.4, 9.0))  # room under the axes for the legend: every line and point is named there
     whole_model = [w for w in whole_model if w.get("intensity") and w.get("gflops")]
     xs = (
         [p["intensity"] for p in points]
@@ -106,14 +107,13 @@ def plot_roofline(
                 ls="none",
                 label=f"{dev} {dtype} sweep: one point per N",
             )
-            for p in mine:
-                if p["n"] in (1, 256) or (p["n"] and p["n"] == max(q["n"] for q in mine)):
+            for p in mine:  # N written at the sweep's two ends only: the points between follow in order
+                if p["n"] == 1 or (p["n"] and p["n"] == max(q["n"] for q in mine)):
                     ax.annotate(
                         f"N={p['n']}",
                         (p["intensity"], p["gflops"]),
                         textcoords="offset points",
                         xytext=(4, -10),
-                        fontsize=7,
                     )
     if course_gbps:
         ax.plot(
@@ -138,8 +138,7 @@ def plot_roofline(
                 f"N={c['n']}",
                 (c["intensity"], c["gflops"]),
                 textcoords="offset points",
-                xytext=(-30, 4),
-                fontsize=7,
+                xytext=(-46, 4),
                 color="0.35",
             )
     for engine, (colour, name) in WHOLE_MODEL_STYLE.items():
@@ -161,15 +160,6 @@ def plot_roofline(
                 lw=0.8,
                 label=f"{short}: prefill, one point per N",
             )
-            last = pre[-1]
-            ax.annotate(
-                f"N={last['n']}",
-                (last["intensity"], last["gflops"]),
-                textcoords="offset points",
-                xytext=(4, 2),
-                fontsize=7,
-                color=colour,
-            )
         if dec:
             ax.plot(
                 [dec[0]["intensity"]],
@@ -186,28 +176,17 @@ def plot_roofline(
         ax.plot(
             [x_warm], [x_warm * warm_gbps], "x", color="C0", label=f"cpu matvec, warm (in cache): {warm_gbps:.0f} GB/s"
         )
-    for name, v in markers:
-        ax.axvline(v, color="0.7", lw=0.6, ls=":")
-        ax.text(
-            v,
-            0.02,
-            f"decode {name} ",
-            transform=ax.get_xaxis_transform(),
-            rotation=90,
-            fontsize=7,
-            color="0.4",
-            va="bottom",
-            ha="right",
-        )
+    names = ", ".join(n for n, _ in markers)  # batch-1 decode of each model: one dotted vertical, named once
+    for k, (_, v) in enumerate(markers):
+        ax.axvline(v, color="0.55", lw=1.0, ls=":", label=f"batch-1 decode:\n{names}" if k == 0 else None)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
     ax.set_xlabel("arithmetic intensity, FLOPs per byte moved")
     ax.set_ylabel("achieved GFLOP/s")
-    ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.17), ncol=2, frameon=False)
+    legend_below(fig, ax)
     if title:
-        ax.set_title(title, fontsize=10)
-    fig.tight_layout()
+        ax.set_title(title)
     return fig
 
 
@@ -282,8 +261,7 @@ def plot_prefill(
     ax.set_xticks(ns, [str(n) for n in ns])
     ax.set_xlabel("N, tokens in one forward pass")
     ax.set_ylabel("tokens per second")
-    ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.17), ncol=1, frameon=False)
+    legend_below(fig, ax)
     if title:
-        ax.set_title(title, fontsize=10)
-    fig.tight_layout()
+        ax.set_title(title)
     return fig

@@ -6,17 +6,19 @@ from collections.abc import Mapping, Sequence
 
 from bytesup.gguf.sizes import type_bytes
 from bytesup.lessons.decode_memory_bound.accounting import GB, Accounting
+from bytesup.timing.ceiling import STORED, ms_per_token, tokens_per_s
 from bytesup.timing.results import number
 
 
 def ceilings(accounts: Sequence[Accounting], bw_rows: Sequence[Mapping]) -> list[dict]:
-    """decode_ceilings.csv: tokens/s ceiling = bandwidth / bytes per token, per model and bandwidth."""
+    """decode_ceilings.csv: the ceiling (bytesup.timing.ceiling.tokens_per_s) of each model's weights as
+    stored with an empty cache (context 0), per model and bandwidth."""
     out = []
     for acc in accounts:
         b = acc.summary["bytes_per_token"]
         for bw in bw_rows:
             g = bw["gbps"]
-            tps = g * GB / b if g and b else None
+            tps = tokens_per_s(g, b)
             out.append(
                 {
                     "model": acc.label,
@@ -25,7 +27,9 @@ def ceilings(accounts: Sequence[Accounting], bw_rows: Sequence[Mapping]) -> list
                     "source": bw["source"],
                     "gbps": g,
                     "tokens_per_s_ceiling": tps,
-                    "ms_per_token_floor": 1e3 / tps if tps else None,
+                    "weights": STORED,
+                    "context_tokens": 0,
+                    "ms_per_token_floor": ms_per_token(tps),
                     "note": bw["note"],
                 }
             )

@@ -34,6 +34,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from bytesup.lessons import claims as claims_mod
 from bytesup.lessons.ffn_stores.edit import Rome, rome, rome_table
 from bytesup.lessons.ffn_stores.parameters import model_accounting, parameter_table, published_metrics
@@ -64,6 +66,8 @@ SPEC = LessonSpec(
     reads=("metadata_json", "tensors_index", "tensors_csv"),
     tensors=("token_embd.weight", "blk.0.ffn_*", "?blk.0.post_ffw_norm.weight", "?output.weight"),
     tables=("top_slots.csv", "value_vectors.csv", "parameters.csv", "rome_drift.csv"),
+    key_tables=("top_slots.csv",),
+    key_figures=("slot_coefficients.png", "rome_drift.png"),
     figures={
         "slot_coefficients.png": "Block 0 coefficients aᵢ for the token, the top ones marked, and the error of rebuilding the FFN output from the largest terms",
         "rome_drift.png": "Rank-one edit of block 0's W_down: each key's drift against its overlap with k*",
@@ -148,6 +152,11 @@ def run(
     s = slots(metadata, tensors, token, block)
     m: dict = {"block": block, "token": token, "token_id": s.walk.token_id, "seed": seed}
     m.update(regroup_metrics(s))
+    # Gemma: the slots' sum is W_down h, which post_ffw_norm then rescales dimension by dimension before
+    # the residual add; the slot lists rank the terms of that sum, before the rescaling (null on a llama)
+    gains = tensors.get(f"blk.{block}.post_ffw_norm.weight") if s.walk.recipe.post_ffn_norm else None
+    m["post_ffn_norm_gain_min"] = float(np.min(gains)) if gains is not None else None
+    m["post_ffn_norm_gain_max"] = float(np.max(gains)) if gains is not None else None
     curve = rebuild_curve(s)
     m.update(slot_metrics(s, top_k, curve))
     m.update(ffn_output_reading(s, tensors, metadata, n_tokens))

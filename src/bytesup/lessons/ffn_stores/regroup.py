@@ -138,6 +138,9 @@ def rebuild_curve(s: Slots) -> dict[int, float]:
     return rebuild_error(s, range(1, s.a.shape[0] + 1))
 
 
+REBUILD_SHARE = 0.9  # "the slots that make up 90 % of the output": its relative error at most 10 %
+
+
 def slot_metrics(s: Slots, top_k: int, curve: Mapping[int, float]) -> dict:
     """The top slots by |a_i|, and how many slots rebuild the output (from ``rebuild_curve``)."""
     a = s.a.astype(np.float64)
@@ -146,7 +149,7 @@ def slot_metrics(s: Slots, top_k: int, curve: Mapping[int, float]) -> dict:
     counts = [c for c in (1, 10, 100, s.a.shape[0] // 4, s.a.shape[0] // 2) if c <= s.a.shape[0]]
     err = {m: curve[m] for m in counts}
     slots_for_half = next(m for m, e in curve.items() if e <= 0.5)
-    slots_for_90 = next(m for m, e in curve.items() if e <= 0.1)
+    slots_for_90 = next(m for m, e in curve.items() if e <= 1 - REBUILD_SHARE)
     return {
         "top_slots": top,
         "top_slot_coefficients": a[top],
@@ -159,6 +162,7 @@ def slot_metrics(s: Slots, top_k: int, curve: Mapping[int, float]) -> dict:
         "rebuild_error_by_top_m": {str(m): e for m, e in err.items()},
         "slots_for_half_of_output": slots_for_half,  # error <= 50 %
         "slots_for_90pct_of_output": slots_for_90,  # error <= 10 %
+        "rebuild_share": REBUILD_SHARE,
     }
 
 

@@ -38,7 +38,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from bytesup.lessons import claims as claims_mod
-from bytesup.lessons import figure
+from bytesup.lessons import figure, legend_below
 from bytesup.lessons.generating_text.loop import (
     CachedSteps,
     continuation_text,
@@ -82,6 +82,7 @@ SPEC = LessonSpec(
         "next_token_distribution.csv",
         "kv_cache_vs_recompute.csv",
     ),
+    key_tables=("sampled_continuations.csv",),
     figures={
         "next_token_distribution.png": (
             "The next token after the prompt: probabilities of the most likely tokens at each configured"
@@ -99,7 +100,11 @@ SPEC = LessonSpec(
             "recompute_ms_per_token", "time per token recomputing the whole prefix (median)", unit="ms", fmt=".1f"
         ),
         Headline("kv_cache_speedup", "recompute time / KV-cache time per token", fmt=".1f"),
-        Headline("llama_cpp_parts_at", "llama.cpp's greedy text parts from ours at new token (0 = first; null: never)"),
+        Headline(
+            "llama_cpp_parts_at_step",
+            "step at which llama.cpp's greedy text first differs from ours (1 = the first new token)",
+        ),
+        Headline("llama_cpp_same_tokens_all", "new tokens llama.cpp wrote exactly as ours, when it never differs"),
         Headline(
             "llama_cpp_first_step_max_abs_logit_diff",
             "largest |logit difference|, llama.cpp vs ours, after the prompt",
@@ -213,6 +218,8 @@ def run(model: Model, plan: Plan) -> tuple[dict, dict]:
         "first_token": tok.token_text(g.ids[0]),
         "first_token_prob": g.probs[0],
         "prefill_ms": 1e3 * steps.seconds[0],
+        # what to expect of the text: the model's size, every tensor's weights counted
+        "model_parameters": sum(info.n_elements for info in model.gguf.tensors),
     }
 
     # 4: sampling at each temperature
@@ -306,29 +313,30 @@ def evaluate_claims(metrics: Mapping, *, model: str, sha256: str = "", metadata:
 
 
 def plot_distribution(rows: Sequence[Mapping], temperatures: Sequence[float], title: str = ""):
-    """Grouped bars on a log scale: the top tokens (most likely first) and their probability at each
-    temperature; the legend says how much of the whole distribution those tokens hold."""
-    fig, ax = figure()
-    x = np.arange(len(rows))
-    width = 0.8 / len(temperatures)
+    """Grouped horizontal bars on a log scale: the top tokens (most likely first, top to bottom) and
+    their probability at each temperature; the legend says how much of the whole distribution those
+    tokens hold."""
+    fig, ax = figure(figsize=(6.4, 2.6 + 0.4 * len(rows)))
+    y = np.arange(len(rows))
+    height = 0.8 / len(temperatures)
     lowest = 1.0
     for j, t in enumerate(temperatures):
         p = np.array([r[f"p_T{t:g}"] for r in rows], dtype=np.float64)
         lowest = min(lowest, float(p[p > 0].min()) if (p > 0).any() else 1.0)
-        ax.bar(
-            x + (j - (len(temperatures) - 1) / 2) * width,
+        ax.barh(
+            y + (j - (len(temperatures) - 1) / 2) * height,
             p,
-            width,
+            height,
             color=f"C{j}",
             label=f"T = {t:g}: these {len(rows)} tokens hold {p.sum():.0%}",
         )
-    ax.set_xticks(x, [r["token"] for r in rows], rotation=50, ha="right", fontsize=8)
-    ax.set_yscale("log")
-    ax.set_ylim(max(lowest / 3, 1e-12), 1.5)
-    ax.set_ylabel("probability of being the next token")
-    ax.legend(fontsize=8, loc="upper right")
-    ax.grid(axis="y", which="major", lw=0.3, alpha=0.6)
+    ax.set_yticks(y, [r["token"] for r in rows])
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlim(max(lowest / 3, 1e-12), 1.5)
+    ax.set_xlabel("probability of being the next token")
+    legend_below(fig, ax)
+    ax.grid(axis="x", which="major", lw=0.3, alpha=0.6)
     if title:
-        ax.set_title(title, fontsize=10)
-    fig.tight_layout()
+        ax.set_title(title)
     return fig

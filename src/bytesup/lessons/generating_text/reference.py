@@ -19,6 +19,8 @@ LLAMA_CPP_KEYS = (
     "llama_cpp_greedy_ids",
     "llama_cpp_greedy_text",
     "llama_cpp_parts_at",
+    "llama_cpp_parts_at_step",
+    "llama_cpp_same_tokens_all",
     "llama_cpp_top_logit",
     "llama_cpp_first_step_max_abs_logit_diff",
     "llama_cpp_first_step_mean_abs_logit_diff",
@@ -123,6 +125,10 @@ def llama_cpp_side(model_gguf, plan: Plan, metrics: Mapping, tables: Mapping) ->
         "llama_cpp_greedy_ids": theirs_ids,
         "llama_cpp_greedy_text": continuation_text(tok, theirs_g, plan.eos_ids),
         "llama_cpp_parts_at": part,
+        # for a reader: the step (1 = the first new token) where the texts part, or, when they never
+        # do, how many tokens both wrote alike; each is null in the other case and when llama.cpp did not run
+        "llama_cpp_parts_at_step": None if part is None else part + 1,
+        "llama_cpp_same_tokens_all": len(ours_ids) if part is None else None,
         "llama_cpp_top_logit": float(theirs_logits[0][theirs_ids[0]]),
         "llama_cpp_first_step_max_abs_logit_diff": rows[0]["max_abs_logit_diff"],
         "llama_cpp_first_step_mean_abs_logit_diff": float(np.abs(ours_logits[0] - theirs_logits[0]).mean()),

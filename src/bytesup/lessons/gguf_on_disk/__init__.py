@@ -35,7 +35,7 @@ import numpy as np
 from bytesup.gguf.file import GGUFFile
 from bytesup.gguf.sizes import type_bytes
 from bytesup.lessons import claims as claims_mod
-from bytesup.lessons import figure
+from bytesup.lessons import figure, legend_below
 from bytesup.lessons.gguf_on_disk.file_tables import (
     ACCOUNT_PARTS,
     accounting_rows,
@@ -54,6 +54,7 @@ from bytesup.lessons.gguf_on_disk.file_tables import (
 from bytesup.lessons.gguf_on_disk.one_block import block_report, block_rows, chosen_blocks, field_rows
 from bytesup.lessons.spec import SERIES, Headline, LessonSpec
 from bytesup.model import param_counts as pc
+from bytesup.model.arch import ARCHITECTURES
 from bytesup.model.configs import DEEPSEEK_CODER_6_7B, llama_tensor_shapes
 from bytesup.model.tokens import TokenError, lookup
 
@@ -77,11 +78,12 @@ SPEC = LessonSpec(
         "block_fields.csv",
         "blocks.csv",
     ),
+    key_tables=("byte_accounting.csv",),
     figures={
         "bytes_by_type.png": "Share of the file's parameters and of its tensor bytes per ggml type",
     },
     headlines=(
-        Headline("file_size", "file size", unit="bytes"),
+        Headline("file_size", "file size in bytes"),  # every byte is accounted for: the exact count
         Headline("tensor_count", "tensors"),
         Headline("metadata_count", "metadata keys"),
         Headline("bytes_metadata", "metadata bytes"),
@@ -125,6 +127,27 @@ def course_arithmetic() -> dict:
         "course_specimen_block_tensors": per_block * DEEPSEEK_CODER_6_7B.n_layers,
         "course_specimen_tensor_data_bytes": data,
         "course_specimen_tensor_data_gb": data / 1e9,
+        "course_specimen_block_count": DEEPSEEK_CODER_6_7B.n_layers,
+        "course_specimen_bits_per_weight": 8 * data / sum(math.prod(s) for _, s in layout),
+    }
+
+
+def against_the_specimen(m: dict, f: GGUFFile) -> dict:
+    """What differs from the course's specimen, as numbers the narrative cites where they apply:
+    a block's tensors beyond the nine a llama block holds (None when there are none), and the
+    model's size against the specimen's."""
+    llama = {name.format(i=0) for name in ARCHITECTURES["llama"].tensors.values()}
+    extra = sorted(n.removeprefix("blk.0.").removesuffix(".weight") for n in f.tensor_names if n.startswith("blk.0."))
+    extra = [n for n in extra if f"blk.0.{n}.weight" not in llama]
+    same = m.get("tensors_per_block") == m["course_specimen_tensors_per_block"]
+    return {
+        "block_extra_tensors": ", ".join(extra) or None,
+        "block_extra_tensor_count": len(extra) or None,
+        "tensors_per_block_as_the_specimen": m.get("tensors_per_block") if same and not extra else None,
+        "specimen_over_model_parameters": m["course_specimen_parameters"] / m["parameters"]
+        if m["parameters"]
+        else None,
+        "specimen_over_model_file_bytes": m["course_specimen_tensor_data_bytes"] / m["bytes_tensor_data"],
     }
 
 
@@ -257,6 +280,7 @@ def run(f: GGUFFile, token: str = " cat") -> tuple[dict, dict]:
     m["blocks_all_bit_exact_gguf_py"] = m["block_types_bit_exact_gguf_py"] == len(blocks)
 
     m.update(course_arithmetic())
+    m.update(against_the_specimen(m, f))
     tables = {"metadata": meta_rows, "tensors": info_rows, "accounting": accounting_rows(acc), "by_type": types,
               "layout": layout_rows, "blocks": blocks, "block_types": type_rows, "block_fields": field_table,
               "block_rows": weight_rows}  # fmt: skip
@@ -284,22 +308,24 @@ def evaluate_claims(metrics: Mapping, *, model: str, sha256: str = "", metadata:
 
 def plot_by_type(rows: list[dict], title: str = ""):
     """Share of parameters and share of bytes per ggml type, side by side, with bits per weight."""
-    fig, ax = figure()
+    fig, ax = figure(figsize=(6.4, 2.2 + 0.8 * len(rows)))
     y = np.arange(len(rows))
     h = 0.38
     ax.barh(y - h / 2, [100 * r["parameter_share"] for r in rows], height=h, color="C0", label="share of parameters")
     ax.barh(y + h / 2, [100 * r["byte_share"] for r in rows], height=h, color="C1", label="share of tensor bytes")
-    for i, r in enumerate(rows):
-        n = f"{r['tensors']} tensor" + ("s" if r["tensors"] != 1 else "")
-        ax.text(max(100 * r["parameter_share"], 100 * r["byte_share"]) + 1, i,
-                f"{r['bits_per_weight']:g} bits/weight, {n}\n{100 * r['parameter_share']:.1f} % of parameters,"
-                f" {100 * r['byte_share']:.1f} % of bytes", va="center", fontsize=8)  # fmt: skip
+    top = max(max(100 * r["parameter_share"], 100 * r["byte_share"]) for r in rows)
+    for i, r in enumerate(rows):  # the bits each weight takes, beside its pair of bars
+        ax.text(
+            max(100 * r["parameter_share"], 100 * r["byte_share"]) + top / 40,
+            i,
+            f"{r['bits_per_weight']:g} bits/weight",
+            va="center",
+        )
     ax.set_yticks(y, [r["type"] for r in rows])
     ax.invert_yaxis()
-    ax.set_xlim(0, 145)
-    ax.set_xlabel("% of the file's parameters / tensor bytes")
-    ax.legend(loc="lower right", fontsize=8)
+    ax.set_xlim(0, top * 1.7)
+    ax.set_xlabel("% of the parameters, % of the tensor bytes")
+    legend_below(fig, ax, ncol=1)
     if title:
         ax.set_title(title)
-    fig.tight_layout()
     return fig

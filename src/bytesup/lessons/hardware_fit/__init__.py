@@ -57,6 +57,7 @@ from bytesup.lessons.hardware_fit.fit_table import CONTEXTS, find_row, fit_rows
 from bytesup.lessons.hardware_fit.storage import KV_CACHE_TYPE, GiB
 from bytesup.lessons.spec import SERIES, Headline, LessonSpec
 from bytesup.model import configs
+from bytesup.timing.ceiling import STORED
 
 SPEC = LessonSpec(
     id="07_the_hardware_fit",
@@ -116,6 +117,24 @@ SPEC = LessonSpec(
             fmt=".1f",
         ),
         Headline("fits_this_machine_4k_count", "published (model, storage) pairs that fit this machine at 4k context"),
+        Headline(
+            "model_kv_cache_4k_bytes",
+            "this model's KV cache at 4k context (F16, layer by layer)",
+            unit="bytes",
+            fmt=",d",
+        ),
+        Headline(
+            "model_kv_cache_32k_bytes",
+            "this model's KV cache at 32k context (capped at its maximum)",
+            unit="bytes",
+            fmt=",d",
+        ),
+        Headline(
+            "model_kv_cache_32k_if_every_layer_grew_bytes",
+            "the same if every layer kept every position (sliding-window models only)",
+            unit="bytes",
+            fmt=",d",
+        ),
         Headline("this_machine_memory_bytes", "this machine's memory (measured)", unit="bytes", fmt=",d"),
         Headline(
             "this_machine_bandwidth_gbps", "this machine's STREAM copy bandwidth (measured)", unit="GB/s", fmt=".1f"
@@ -131,10 +150,7 @@ SPEC = LessonSpec(
 
 def published(claim_id: str) -> float:
     """A published number from this lesson's claims file (one place for it)."""
-    for c in claims_mod.load_claims(SPEC.id):
-        if c.claim_id == claim_id:
-            return claims_mod.parse_published(c.published)
-    raise KeyError(f"claims/{SPEC.id}.yaml has no claim {claim_id!r}")
+    return claims_mod.published_value(SPEC.id, claim_id)
 
 
 # --- the whole lesson ---------------------------------------------------------------------------------
@@ -164,11 +180,29 @@ def run(
             "model_weights_bytes": m0["weights_bytes"],
             "model_read_per_token_bytes": m0["read_per_token_bytes"],
             "model_kv_bytes_per_token": m0["kv_bytes_per_token"],
+            "model_sliding_window": m0["sliding_window"],
+            "model_kv_global_layers": m0["kv_global_layers"],
+            "model_kv_sliding_layers": len(m0["kv_layers"]) - m0["kv_global_layers"],
             "model_max_context": m0["max_context"],
             "kv_cache_type": KV_CACHE_TYPE,
             "contexts": dict(CONTEXTS),
+            # how every ceiling of the fit table is counted (bytesup.timing.ceiling)
+            "ceiling_weights": STORED,
+            "ceiling_context": "4k",
+            "ceiling_context_tokens": CONTEXTS["4k"],
         }
     )
+    # the cache layer by layer: a sliding-window model keeps only its window on the sliding layers,
+    # so at long contexts its cache is far below the every-layer-grows count (bytes per token x context)
+    cap = m0["max_context"]
+    metrics["model_context_capped_at"] = cap if cap and cap < max(CONTEXTS.values()) else None
+    for label in CONTEXTS:
+        r = find_row(rows, "model", label, devices[0].key)
+        metrics[f"model_kv_cache_{label}_bytes"] = r["kv_cache_bytes"]
+        every_layer = m0["kv_bytes_per_token"] * r["context_tokens"]
+        metrics[f"model_kv_cache_{label}_if_every_layer_grew_bytes"] = (
+            every_layer if m0["sliding_window"] is not None else None
+        )
     for m in models[1:]:
         metrics[f"{m['key']}_weights_bytes"] = m["weights_bytes"]
         metrics[f"{m['key']}_read_per_token_bytes"] = m["read_per_token_bytes"]

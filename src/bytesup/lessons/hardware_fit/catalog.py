@@ -12,6 +12,7 @@ from pathlib import Path
 
 from gguf.constants import LlamaFileType
 
+from bytesup.errors import BytesupError
 from bytesup.gguf.extract import parse_shape
 from bytesup.gguf.sizes import type_bytes
 from bytesup.lessons import LessonInputError
@@ -73,18 +74,24 @@ def file_quant(metadata: Mapping, rows: Sequence[Mapping]) -> str:
         return max(set(matrices), key=matrices.count)
 
 
-def model_kv_bytes_per_token(metadata: Mapping) -> int:
-    """K and V bytes per token of context for this run's model, from its metadata: blocks x KV heads
-    x (key length + value length) x 2 bytes. For a model with sliding-window layers (Gemma 3) this
-    is the full-attention upper bound; llama.cpp keeps only the window for those layers."""
-    arch = meta_value(metadata, "general.architecture")
-    n_embd = int(meta_value(metadata, f"{arch}.embedding_length"))
-    n_head = int(meta_value(metadata, f"{arch}.attention.head_count"))
-    n_kv = int(meta_value(metadata, f"{arch}.attention.head_count_kv", n_head))
-    k_len = int(meta_value(metadata, f"{arch}.attention.key_length", n_embd // n_head))
-    v_len = int(meta_value(metadata, f"{arch}.attention.value_length", k_len))
-    blocks = int(meta_value(metadata, f"{arch}.block_count"))
-    return configs.kv_bytes(blocks, n_kv, k_len, v_len, KV_CACHE_TYPE)
+def kv_layers_of_file(metadata: Mapping) -> configs.KVLayers:
+    """configs.file_kv_layers (each layer's window from the file) with the lesson's one-line error."""
+    try:
+        return configs.file_kv_layers(metadata, KV_CACHE_TYPE)
+    except (BytesupError, ValueError) as err:
+        raise LessonInputError(f"metadata.json: {err}") from None
+
+
+def kv_facts(layers: configs.KVLayers) -> dict:
+    """What the fit tables say about a cache: bytes per token while every layer still grows, the
+    sliding window (None without one) and how many layers keep the whole context."""
+    windows = {w for _, w in layers if w is not None}
+    return {
+        "kv_layers": layers,
+        "kv_bytes_per_token": sum(per for per, _ in layers),
+        "sliding_window": min(windows) if windows else None,
+        "kv_global_layers": sum(w is None for _, w in layers),
+    }
 
 
 def this_model(metadata: Mapping, rows: Sequence[Mapping], name: str = "this model") -> dict:
@@ -100,7 +107,7 @@ def this_model(metadata: Mapping, rows: Sequence[Mapping], name: str = "this mod
         "architecture": arch,
         "weights_bytes": sum(int(r["bytes"]) for r in rows),
         "read_per_token_bytes": read_per_token(rows),
-        "kv_bytes_per_token": model_kv_bytes_per_token(metadata),
+        **kv_facts(kv_layers_of_file(metadata)),
         "max_context": int(meta_value(metadata, f"{arch}.context_length", 0)) or None,
         "n_tensors": len(rows),
         "source": f"this run's GGUF: tensors.csv (bytes), metadata ({arch}.*)",
@@ -124,7 +131,9 @@ def published_model(p: Published, quant: str) -> dict:
         "architecture": "llama",
         "weights_bytes": weights_bytes(tensors),
         "read_per_token_bytes": read_per_token(rows),
-        "kv_bytes_per_token": configs.kv_bytes_per_token(p.arch, KV_CACHE_TYPE),
+        **kv_facts(
+            configs.kv_layers(p.arch.n_layers, p.arch.n_kv_heads, p.arch.head_dim, p.arch.head_dim, KV_CACHE_TYPE)
+        ),
         "max_context": p.max_context,
         "n_tensors": len(tensors),
         "tensor_types": " ".join(f"{t}x{n}" for t, n in sorted(counts.items())),

@@ -6,23 +6,13 @@ from collections.abc import Mapping, Sequence
 
 from bytesup.lessons.hardware_fit.catalog import Device
 from bytesup.lessons.hardware_fit.storage import GB
+from bytesup.model.configs import kv_cache_bytes
+from bytesup.timing.ceiling import CONTEXT_4K, tokens_per_s
 
-CONTEXTS = {"4k": 4096, "32k": 32768, "128k": 131072}
+CONTEXTS = {"4k": CONTEXT_4K, "32k": 32768, "128k": 131072}
 
 
 # --- 3. the fit ---------------------------------------------------------------------------------------
-
-
-def kv_cache_bytes(kv_bytes_per_token: int, context: int) -> int:
-    """The whole cache at `context` tokens."""
-    return kv_bytes_per_token * context
-
-
-def ceiling_tps(bandwidth_gbps: float | None, bytes_per_token: int) -> float | None:
-    """tokens/s ceiling: bandwidth / bytes read per token."""
-    if bandwidth_gbps is None or bytes_per_token <= 0:
-        return None
-    return bandwidth_gbps * GB / bytes_per_token
 
 
 FIT_COLUMNS = (
@@ -32,6 +22,7 @@ FIT_COLUMNS = (
     "context",
     "context_tokens",
     "context_capped",
+    "sliding_window",
     "device",
     "device_name",
     "weights_bytes",
@@ -50,15 +41,17 @@ FIT_COLUMNS = (
 def fit_rows(models: Sequence[Mapping], devices: Sequence[Device]) -> list[dict]:
     """One row per (model, storage, context, device): memory needed, fits, what is left, the ceiling.
 
-    The context is capped at the model's published maximum (context_capped says when); the ceiling is
-    for the last token of that context, when the whole cache is read along with the weights.
+    The context is capped at the model's published maximum (context_capped says when); the cache
+    counts each layer's positions (a sliding layer its window's); the ceiling
+    (bytesup.timing.ceiling.tokens_per_s: weights as stored plus the cache at that context) is for
+    the last token of that context, when the whole cache is read along with the weights.
     """
     rows = []
     for m in models:
         for label, requested in CONTEXTS.items():
             cap = m.get("max_context")
             tokens = min(requested, cap) if cap else requested
-            kv = kv_cache_bytes(m["kv_bytes_per_token"], tokens)
+            kv = kv_cache_bytes(m["kv_layers"], tokens)  # layer by layer: a sliding layer keeps its window
             total = m["weights_bytes"] + kv
             read = m["read_per_token_bytes"] + kv
             for d in devices:
@@ -71,6 +64,7 @@ def fit_rows(models: Sequence[Mapping], devices: Sequence[Device]) -> list[dict]
                         "context": label,
                         "context_tokens": tokens,
                         "context_capped": tokens < requested,
+                        "sliding_window": m.get("sliding_window"),
                         "device": d.key,
                         "device_name": d.name,
                         "weights_bytes": m["weights_bytes"],
@@ -82,7 +76,7 @@ def fit_rows(models: Sequence[Mapping], devices: Sequence[Device]) -> list[dict]
                         "left_bytes": None if d.memory_bytes is None else d.memory_bytes - total,
                         "read_per_token_bytes": read,
                         "bandwidth_gbps": d.bandwidth_gbps,
-                        "ceiling_tps": ceiling_tps(d.bandwidth_gbps, read),
+                        "ceiling_tps": tokens_per_s(d.bandwidth_gbps, m["read_per_token_bytes"], kv),
                     }
                 )
     return rows
