@@ -280,8 +280,9 @@ def differing(a, b, prefix=""):
 # lesson reads the model, and must give the unsplit model's numbers.
 FILE_LESSON = "01_gguf_on_disk"
 # Where the model's bytes lie: the sha256 of 3 files joined, a row's byte offset in the file that holds it,
-# the bytes of the files (three headers).
-LAYOUT_KEYS = ("model_sha256", "row_offset", "model_file_bytes", "kv_cache_equals_weights_tokens")
+# the bytes of the files (three headers) and lesson 6's ratios to them.
+LAYOUT_KEYS = ("model_sha256", "row_offset", "model_file_bytes", "kv_cache_equals_weights_tokens",
+               "kv_cache_never_reaches_weights_share", "kv_cache_at_context_share_of_weights")  # fmt: skip
 # Lessons that quote this machine's timings: their measured numbers differ from one run to the next.
 MEASURED = re.compile(r"timing|sweep|decode|prefill|roofline|ceiling|_ms|_gbps|gflops|per_s|speedup|noisy|cpu_bound"
                       r"|cpu_compute|bandwidth|crossover|explained_share|memory_share|q8_0_product")  # fmt: skip
