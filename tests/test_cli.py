@@ -104,11 +104,56 @@ def test_errors_are_one_line_exit_2(tmp_path, content, expected):
 
 def test_truncated_and_directory(tiny_gguf, tmp_path):
     data = tiny_gguf.read_bytes()
-    for cut in (30, 500, len(data) // 2, len(data) - 1):
+    for cut in (30, 500):  # inside the header or the metadata: nothing to show
         (tmp_path / "cut.gguf").write_bytes(data[:cut])
         line = one_line_error(bytesup("inspect", tmp_path / "cut.gguf"))
         assert "cut.gguf: " in line and " at byte " in line
     assert one_line_error(bytesup("inspect", tmp_path)) == f"bytesup: error: {tmp_path}: not a regular file at byte 0"
+
+
+def test_a_partial_download_shows_its_header_and_what_is_missing(tiny_gguf, tmp_path):
+    data = tiny_gguf.read_bytes()
+    whole = json.loads(bytesup("inspect", tiny_gguf, "--json").stdout)
+    for cut in (len(data) // 2, len(data) - 1):
+        (tmp_path / "cut.gguf").write_bytes(data[:cut])
+        result = bytesup("inspect", tmp_path / "cut.gguf")
+        assert result.returncode == 0 and result.stderr == "", result.stderr
+        line = next(ln for ln in result.stdout.splitlines() if ln.startswith("partial file: "))
+        assert f"partial file: {len(data) - cut:,} bytes of tensor data are missing" in line
+        assert f"the whole file would be {len(data):,} bytes" in line
+        doc = json.loads(bytesup("inspect", tmp_path / "cut.gguf", "--json").stdout)
+        assert doc["metadata"] == whole["metadata"] and doc["tensor_data_missing"]["bytes"] == len(data) - cut
+        assert [t["complete"] for t in doc["tensors"]].count(False) == len(doc["tensor_data_missing"]["tensors"]) > 0
+        assert "(cut off)" in result.stdout
+
+
+def test_a_split_model_inspects_as_one_and_a_missing_part_is_named(tiny_gguf, tmp_path):
+    from bytesup.model.synthetic import write_split
+
+    parts = write_split(tiny_gguf, tmp_path / "m.gguf", 3)
+    doc = json.loads(bytesup("inspect", parts[0], "--json").stdout)
+    whole = json.loads(bytesup("inspect", tiny_gguf, "--json").stdout)
+    assert doc["parts"] == [str(p) for p in parts] and doc["parameters"] == whole["parameters"]
+    assert [t["name"] for t in doc["tensors"]] == [t["name"] for t in whole["tensors"]]
+    assert {t["part"] for t in doc["tensors"]} == {1, 2, 3}
+    assert "split model: 3 parts, " in bytesup("inspect", parts[0]).stdout
+    parts[1].unlink()
+    assert one_line_error(bytesup("inspect", parts[0])) == (
+        f"bytesup: error: {parts[1]}: part 2 of 3 of m-00001-of-00003.gguf is missing; put it beside the first"
+        " part (or fetch the model again)"
+    )
+
+
+def test_a_symlink_loop_and_a_dangling_link_say_what_they_are(tmp_path):
+    (tmp_path / "a.gguf").symlink_to(tmp_path / "b.gguf")
+    (tmp_path / "b.gguf").symlink_to(tmp_path / "a.gguf")
+    assert one_line_error(bytesup("inspect", tmp_path / "a.gguf")) == (
+        f"bytesup: error: {tmp_path / 'a.gguf'}: a symlink loop (a link that leads back to itself)"
+    )
+    (tmp_path / "c.gguf").symlink_to(tmp_path / "gone.gguf")
+    assert one_line_error(bytesup("inspect", tmp_path / "c.gguf")) == (
+        f"bytesup: error: {tmp_path / 'c.gguf'}: a link to {tmp_path / 'gone.gguf'}, which is gone"
+    )
 
 
 def test_usage():

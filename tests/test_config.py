@@ -168,3 +168,54 @@ def test_the_shipped_config_file_reads(tmp_path):
     check_config_file(ROOT / "config/config.yaml")
     with pytest.raises(ConfigError, match=r"cannot read it"):
         check_config_file(tmp_path / "absent.yaml")
+
+
+# -- booleans and numbers typed strictly ------------------------------------------------------------
+
+
+def local(config, **spec):
+    config["model"] = "local"
+    config["models"]["local"].update(spec)
+    return config
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda c: local(c, link="yes"), "models.local.link: expected boolean (true or false), got str 'yes'"),
+        (lambda c: local(c, link="on"), "models.local.link: expected boolean (true or false), got str 'on'"),
+        (lambda c: local(c, link=1), "models.local.link: expected boolean (true or false), got int 1"),
+        (lambda c: c["generate"].update(top_p=float("nan")), "generate.top_p: expected a finite number, got float nan"),
+        (lambda c: c["generate"].update(top_p=".nan"), "generate.top_p: expected a finite number, got float nan"),
+        (lambda c: c["generate"].update(temperatures=[1.0, ".inf"]), "generate.temperatures.1: expected a finite"),
+        (lambda c: c["generate"].update(max_new_tokens=16.0), "generate.max_new_tokens: expected integer, got float"),
+        (lambda c: c.update(timing={"noisy_spread": float("-inf")}), "timing.noisy_spread: expected a finite number"),
+        (lambda c: c.update(seed=True), "seed: expected integer, got bool True"),
+        (lambda c: c.update(forward={"resident_budget_mb": "1e3"}), "forward.resident_budget_mb: expected integer"),
+    ],
+)
+def test_booleans_and_numbers_are_typed_strictly(config, mutate, message):
+    mutate(config)
+    with pytest.raises(ConfigError) as err:
+        validate(config, SCHEMA)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_true_and_false_as_text_are_booleans(config):
+    """`snakemake --config` hands nested values over as text: 'true' and 'False' are the booleans."""
+    for text, meant in (("true", True), ("False", False)):
+        validate(local(config, link=text), SCHEMA)
+        assert config["models"]["local"]["link"] is meant
+
+
+def test_split_models_are_listed_by_part(config):
+    part = {"filename": "m-00001-of-00002.gguf", "sha256": "a" * 64}
+    hf = {"source": "hf", "repo_id": "o/r", "revision": "c" * 40, "parts": [part, {**part, "filename": "m-2.gguf"}]}
+    config["models"]["hf-split"] = hf
+    validate(config, SCHEMA)
+    config["models"]["hf-split"] = {**hf, "filename": "x.gguf"}
+    with pytest.raises(ConfigError, match=r"models.hf-split: give exactly one of: filename and sha256 \(one file\)"):
+        validate(config, SCHEMA)
+    config["models"]["hf-split"] = {**hf, "parts": [part, {"filename": "m-2.gguf"}]}
+    with pytest.raises(ConfigError, match=r"models.hf-split.parts.1: 'sha256' is a required property"):
+        validate(config, SCHEMA)

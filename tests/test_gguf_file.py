@@ -377,6 +377,7 @@ def test_default_model_header_and_metadata(default_gguf):
             "header": 24, "metadata": 1_769_483, "tensor_infos": 16_157, "padding": 0,
             "tensor_data": 96_576_768, "file_size": 98_362_432,
             "padding_parts": {"before_data": 0, "between_tensors": 0, "trailing": 0},
+            "parts": 1, "tensor_data_missing": 0,
         }  # fmt: skip
 
 

@@ -262,7 +262,9 @@ def test_unsupported_model_and_pre(default_gguf):
     assert "did you mean 'gpt-2'" in msg and isinstance(err.value, ValueError)
     with pytest.raises(UnsupportedTokenizerError, match="'whitespace' is not followed: .*embedding models"):
         Tokenizer.from_metadata({**meta, "tokenizer.ggml.pre": "whitespace"}, source="m.gguf")
-    with pytest.raises(UnsupportedTokenizerError, match=r"'x{80}' is no pre-tokenizer"):  # a long name is cut
+    with pytest.raises(
+        UnsupportedTokenizerError, match=r"'x{80}'\.\.\. \(10,000 characters\) is no pre-tokenizer"
+    ):  # cut, its length given
         Tokenizer.from_metadata({**meta, "tokenizer.ggml.pre": "x" * 10_000}, source="m.gguf")
     assert Tokenizer.from_metadata({**meta, "tokenizer.ggml.pre": "deepseek-r1-qwen"}).pre == "deepseek-r1-qwen"
 

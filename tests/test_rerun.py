@@ -166,7 +166,18 @@ def test_a_local_model_whose_file_is_gone_is_named_not_hidden(project):
     proc = snakemake(project, "-n", check=False)
     assert proc.returncode != 0
     assert (
-        f"config error: models.tiny.path: '{gone}' is not a file; put the model there or fix the path in "
+        f"config error: models.tiny.path: '{gone}' is not a file (no such file); put the model there or fix the path in "
         "config/config.yaml" in proc.stderr
     )
     assert "Nothing to be done" not in proc.stdout
+
+
+def test_a_local_split_model_named_by_a_later_part_is_one_config_line(project):
+    later = project / "m-00002-of-00003.gguf"
+    write_config(project, models={"tiny": {"source": "path", "path": str(later), "sha256": None}})
+    proc = snakemake(project, "-n", check=False)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert (
+        f"config error: models.tiny.path names part 2 of a split model; point it at its first part, "
+        f"{project / 'm-00001-of-00003.gguf'}" in proc.stderr
+    )

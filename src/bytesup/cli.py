@@ -1,6 +1,6 @@
 """The `bytesup` command.
 
-    bytesup inspect MODEL.gguf [--json] [--no-tensors]
+    bytesup inspect MODEL.gguf [--json] [--no-tensors]   (a partial download, or a split model's first part, too)
     bytesup verify report/<date>/ | report/<date>.zip [--root PROJECT]
 
 A subcommand is a function that adds its parser (setting `run`) plus one line in
@@ -18,13 +18,14 @@ from collections.abc import Callable
 from typing import Any
 
 from bytesup import __version__
-from bytesup.errors import BytesupError
+from bytesup.errors import BytesupError, printable
 from bytesup.gguf.extract import shape_text
-from bytesup.gguf.file import GGUF_MAGIC, GGUFFile, printable
+from bytesup.gguf.file import GGUF_MAGIC, GGUFFile
 from bytesup.lessons import registry
 from bytesup.model import param_counts
 from bytesup.report.verify import verify_path
 from bytesup.run.files import plain
+from bytesup.run.paths import not_a_file
 
 EXIT_ERROR = 2
 ARRAY_HEAD = 8  # arrays longer than this are shown as their first ARRAY_HEAD items + length
@@ -65,12 +66,15 @@ def inspect_document(f: GGUFFile, tensors: bool = True) -> dict:
             "data_offset": f.data_offset,
             "file_size": f.file_size,
         },
+        "parts": [str(p) for p in f.parts],
+        "tensor_data_missing": {"bytes": f.missing_bytes, "tensors": list(f.incomplete)},
         "metadata": {k: {"type": f.metadata_types[k], "value": _summary(v)} for k, v in f.metadata.items()},
         "by_type": by_type(f),
         "parameters": param_counts.table_counts(param_counts.tensor_rows(f.tensors))["total"],
         "byte_accounting": f.byte_accounting(),
     }
     if tensors:
+        incomplete = set(f.incomplete)
         doc["tensors"] = [
             {
                 "name": t.name,
@@ -80,6 +84,8 @@ def inspect_document(f: GGUFFile, tensors: bool = True) -> dict:
                 "offset": t.offset,
                 "bytes": t.n_bytes,
                 "elements": t.n_elements,
+                "part": t.part + 1,
+                "complete": t.name not in incomplete,
             }
             for t in f.tensors
         ]
@@ -116,24 +122,34 @@ def inspect_text(doc: dict) -> str:
         f"magic {h['magic']}  version {h['version']}  tensors {h['tensor_count']}  metadata keys"
         f" {h['metadata_count']}  alignment {h['alignment']}  data offset {h['data_offset']}"
         f"  file size {h['file_size']:,} bytes",
-        "",
-        f"metadata ({h['metadata_count']} keys):",
     ]
+    if len(doc["parts"]) > 1:
+        out.append(f"split model: {len(doc['parts'])} parts, {', '.join(printable(p) for p in doc['parts'])}")
+    missing = doc["tensor_data_missing"]
+    if missing["bytes"]:
+        out.append(
+            f"partial file: {missing['bytes']:,} bytes of tensor data are missing ({len(missing['tensors'])} of"
+            f" {h['tensor_count']} tensors incomplete; the whole file would be {h['file_size'] + missing['bytes']:,}"
+            " bytes): an unfinished download? Fetch it again to use it"
+        )
+    out += ["", f"metadata ({h['metadata_count']} keys):"]
     if doc["metadata"]:
         out += _table([[printable(k), m["type"], _show(m["value"])] for k, m in doc["metadata"].items()], set())
     if "tensors" in doc:
         out += ["", f"tensors ({h['tensor_count']}, shapes in numpy order: rows x row length):"]
-        rows = [["name", "type", "shape", "offset", "bytes"]]
+        split = len(doc["parts"]) > 1  # a split model's table says which part holds each tensor
+        rows = [["name", "type", "shape", "offset", "bytes"] + ["part"] * split]
         rows += [[printable(t["name"]), t["type"], shape_text(t["shape"]) or "scalar", str(t["offset"]),
-                  f"{t['bytes']:,}"] for t in doc["tensors"]]  # fmt: skip
-        out += _table(rows, {3, 4})
+                  f"{t['bytes']:,}" + ("" if t["complete"] else " (cut off)")] + [str(t["part"])] * split
+                 for t in doc["tensors"]]  # fmt: skip
+        out += _table(rows, {3, 4, 5})
     out += ["", "by type:"]
     rows = [["type", "tensors", "parameters", "bytes", "bits/weight"]]
     for name, r in doc["by_type"].items():
         bpw = "-" if r["bits_per_weight"] is None else f"{r['bits_per_weight']:.2f}"
         rows.append([name, str(r["tensors"]), f"{r['parameters']:,}", f"{r['bytes']:,}", bpw])
     rows.append(["total", str(h["tensor_count"]), f"{doc['parameters']:,}",
-                 f"{doc['byte_accounting']['tensor_data']:,}", ""])  # fmt: skip
+                 f"{sum(r['bytes'] for r in doc['by_type'].values()):,}", ""])  # fmt: skip
     out += _table(rows, {1, 2, 3, 4})
     acc = doc["byte_accounting"]
     out += ["", "byte accounting:"]
@@ -164,12 +180,11 @@ def run_inspect(args: argparse.Namespace) -> int:
 
 
 def _open(path: str) -> GGUFFile:
+    """The file read as far as it goes: a partial download's header, metadata and tensor table too."""
     try:
-        return GGUFFile(path)
-    except FileNotFoundError:
-        raise CommandError(f"{printable(path)}: no such file") from None
+        return GGUFFile(path, partial=True)
     except OSError as err:
-        raise CommandError(f"{printable(path)}: {err.strerror or err}") from None
+        raise CommandError(f"{printable(path)}: {not_a_file(path) or err.strerror or err}") from None
 
 
 # -- verify -----------------------------------------------------------------------------

@@ -8,13 +8,14 @@ problem into a `ConfigError` whose message names the key and what was expected.
 from __future__ import annotations
 
 import copy
+import math
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import yaml
 
-from bytesup.errors import BytesupError
+from bytesup.errors import BytesupError, quote
 from bytesup.lessons import registry
 
 SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
@@ -44,6 +45,26 @@ def check_config_file(path: str | Path) -> None:
 
 
 _JSON_TYPES = {"string": str, "integer": int, "number": (int, float), "null": type(None), "array": list, "object": dict}
+YAML_BOOLEANS = ("true", "false")  # YAML 1.2's; 1.1's yes/no/on/off are strings here, not booleans
+
+
+def _is_integer(checker, instance) -> bool:
+    """An integer is an int: not a bool, and not a float such as 7.0 (JSON Schema's own rule takes 7.0)."""
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+def _is_number(checker, instance) -> bool:
+    """A number is finite: NaN passes every minimum and maximum of JSON Schema, so it is refused here."""
+    return isinstance(instance, (int, float)) and not isinstance(instance, bool) and math.isfinite(instance)
+
+
+# Types as this config means them: strict integers and finite numbers (booleans are strict already).
+_Validator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine_many(
+        {"integer": _is_integer, "number": _is_number}
+    ),
+)
 
 
 def _allows(schema: dict, value, root: dict) -> bool:
@@ -73,6 +94,8 @@ def _typed(instance: Any, schema: dict, root: dict) -> Any:
             value = yaml.safe_load(instance)
         except yaml.YAMLError:
             return instance
+        if isinstance(value, bool) and instance.strip().lower() not in YAML_BOOLEANS:
+            return instance  # 'yes', 'on', 'y': not a boolean, so the schema names the key
         return value if not isinstance(value, str) and _allows(schema, value, root) else instance
     if isinstance(instance, dict):
         props = schema.get("properties", {})
@@ -103,14 +126,19 @@ def _one_line(error: jsonschema.ValidationError) -> str:
         where = "" if key == "(top level)" else f" in {key}"
         return f"unknown key {', '.join(map(repr, extra))}{where}; expected one of: {known}"
     if error.validator == "pattern":
-        desc = error.schema.get("description", "")
+        desc = " ".join(error.schema.get("description", "").split()).split("; ")[0]  # its first clause, one line
         hint = f" ({desc.rstrip('.')})" if desc else ""
-        return f"{key}: {error.instance!r} does not match {error.validator_value!r}{hint}"
+        return f"{key}: {quote(error.instance)} does not match {error.validator_value!r}{hint}"
     if error.validator == "type":
-        return f"{key}: expected {error.validator_value}, got {type(error.instance).__name__} {error.instance!r}"
+        wanted = error.validator_value
+        if isinstance(error.instance, float) and not math.isfinite(error.instance):
+            wanted = f"a finite {' or '.join(wanted) if isinstance(wanted, list) else wanted}"
+        elif wanted == "boolean" or (isinstance(wanted, list) and "boolean" in wanted):
+            wanted = f"{wanted} (true or false)"
+        return f"{key}: expected {wanted}, got {type(error.instance).__name__} {quote(error.instance)}"
     if error.validator == "enum":
         options = ", ".join(map(repr, error.validator_value))
-        return f"{key}: {error.instance!r} is not one of {options}"
+        return f"{key}: {quote(error.instance)} is not one of {options}"
     forms = [f.get("description") for f in error.validator_value] if error.validator == "oneOf" else []
     if forms and all(forms):  # alternatives the schema names: say which to give, not the whole entry
         return f"{key}: give exactly one of: {'; or '.join(forms)}"
@@ -177,12 +205,12 @@ def validate(config: dict, schema_path: str | Path) -> dict:
                 )
             _typed(spec, branch, schema)
             _fill_defaults(spec, branch, schema)
-            err = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(branch).iter_errors(spec))
+            err = jsonschema.exceptions.best_match(_Validator(branch).iter_errors(spec))
             if err is not None:
                 err.path.extendleft(reversed(prefix))
                 raise ConfigError(_one_line(err))
 
-    validator = jsonschema.Draft202012Validator(schema)
+    validator = _Validator(schema)
     err = jsonschema.exceptions.best_match(validator.iter_errors(config))
     if err is not None:
         raise ConfigError(_one_line(err))
@@ -198,7 +226,7 @@ def lesson_ids(wanted) -> list[str]:
         return known
     unknown = [w for w in wanted if w not in known]
     if unknown:
-        raise ConfigError(f"lessons: {', '.join(map(repr, unknown))} not known; known lessons: {', '.join(known)}")
+        raise ConfigError(f"lessons: {', '.join(map(quote, unknown))} not known; known lessons: {', '.join(known)}")
     return [k for k in known if k in wanted]
 
 
@@ -207,5 +235,5 @@ def model_spec(config: dict, name: str) -> dict:
     models = config.get("models") or {}
     if name not in models:
         known = ", ".join(sorted(models)) or "(none)"
-        raise ConfigError(f"model: {name!r} is not in the models table; known models: {known}")
+        raise ConfigError(f"model: {quote(name)} is not in the models table; known models: {known}")
     return models[name]

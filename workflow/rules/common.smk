@@ -4,7 +4,10 @@ import sys
 from pathlib import Path
 
 from bytesup.config import ConfigError, model_spec, validate
-from bytesup.run.fetch import cached_model_problem
+from bytesup.errors import BytesupError
+from bytesup.run.fetch import local_files
+from bytesup.run.model_cache import cached_model_problem
+from bytesup.run.paths import not_a_file
 from bytesup.lessons import read_metadata, registry
 from bytesup.run.runlock import clear_owner, record_owner, remove_stale_lock
 from snakemake.exceptions import WorkflowError
@@ -40,15 +43,14 @@ try:
     validate(config, workflow.source_path("../schemas/config.schema.yaml"))
     MODEL = config["model"]
     MODEL_SPEC = model_spec(config, MODEL)
-    if (
-        MODEL_SPEC["source"] == "path"
-        and not Path(MODEL_SPEC["path"]).expanduser().is_file()
-    ):
-        raise ConfigError(
-            f"models.{MODEL}.path: {MODEL_SPEC['path']!r} is not a file; put the model there or fix "
-            "the path in config/config.yaml (the outputs already made from it are kept)"
-        )
-except ConfigError as err:
+    for _local in local_files(MODEL, MODEL_SPEC):  # a split model's every part
+        if not_a_file(_local):
+            raise ConfigError(
+                f"models.{MODEL}.path: {_local!r} is not a file ({not_a_file(_local)}); put the model there or fix "
+                "the path in config/config.yaml (the outputs already made from it are kept)"
+            )
+# a ConfigError, or the fetch's word on a split model's path
+except BytesupError as err:
     sys.exit(f"config error: {err}")
 
 if workflow.is_main_process:
@@ -160,8 +162,7 @@ def redo_incomplete():
 def fetch_inputs(wildcards):
     """A local model is an input, so replacing the file reruns everything downstream."""
     redo_incomplete()
-    spec = model_spec(config, wildcards.model)
-    return [spec["path"]] if spec["source"] == "path" else []
+    return local_files(wildcards.model, model_spec(config, wildcards.model))
 
 
 def fetch_spec(wildcards):

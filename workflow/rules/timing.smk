@@ -8,6 +8,7 @@
 rule timing_cpu:
     input:
         gguf="resources/models/{model}.gguf",
+        record="resources/models/{model}.json",  # checked before and after (run.model_cache)
     output:
         summary="results/timing/{model}/cpu/summary.json",
         sweep="results/timing/{model}/cpu/sweep.csv",
@@ -33,6 +34,7 @@ rule timing_cpu:
 rule timing_decode:
     input:
         gguf="resources/models/{model}.gguf",
+        record="resources/models/{model}.json",  # checked before and after (run.model_cache)
     output:
         summary="results/timing/{model}/cpu/decode.json",
         prefill="results/timing/{model}/cpu/prefill.csv",
@@ -63,6 +65,7 @@ rule timing_decode:
 rule timing_gpu:
     input:
         gguf="resources/models/{model}.gguf",
+        record="resources/models/{model}.json",  # checked before and after (run.model_cache)
     output:
         summary="results/timing/{model}/gpu/summary.json",
         sweep="results/timing/{model}/gpu/sweep.csv",

@@ -12,9 +12,11 @@ import logging
 import os
 import shutil
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 from bytesup.errors import BytesupError
+from bytesup.run.model_cache import reading_model
 from bytesup.run.notebook_job import run_notebook
 
 sm = snakemake  # noqa: F821  (injected by Snakemake's script directive)
@@ -35,8 +37,11 @@ partial = Path(sm.log.notebook)
 partial.parent.mkdir(parents=True, exist_ok=True)
 Path(sm.output.notebook).parent.mkdir(parents=True, exist_ok=True)
 
+# A lesson that maps the model checks it is the file the fetch recorded, before and after (run.model_cache).
+opens_model = reading_model(files["model_gguf"], sm.input.model_record) if "model_gguf" in files else nullcontext()
 try:
-    run_notebook(sm.input.notebook, partial, lesson=sm.params.lesson, parameters=parameters, cwd=os.getcwd())
+    with opens_model:
+        run_notebook(sm.input.notebook, partial, lesson=sm.params.lesson, parameters=parameters, cwd=os.getcwd())
 except BytesupError as err:
     # a local model's messages name the user's file, not the link or copy under resources/
     internal = files.get("model_gguf")

@@ -7,11 +7,12 @@ no traceback.
 """
 
 from bytesup.run.joblog import job_logging
+from bytesup.run.model_cache import reading_model
 from bytesup.timing.cpu import run_cpu, write_results
 
 
 def main(sm) -> None:
-    with job_logging(sm.log[0] if sm.log else None):
+    with job_logging(sm.log[0] if sm.log else None), reading_model(sm.input.gguf, sm.input.record):
         result = run_cpu(sm.input.gguf, dict(sm.params.timing, seed=sm.params.seed), threads=sm.threads)
         write_results(
             result,

@@ -9,11 +9,12 @@ does not follow, a bad setting) ends the job with one line, no traceback.
 from pathlib import Path
 
 from bytesup.run.joblog import job_logging
+from bytesup.run.model_cache import reading_model
 from bytesup.timing.decode import run_decode, write_decode_results
 
 
 def main(sm) -> None:
-    with job_logging(sm.log[0] if sm.log else None):
+    with job_logging(sm.log[0] if sm.log else None), reading_model(sm.input.gguf, sm.input.record):
         scratch = Path(sm.output.summary).parent
         scratch.mkdir(parents=True, exist_ok=True)
         result = run_decode(

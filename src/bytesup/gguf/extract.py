@@ -36,15 +36,15 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from bytesup.errors import BytesupError
+from bytesup.errors import BytesupError, printable, quote
 from bytesup.gguf.dequant import dequantize, dequantizer_used
-from bytesup.gguf.file import GGUFFile, UnsupportedTypeError, printable
+from bytesup.gguf.file import GGUFFile, UnsupportedTypeError
 from bytesup.run.files import plain, sha256_file
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ def select_tensors(
             stem = re.split(r"[*?\[]", pattern)[0]
             similar = [n for n in names if stem and n.startswith(stem)][:3] or names[:3]
             raise TensorSelectionError(
-                f"{where}pattern {pattern!r} matches no tensor (e.g. {', '.join(map(repr, similar))});"
+                f"{where}pattern {quote(pattern)} matches no tensor (e.g. {', '.join(map(quote, similar))});"
                 f" prefix it with '?' if it may be absent"
             )
         chosen.update(hits)
@@ -171,6 +171,7 @@ def _save_tensor_npy(path: Path, f: GGUFFile, info, chunk_bytes: int = CHUNK_BYT
     The same bytes np.save would write (its version 1.0 header, then the float32 rows in C
     order), but memory holds one chunk of rows, not the tensor: the quantized bytes are read
     with plain reads rather than through the memory map, so they do not stay resident either.
+    Every chunk is checked finite (a NaN or infinite weight is one line naming the tensor).
     """
     shape = tuple(info.shape)
     row_elements = math.prod(shape[1:]) if len(shape) > 1 else 0
@@ -183,7 +184,7 @@ def _save_tensor_npy(path: Path, f: GGUFFile, info, chunk_bytes: int = CHUNK_BYT
     def write(fh):
         tee = _HashingWriter(fh)
         np.lib.format.write_array_header_1_0(tee, {"descr": "<f4", "fortran_order": False, "shape": shape})
-        with open(f.path, "rb") as src:
+        with open(f.file_of(info.name), "rb") as src:  # the part holding it, for a split model
             for start in range(0, shape[0], rows_per_chunk):
                 n = min(rows_per_chunk, shape[0] - start)
                 raw = np.frombuffer(os.pread(src.fileno(), n * row_bytes, info.offset + start * row_bytes), np.uint8)
@@ -197,6 +198,7 @@ def _save_tensor_npy(path: Path, f: GGUFFile, info, chunk_bytes: int = CHUNK_BYT
                         "cannot be dequantized by bytesup or gguf.quants",
                         offset=info.offset,
                     ) from None
+                f.check_finite(info.name, rows, start=start * row_elements)
                 tee.write(np.ascontiguousarray(rows, "<f4").data)
         holder["sha256"] = tee.sha256.hexdigest()
 
@@ -244,8 +246,16 @@ def parse_shape(shape) -> tuple[int, ...]:
     return tuple(int(s) for s in shape)
 
 
+def part_files(f: GGUFFile) -> dict:
+    """{"parts": [{file, size}, ...]} for a split model (file_size is their sum), {} for one file."""
+    if len(f.parts) == 1:
+        return {}
+    return {"parts": [{"file": p.name, "size": p.stat().st_size} for p in f.parts]}
+
+
 def metadata_document(f: GGUFFile) -> dict:
-    """What metadata.json holds: the file's header facts and every key with value and type."""
+    """What metadata.json holds: the file's header facts and every key with value and type.
+    (data_offset is the first part's, for a split model; tensors.csv says which part holds a tensor.)"""
     return {
         "format": METADATA_FORMAT,
         "gguf": {
@@ -256,6 +266,7 @@ def metadata_document(f: GGUFFile) -> dict:
             "data_offset": f.data_offset,
             "tensor_count": len(f.tensors),
             "metadata_count": len(f.metadata),
+            **part_files(f),
         },
         "metadata": plain(f.metadata, nonfinite="text"),
         "types": dict(f.metadata_types),
@@ -263,11 +274,14 @@ def metadata_document(f: GGUFFile) -> dict:
 
 
 def tensors_csv_text(f: GGUFFile) -> str:
+    """The tensor table; a split model's has a last column, part (1 to n: the file holding it, offset into it)."""
+    split = len(f.parts) > 1
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(["name", "type", "shape", "offset", "bytes", "elements"])
+    writer.writerow(["name", "type", "shape", "offset", "bytes", "elements"] + ["part"] * split)
     for t in f.tensors:
-        writer.writerow([t.name, t.type_name, shape_text(t.shape), t.offset, t.n_bytes, t.n_elements])
+        writer.writerow([t.name, t.type_name, shape_text(t.shape), t.offset, t.n_bytes, t.n_elements]
+                        + [t.part + 1] * split)  # fmt: skip
     return buf.getvalue()
 
 
@@ -282,12 +296,16 @@ def extract(
     index_path: str | os.PathLike | None = None,
     tensors_dir: str | os.PathLike | None = None,
     gguf_sha256: str | None = None,
+    check: Callable[[GGUFFile], None] | None = None,
 ) -> dict:
     """Write metadata.json, tensors.csv, tensors/<name>.npy and extract.json; return the index.
 
     Explicit paths (as a Snakemake rule gives them) override the defaults under out_dir.
     File names in the index are relative to the index's directory. gguf_sha256: pass it
-    when already known (e.g. verified on fetch) to skip hashing the model again.
+    when already known (e.g. verified on fetch) to skip hashing the model again (a split
+    model's is the sha256 of its parts' bytes joined in order, as the fetch records it).
+    check(f), when given, is called on the open file before anything is written (the workflow's
+    script checks the architecture's numbers there: bytesup.model.arch.check_hyperparameters).
     """
     if out_dir is None and None in (metadata_path, tensors_csv_path, index_path, tensors_dir):
         raise ValueError("give out_dir, or all four of metadata_path, tensors_csv_path, index_path, tensors_dir")
@@ -300,6 +318,8 @@ def extract(
     optional = list(optional)
 
     with GGUFFile(gguf_path) as f:
+        if check is not None:
+            check(f)
         selected = select_tensors(f.tensor_names, patterns, optional, source=str(gguf_path))
         total = sum(f.tensor(n).n_elements for n in selected) * 4
         log.info("%s: extracting %d of %d tensors (%.1f MiB as float32)", f.path.name, len(selected),
@@ -333,6 +353,7 @@ def extract(
                 "elements": info.n_elements,
                 "bytes_in_gguf": info.n_bytes,
                 "offset": info.offset,
+                **({"part": info.part + 1} if len(f.parts) > 1 else {}),
                 "sha256": digest,
                 "dequantizer": how,
             }
@@ -350,7 +371,8 @@ def extract(
             "gguf": {
                 "file": f.path.name,
                 "file_size": f.file_size,
-                "sha256": gguf_sha256 or sha256_file(f.path),
+                "sha256": gguf_sha256 or sha256_file(f.parts),
+                **part_files(f),
             },
             "patterns": patterns,
             "optional": optional,

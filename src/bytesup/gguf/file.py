@@ -16,10 +16,13 @@ The reader maps the file and never reads it whole. Every length or count it find
 checked against the bytes that remain before anything is allocated for it, so a
 corrupt or hostile file costs milliseconds and a few kilobytes, and ends in one
 `GGUFFormatError` that names the file, the field and the byte offset.
+A split model (bytesup.gguf.split) and a partial file (a download cut short) are read too:
+see GGUFFile's docstring.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import logging
 import mmap
@@ -33,9 +36,24 @@ from typing import Any
 import numpy as np
 from gguf.constants import GGMLQuantizationType
 
-from bytesup.errors import BytesupError
+from bytesup.errors import printable, quote
 from bytesup.gguf import sizes
+from bytesup.gguf.accounting import HEADER_BYTES, byte_accounting
 from bytesup.gguf.dequant import dequantize
+from bytesup.gguf.errors import (
+    GGUFFormatError,
+    TensorNotFoundError,
+    UnsupportedTypeError,
+    tensor_field,
+)
+from bytesup.gguf.numbers import NonFiniteWeightsError, check_finite
+from bytesup.gguf.split import Split, open_parts, read_split
+from bytesup.run.files import release_mapped_pages
+
+__all__ = [  # the errors and printable live below; importing them from here still works
+    "GGUFFile", "GGUFFormatError", "HEADER_BYTES", "NonFiniteWeightsError", "TensorInfo", "TensorNotFoundError",
+    "UnsupportedTypeError", "gguf_to_numpy_shape", "numpy_to_gguf_shape", "printable",
+]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +62,6 @@ SUPPORTED_VERSIONS = (2, 3)  # v1 used 32-bit counts; v2 and v3 share one little
 DEFAULT_ALIGNMENT = 32
 MAX_DIMS = 4  # GGML_MAX_DIMS
 MAX_ARRAY_NESTING = 8
-HEADER_BYTES = 24  # magic 4 + version 4 + tensor count 8 + metadata count 8
 
 # Metadata value types: id -> (name, struct format, smallest encoded size in bytes).
 # STRING is at least its 8-byte length; ARRAY at least its element type and count.
@@ -86,53 +103,14 @@ def numpy_to_gguf_shape(shape) -> tuple[int, ...]:
     return tuple(int(d) for d in reversed(tuple(shape)))
 
 
-def printable(text: str) -> str:
-    """`text` with every non-printable character escaped (\\n, \\x1b, \\u2028 ...).
-
-    Names and values in GGUF files are arbitrary UTF-8; anything we print goes through
-    this so that one value is always one line and cannot drive the terminal.
-    """
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
-class GGUFFormatError(BytesupError, ValueError):
-    """A file that is not a well-formed GGUF. str() is one line: '<file>: <what> at byte <n>'."""
-
-    def __init__(self, path, what: str, *, offset: int | None = None, field: str | None = None):
-        self.path = str(path)
-        self.what = what
-        self.offset = offset
-        self.field = field
-        message = f"{printable(self.path)}: "
-        if field:
-            message += f"{printable(field)}: "
-        message += printable(what)
-        if offset is not None:
-            message += f" at byte {offset}"
-        super().__init__(message)
-
-
-class UnsupportedTypeError(GGUFFormatError):
-    """A well-formed tensor of a type nothing here can dequantize; `.tensor` names it."""
-
-    def __init__(self, path, tensor: str, what: str, *, offset: int | None = None):
-        self.tensor = tensor
-        super().__init__(path, what, offset=offset, field=f"tensor {tensor!r}")
-
-
-class TensorNotFoundError(BytesupError, KeyError):
-    """No tensor of that name in the file; the message suggests close names."""
-
-
 @dataclass(frozen=True)
 class TensorInfo:
     """One tensor as the file describes it.
 
     shape_gguf is the file's order (innermost first); shape is numpy order (see
-    `gguf_to_numpy_shape`). offset is absolute in the file; relative_offset is from
-    the start of the data section, as stored.
+    `gguf_to_numpy_shape`). offset is absolute in the file that holds the tensor (part
+    `part` of a split model, 0 otherwise: GGUFFile.file_of names it); relative_offset
+    is from the start of that file's data section, as stored.
     """
 
     name: str
@@ -144,6 +122,7 @@ class TensorInfo:
     n_bytes: int
     n_elements: int
     relative_offset: int = 0
+    part: int = 0
 
 
 class _Cursor:
@@ -207,18 +186,29 @@ class GGUFFile:
             f.load("blk.0.attn_q.weight")            # float32 array, dequantized
 
     Usable without `with` too; arrays from raw() stay valid after close().
+
+    A split model opened on its first part is one model: `tensors` lists every part's, raw() and
+    load() read the part that holds the tensor, file_size and byte_accounting() cover all parts,
+    and `parts` lists their paths (just `path` for a file of one part). parts=False reads one
+    file of a split model on its own. partial=True reads a file whose tensor data are cut short
+    (an unfinished download): `missing_bytes` says how much is missing, `incomplete` which
+    tensors, and raw()/load() refuse only those.
     """
 
     magic = GGUF_MAGIC
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, *, partial: bool = False, parts: bool = True):
         self.path = Path(path)
+        self.partial = partial
         self._mm: mmap.mmap | None = None
         self.metadata: dict[str, Any] = {}
         self.metadata_types: dict[str, str] = {}
         self.metadata_offsets: dict[str, int] = {}  # key -> byte where its record starts
         self.tensors: list[TensorInfo] = []
         self._by_name: dict[str, TensorInfo] = {}
+        self._finite: set[str] = set()  # tensors already checked for NaN and infinity
+        self._checked_upto: dict[str, int] = {}  # ... and how far a check piece by piece has come
+        self._files: list[GGUFFile] = [self]  # the parts, in order (this file is the first)
 
         # FileNotFoundError, IsADirectoryError, PermissionError propagate as OSError.
         if not stat.S_ISREG(os.stat(self.path).st_mode):  # before open(): a FIFO would block
@@ -234,8 +224,12 @@ class GGUFFile:
                 what = "file is empty" if self.file_size == 0 else f"file is only {self.file_size} bytes"
                 raise GGUFFormatError(self.path, f"{what}; a GGUF header needs {HEADER_BYTES} bytes", offset=0)
             self._mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        self.own_size = self.file_size  # this file's bytes; file_size becomes the sum over the parts
         try:
             self._parse(_Cursor(self._mm, self.file_size, self.path))
+            self.split = read_split(self.path, self.metadata, self.metadata_types, self.metadata_offsets)
+            if parts and self.split is not None and self.split.count > 1:
+                self._open_parts(self.split)
         except BaseException:
             self.close()
             raise
@@ -268,8 +262,8 @@ class GGUFFile:
             start = cur.pos
             key = cur.string(f"metadata key #{i}", strict=True)
             if key in self.metadata:
-                cur.fail(f"duplicate metadata key {key!r}", at=start)
-            field = f"metadata {key!r}"
+                cur.fail(f"duplicate metadata key {quote(key)}", at=start)
+            field = f"metadata {quote(key)}"
             vtype = cur.u32(f"{field} value type")
             value, type_name = self._read_value(cur, vtype, field, depth=0, type_at=cur.pos - 4)
             self.metadata[key] = value
@@ -285,15 +279,21 @@ class GGUFFile:
         self.tensor_infos_end = cur.pos
         self.data_offset = -(-cur.pos // self.alignment) * self.alignment
 
-        for name, ggml_type, type_name, dims, n_el, n_bytes, rel, rel_at in infos:
+        ends = [self.data_offset + rel + n_bytes for _, _, _, _, _, n_bytes, rel, _ in infos]
+        self.missing_bytes = max(0, max(ends, default=0) - self.file_size)  # tensor data the file lacks
+        self.incomplete = []  # tensors whose bytes are not all in the file (partial=True only)
+        for (name, ggml_type, type_name, dims, n_el, n_bytes, rel, rel_at), end in zip(infos, ends, strict=True):
             start = self.data_offset + rel
-            if start + n_bytes > self.file_size:
-                cur.fail(
-                    f"data [{start}, {start + n_bytes}) runs past the end of the file ({self.file_size} bytes;"
-                    " truncated download?)",
-                    at=rel_at,
-                    field=f"tensor {name!r}",
-                )
+            if end > self.file_size:
+                if not self.partial:
+                    cur.fail(
+                        f"data [{start}, {end}) runs past the end of the file ({self.file_size} bytes; the tensor"
+                        f" data lack {self.missing_bytes:,} bytes: an unfinished download? `bytesup inspect`"
+                        " reads what it holds)",
+                        at=rel_at,
+                        field=tensor_field(name),
+                    )
+                self.incomplete.append(name)
             info = TensorInfo(
                 name=name,
                 ggml_type=ggml_type,
@@ -396,18 +396,18 @@ class GGUFFile:
             return DEFAULT_ALIGNMENT
         at, value = self.metadata_offsets[key], self.metadata[key]
         if self.metadata_types[key] != "UINT32":
-            cur.fail(f"must be UINT32, found {self.metadata_types[key]}", at=at, field=f"metadata {key!r}")
+            cur.fail(f"must be UINT32, found {self.metadata_types[key]}", at=at, field=f"metadata {quote(key)}")
         if value == 0 or value & (value - 1):
-            cur.fail(f"alignment {value} is not a power of two", at=at, field=f"metadata {key!r}")
+            cur.fail(f"alignment {value} is not a power of two", at=at, field=f"metadata {quote(key)}")
         return value
 
     def _read_tensor_info(self, cur: _Cursor, i: int):
         start = cur.pos
         name = cur.string(f"tensor #{i} name", strict=True)
         if name in self._by_name:
-            cur.fail(f"duplicate tensor name {name!r}", at=start)
+            cur.fail(f"duplicate tensor name {quote(name)}", at=start)
         self._by_name[name] = None  # reserved; filled in once the data is checked
-        field = f"tensor {name!r}"
+        field = tensor_field(name)
         n_dims_at = cur.pos
         n_dims = cur.u32(f"{field} n_dims")
         if n_dims > MAX_DIMS:
@@ -441,7 +441,7 @@ class GGUFFile:
         rel = cur.u64(f"{field} data offset")
         if rel % self.alignment:
             cur.fail(f"data offset {rel} is not a multiple of the alignment {self.alignment}", at=rel_at, field=field)
-        if n_bytes > self.file_size:
+        if n_bytes > self.file_size and not self.partial:  # (a partial file's tensors may be cut off)
             cur.fail(f"{n_elements} {qtype.name} elements need {n_bytes} bytes, more than the whole file", at=n_dims_at,
                      field=field)  # fmt: skip
         return name, ggml_type, qtype.name, tuple(dims), n_elements, n_bytes, rel, rel_at
@@ -451,12 +451,29 @@ class GGUFFile:
         for info in sorted((t for t in self.tensors if t.n_bytes), key=lambda t: t.offset):
             if previous is not None and info.offset < previous.offset + previous.n_bytes:
                 cur.fail(
-                    f"data [{info.offset}, {info.offset + info.n_bytes}) overlaps tensor {previous.name!r}"
+                    f"data [{info.offset}, {info.offset + info.n_bytes}) overlaps tensor {quote(previous.name)}"
                     f" [{previous.offset}, {previous.offset + previous.n_bytes})",
                     at=info.offset,
-                    field=f"tensor {info.name!r}",
+                    field=tensor_field(info.name),
                 )
             previous = info
+
+    def _open_parts(self, split: Split) -> None:
+        """Open parts 2..n beside this first part and make their tensors this file's (see bytesup.gguf.split)."""
+        self._files += open_parts(self.path, split, lambda path: GGUFFile(path, partial=self.partial, parts=False))
+        for k, part in enumerate(self._files[1:], start=1):
+            for info in part.tensors:
+                if info.name in self._by_name:
+                    raise GGUFFormatError(part.path, f"duplicate tensor name {quote(info.name)} (also in an earlier"
+                                          " part)", offset=info.offset)  # fmt: skip
+                self._by_name[info.name] = dataclasses.replace(info, part=k)
+                self.tensors.append(self._by_name[info.name])
+            self.incomplete += part.incomplete
+            self.missing_bytes += part.missing_bytes
+        if len(self.tensors) != split.tensors:
+            raise GGUFFormatError(self.path, f"the {split.count} parts hold {len(self.tensors)} tensors, split.tensors"
+                                  f".count says {split.tensors}: a part is of another model; fetch them again")  # fmt: skip
+        self.file_size = sum(f.own_size for f in self._files)
 
     # -- use ---------------------------------------------------------------------------
 
@@ -467,17 +484,28 @@ class GGUFFile:
         self.close()
 
     def close(self) -> None:
-        """Release the map. Arrays from raw() keep their own reference and stay valid."""
-        mm, self._mm = self._mm, None
-        if mm is not None:
-            try:
-                mm.close()
-            except BufferError:  # raw() views still exist: the map lives until they go
-                pass
+        """Release the maps. Arrays from raw() keep their own reference and stay valid."""
+        for f in self._files:
+            mm, f._mm = f._mm, None
+            if mm is not None:
+                try:
+                    mm.close()
+                except BufferError:  # raw() views still exist: the map lives until they go
+                    pass
 
     def __repr__(self) -> str:
         return (f"GGUFFile({str(self.path)!r}, version={self.version}, tensors={len(self.tensors)},"
-                f" metadata={len(self.metadata)})")  # fmt: skip
+                f" metadata={len(self.metadata)}, parts={len(self._files)})")  # fmt: skip
+
+    @property
+    def parts(self) -> list[Path]:
+        """The files of the model, in order: [path] for a file of one part."""
+        return [f.path for f in self._files]
+
+    @property
+    def part_files(self) -> list[GGUFFile]:
+        """The GGUFFile of each part, in order (this one first; each of the others holds only its own tensors)."""
+        return list(self._files)
 
     @property
     def tensor_names(self) -> list[str]:
@@ -487,26 +515,39 @@ class GGUFFile:
         info = self._by_name.get(name)
         if info is None:
             close = difflib.get_close_matches(name, self._by_name, n=3)
-            hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
-            raise TensorNotFoundError(f"{printable(str(self.path))}: no tensor named {name!r}{hint}")
+            hint = f"; did you mean {', '.join(map(quote, close))}?" if close else ""
+            raise TensorNotFoundError(f"{printable(str(self.path))}: no tensor named {quote(name)}{hint}")
         return info
+
+    def file_of(self, name: str) -> Path:
+        """The file holding tensor `name` (its part of a split model); TensorInfo.offset is into it."""
+        return self._files[self.tensor(name).part].path
 
     def raw(self, name: str) -> np.ndarray:
         """The tensor's bytes as a read-only uint8 array over the map (no copy)."""
         info = self.tensor(name)
-        if self._mm is None:
+        f = self._files[info.part]
+        if f._mm is None:
             raise ValueError(f"{printable(str(self.path))}: file is closed")
+        if name in self.incomplete:
+            raise GGUFFormatError(f.path, f"data [{info.offset}, {info.offset + info.n_bytes}) are not all in this"
+                                  f" partial file ({f.own_size:,} bytes)", offset=info.offset, field=tensor_field(name))  # fmt: skip
         if info.n_bytes == 0:
             empty = np.empty(0, dtype=np.uint8)
             empty.flags.writeable = False
             return empty
-        return np.frombuffer(self._mm, dtype=np.uint8, count=info.n_bytes, offset=info.offset)
+        return np.frombuffer(f._mm, dtype=np.uint8, count=info.n_bytes, offset=info.offset)
+
+    def release_pages(self, name: str) -> None:
+        """Tell the kernel this process is done with tensor `name`'s pages of the map (see run.files)."""
+        info = self.tensor(name)
+        release_mapped_pages(self._files[info.part]._mm, info.offset, info.n_bytes)
 
     def load(self, name: str) -> np.ndarray:
-        """The tensor as float32 in numpy shape, dequantized (see bytesup.gguf.dequant)."""
+        """The tensor as float32 in numpy shape, dequantized (see bytesup.gguf.dequant), checked finite."""
         info = self.tensor(name)
         try:
-            return dequantize(self.raw(name), info.type_name, info.shape)
+            values = dequantize(self.raw(name), info.type_name, info.shape)
         except NotImplementedError:
             raise UnsupportedTypeError(
                 self.path,
@@ -514,35 +555,22 @@ class GGUFFile:
                 f"ggml type {info.ggml_type} ({info.type_name}) cannot be dequantized by bytesup or gguf.quants",
                 offset=info.offset,
             ) from None
+        return self.check_finite(name, values)
+
+    def check_finite(self, name: str, values: np.ndarray, *, start: int | None = 0) -> np.ndarray:
+        """`values`, tensor `name` dequantized from its element `start` on (None: rows picked here and
+        there), when all are finite numbers; else one line naming the tensor (bytesup.gguf.numbers). A
+        tensor checked whole, or piece by piece from its first element to its last, is not checked again."""
+        if name in self._finite:
+            return values
+        check_finite(self.file_of(name), self.tensor(name), values, start=start)
+        if start is not None and start == self._checked_upto.get(name, 0):
+            upto = start + np.size(values)
+            if upto >= self.tensor(name).n_elements:
+                self._finite.add(name)
+            self._checked_upto[name] = upto
+        return values
 
     def byte_accounting(self) -> dict:
-        """Where every byte of the file goes; the five parts sum to file_size exactly.
-
-        padding is everything that is neither structure nor tensor data: the alignment
-        gap before the data section, gaps between tensors, and bytes after the last one.
-        padding_parts itemizes it (those three sum to padding; do not add them again).
-        """
-        metadata = self.metadata_end - HEADER_BYTES
-        infos = self.tensor_infos_end - self.metadata_end
-        data_start = min(self.data_offset, self.file_size)
-        before = data_start - self.tensor_infos_end
-        tensor_data = between = 0
-        end = data_start
-        for info in sorted(self.tensors, key=lambda t: t.offset):
-            if info.n_bytes:
-                between += info.offset - end
-                end = info.offset + info.n_bytes
-                tensor_data += info.n_bytes
-        trailing = self.file_size - end
-        result = {
-            "header": HEADER_BYTES,
-            "metadata": metadata,
-            "tensor_infos": infos,
-            "padding": before + between + trailing,
-            "tensor_data": tensor_data,
-            "file_size": self.file_size,
-            "padding_parts": {"before_data": before, "between_tensors": between, "trailing": trailing},
-        }
-        parts = ("header", "metadata", "tensor_infos", "padding", "tensor_data")
-        assert sum(result[k] for k in parts) == self.file_size, result
-        return result
+        """Where every byte of the file goes (bytesup.gguf.accounting); the five parts sum to file_size."""
+        return byte_accounting(self)

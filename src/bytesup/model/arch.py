@@ -42,7 +42,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from bytesup.errors import BytesupError
+from bytesup.errors import BytesupError, cut, quote
 
 # The table's rows and names live in arch_table; they are imported from here (bytesup.model.arch).
 from bytesup.model.arch_table import ACTIVATIONS as ACTIVATIONS
@@ -236,28 +236,55 @@ def _where(path) -> str:
     return f"{path}: " if path else ""
 
 
-def _quoted(name: str, limit: int = 200) -> str:
-    """repr of a name from a file, cut to `limit` characters with its length given (a hostile file)."""
-    return repr(name) if len(name) <= limit else f"{name[:limit]!r}... ({len(name):,} characters)"
+def _number(key: str, value, path, kind=int, positive: bool = True):
+    """A hyperparameter as the forward pass takes it: a whole number (kind int) or a finite number
+    (kind float: an eps, a rope base), at least 0, and more than 0 when `positive`; NaN, infinity,
+    a string or a list is refused in one line naming the key."""
+    if isinstance(value, (list, dict, str, bool)) or value is None:
+        raise ArchMetadataError(f"{_where(path)}metadata key {quote(key)} is {quote(value)}, not a number")
+    if kind is int and not (math.isfinite(float(value)) and float(value).is_integer()):
+        raise ArchMetadataError(f"{_where(path)}metadata key {quote(key)} is {value!r}, not a whole number")
+    out = kind(value)
+    if not math.isfinite(out) or out < 0 or (out == 0 and positive):
+        need = "a positive" if positive else "a non-negative"
+        raise ArchMetadataError(f"{_where(path)}metadata key {quote(key)} is {out}; it must be {need}"
+                                f"{' finite' if kind is float else ''} number: the file is damaged or wrong")  # fmt: skip
+    return out
 
 
 def _key(metadata: Mapping[str, Any], key: str, path, kind=int, default=None, positive: bool | None = None):
-    """metadata[key] as `kind`, or `default` when absent; a value that is not a finite number >= 0 is
-    refused in one line, and 0 too when `positive` (the default without a default: a size, an eps)."""
+    """metadata[key] as `kind`, or `default` when absent (missing without a default: one line). 0 is
+    refused when `positive` (by default: for a key without a default, a size or an eps)."""
     if key not in metadata:
         if default is not None:
             return default
-        raise ArchMetadataError(f"{_where(path)}metadata key {key!r} is missing; the forward pass needs it")
-    value = metadata[key]
-    try:
-        if isinstance(value, (list, dict, str)) or value is None:
-            raise TypeError
-        out = kind(value)
-    except (TypeError, ValueError):
-        raise ArchMetadataError(f"{_where(path)}metadata key {key!r} is {value!r}, not a number") from None
-    if not math.isfinite(out) or out < 0 or (out == 0 and (default is None if positive is None else positive)):
-        raise ArchMetadataError(f"{_where(path)}metadata key {key!r} is {out}; it must be positive")
-    return out
+        raise ArchMetadataError(f"{_where(path)}metadata key {quote(key)} is missing; the forward pass needs it")
+    return _number(key, metadata[key], path, kind, positive=(default is None) if positive is None else positive)
+
+
+# The numbers of a row that the forward pass and the lessons read ("{arch}" is replaced), by kind.
+HYPERPARAMETER_KEYS = {
+    int: ("{arch}.embedding_length", "{arch}.feed_forward_length", "{arch}.block_count", "{arch}.context_length",
+          "{arch}.attention.head_count", "{arch}.attention.head_count_kv", "{arch}.attention.key_length",
+          "{arch}.attention.value_length", "{arch}.rope.dimension_count", "{arch}.vocab_size"),
+}  # fmt: skip
+
+
+def check_hyperparameters(metadata: Mapping[str, Any], *, path=None) -> None:
+    """Refuse, in one line naming the key, a number of the model's architecture row that no model has
+    (a NaN, infinite, zero or negative eps, rope base or size); keys that are absent are not asked for.
+    The extract stage calls it once, so that every lesson reads checked numbers; an architecture the
+    table lacks has no row to check."""
+    arch = metadata.get("general.architecture")
+    facts = ARCHITECTURES.get(arch) if isinstance(arch, str) else None
+    if facts is None:
+        return
+    floats = [facts.eps_key, facts.rope_base_key] + ([facts.rope_base_local_key] if facts.rope_base_local_key else [])
+    ints = list(HYPERPARAMETER_KEYS[int]) + ([facts.sliding_window_key] if facts.sliding_window_key else [])
+    for kind, keys in ((int, ints), (float, floats)):
+        for key in (k.format(arch=arch) for k in keys):
+            if key in metadata:
+                _number(key, metadata[key], path, kind)
 
 
 def spec_from_metadata(
@@ -281,7 +308,7 @@ def spec_from_metadata(
     if arch not in ARCHITECTURES:
         need = f"; {needed_by} need it" if needed_by else ""
         raise UnsupportedArchitectureError(
-            f"{_where(path)}{_quoted(arch)[1:-1]}: architecture not supported by the forward pass"
+            f"{_where(path)}{cut(arch)}: architecture not supported by the forward pass"
             f" (supported: {', '.join(sorted(ARCHITECTURES))}){need}"
         )
     facts = ARCHITECTURES[arch]
@@ -394,7 +421,7 @@ def _check_tensors(spec: ArchSpec, names: list[str], path) -> None:
     for name in names:
         if name not in known:
             raise ArchMetadataError(
-                f"{_where(path)}tensor {_quoted(name)} is not part of the {spec.arch} recipe (bytesup.model.arch):"
+                f"{_where(path)}tensor {quote(name)} is not part of the {spec.arch} recipe (bytesup.model.arch):"
                 " the forward pass would ignore it, so it refuses the file"
             )
     present = set(names)
@@ -410,7 +437,7 @@ def _rope_freq_scale(metadata: Mapping[str, Any], arch: str, path) -> float:
     scaling = metadata.get(type_key, "linear")  # llama.cpp's default when the key is absent
     if scaling not in ROPE_SCALINGS:
         raise UnsupportedArchitectureError(
-            f"{_where(path)}{arch}: rope scaling {_quoted(str(scaling))} ({type_key}) is not followed by the"
+            f"{_where(path)}{arch}: rope scaling {quote(str(scaling))} ({type_key}) is not followed by the"
             f" forward pass (it follows {', '.join(ROPE_SCALINGS)})"
         )
     factor_key = next((key for key in (f"{arch}.rope.scaling.factor", f"{arch}.rope.scale_linear")

@@ -30,7 +30,11 @@ def next_token_probs(logits, temperature: float = 1.0) -> np.ndarray:
     as closely as a random draw from it needs."""
     if not temperature > 0:
         raise GenerationError(f"temperature = {temperature!r}: softmax needs a temperature above 0")
-    return softmax(np.asarray(logits, dtype=np.float64), temperature)
+    z = np.asarray(logits, dtype=np.float64)
+    if not np.isfinite(z).all():  # finite weights can still overflow float32 on the way (a hostile file)
+        raise GenerationError(f"the logits hold {int(np.isnan(z).sum())} NaN and {int(np.isinf(z).sum())} infinite"
+                              " values: the model's numbers overflowed float32; the file is damaged or wrong")  # fmt: skip
+    return softmax(z, temperature)
 
 
 def _check_filters(top_k: int | None, top_p: float | None) -> None:

@@ -14,6 +14,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bytesup.gguf.file import GGUFFile
+from bytesup.run.files import PART_NAME, part_name
+
 # On an assertion ggml forks a debugger to print a backtrace; without ptrace (a sandbox, a
 # container) that child waits forever. A refusal should end at once, with no orphans.
 ENVIRONMENT = {"GGML_NO_BACKTRACE": "1"}
@@ -32,6 +35,19 @@ print("ok")
 """
 
 
+def model_path(gguf_path: str | Path) -> str:
+    """The path to give llama.cpp. It finds a split model's other parts from the first part's own name,
+    which must end in -00001-of-<n>.gguf; the fetch links that name to resources/models/<model>.gguf."""
+    path = Path(gguf_path)
+    if PART_NAME.fullmatch(path.name):
+        return str(path)
+    with GGUFFile(path) as f:
+        n = len(f.parts)
+    stem = path.name[: -len(".gguf")] if path.name.endswith(".gguf") else path.name
+    alias = path.with_name(part_name(stem, 1, n))
+    return str(alias) if n > 1 and alias.exists() else str(path)
+
+
 def status(gguf_path: str | Path, timeout: float = 120) -> tuple[bool, str]:
     """(True, version) when llama.cpp loads and runs this file here, else (False, one line why)."""
     try:
@@ -41,7 +57,7 @@ def status(gguf_path: str | Path, timeout: float = 120) -> tuple[bool, str]:
     version, name = getattr(llama_cpp, "__version__", "unknown"), Path(gguf_path).name
     os.environ.update(ENVIRONMENT)  # for the caller's own llama.cpp too
     child = subprocess.Popen(
-        [sys.executable, "-c", _PROBE, str(gguf_path)],
+        [sys.executable, "-c", _PROBE, model_path(gguf_path)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -26,6 +26,7 @@ from functools import lru_cache
 
 import regex
 
+from bytesup.errors import quote
 from bytesup.model.codepoints import (
     LETTER,
     NUMBER,
@@ -227,11 +228,13 @@ def pre_tokenizer(name: str | None, source: str = "<metadata>") -> PreTokenizer:
     if name in PRE_TOKENIZERS:
         return PRE_TOKENIZERS[name]
     if name in REFUSED_PRE:
-        raise UnsupportedTokenizerError(f"{source}: tokenizer.ggml.pre = {name!r} is not followed: {REFUSED_PRE[name]}")
+        raise UnsupportedTokenizerError(
+            f"{source}: tokenizer.ggml.pre = {quote(name)} is not followed: {REFUSED_PRE[name]}"
+        )
     near = difflib.get_close_matches(name, PRE_TOKENIZERS, n=3, cutoff=0.6)
     hint = f"did you mean {' or '.join(map(repr, near))}? " if near else ""
     raise UnsupportedTokenizerError(
-        f"{source}: tokenizer.ggml.pre = {name[:80]!r} is no pre-tokenizer llama.cpp knows, so its split is "
+        f"{source}: tokenizer.ggml.pre = {quote(name, 80)} is no pre-tokenizer llama.cpp knows, so its split is "
         f"unknown; {hint}the {len(PRE_TOKENIZERS)} known ones are listed in bytesup.model.pretokenizers"
     )
 

@@ -4,6 +4,7 @@
     path = write_tiny_gemma3(tmp_path / "g.gguf")     # 6 blocks (block 5 global), window 4, head 16
     path = write_tiny(tmp_path / "p.gguf", "phi3")    # any row of the architecture table, its own tensors
     path = write_shaped(path, DEEPSEEK_CODER_6_7B)    # the course specimen's exact shapes, 7.16 GB
+    parts = write_split(path, tmp_path / "m.gguf", 3)  # the same model as m-00001-of-00003.gguf ...
 
 Files are written tensor by tensor (each made, encoded and written before the next), so memory
 holds one tensor, never the file: a multi-GB file of a published shape costs its largest tensor.
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf import GGUFValueType, GGUFWriter
+from gguf import GGUFReader, GGUFValueType, GGUFWriter
 from gguf.constants import GGMLQuantizationType
 from gguf.quants import quantize
 
@@ -476,6 +477,42 @@ def write_shaped(
         random_q8_0=True,
         name=name or arch.name,
     )
+
+
+def write_split(source: str | os.PathLike, dest: str | os.PathLike, parts: int, *, first_empty: bool = False
+                ) -> list[Path]:  # fmt: skip
+    """Split the GGUF `source` into `parts` files as llama.cpp's gguf-split does, with gguf-py's writer:
+    `dest` 'm.gguf' gives m-00001-of-00003.gguf ... (returned in order), the metadata in the first part
+    only, split.no / split.count / split.tensors.count in each, the tensors in file order, about the
+    same number in each part. first_empty: no tensor in the first part (gguf-split
+    --no-tensor-first-split), the tensors spread over the others."""
+    reader = GGUFReader(source)
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tensors = list(reader.tensors)
+    holding = parts - 1 if first_empty else parts
+    writer = GGUFWriter(dest, reader.fields["general.architecture"].contents(),
+                        split_max_tensors=-(-len(tensors) // holding), small_first_shard=first_empty)  # fmt: skip
+    for field in reader.fields.values():
+        if field.name == "general.architecture" or field.name.startswith("GGUF."):
+            continue  # the writer adds the architecture; GGUF.* are the header's counts
+        vtype = field.types[0]
+        sub_type = field.types[-1] if vtype == GGUFValueType.ARRAY else None
+        writer.add_key_value(field.name, field.contents(), vtype, sub_type=sub_type)
+    for t in tensors:
+        writer.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
+    paths = writer.format_shard_names(dest)
+    if len(paths) != parts:
+        raise ValueError(f"{source}: {len(tensors)} tensors do not split into {parts} parts")
+    try:
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_ti_data_to_file()
+        for t in tensors:
+            writer.write_tensor_data(t.data, tensor_endianess=reader.endianess)
+    finally:
+        writer.close()
+    return paths
 
 
 def _add_value(writer: GGUFWriter, key: str, value: Any) -> None:

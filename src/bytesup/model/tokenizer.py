@@ -91,7 +91,7 @@ class Tokenizer:
             raise TokenizerError(f"{source}: tokenizer.ggml.model is {shown(model)}, not a tokenizer name")
         if model in REFUSED_MODELS:
             raise UnsupportedTokenizerError(
-                f"{source}: tokenizer.ggml.model = {model!r} ({REFUSED_MODELS[model]}) is not followed by the "
+                f"{source}: tokenizer.ggml.model = {shown(model)} ({REFUSED_MODELS[model]}) is not followed by the "
                 f"lessons; they follow {', '.join(TOKENIZER_MODELS)}: use a GGUF of a text-generation model"
             )
         if model not in TOKENIZER_MODELS:

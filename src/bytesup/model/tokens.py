@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
-from bytesup.errors import BytesupError
+from bytesup.errors import BytesupError, quote
 from bytesup.model.vocabulary import check_tokens, shown
 
 SENTENCEPIECE_SPACE = "\u2581"  # '▁'
@@ -84,7 +84,7 @@ def token_id(vocab: Sequence[str], text: str, tokenizer_model: str) -> int:
         if entry == form:
             return i
     raise TokenError(
-        f"token {text!r} (stored as {form!r} by a {tokenizer_model!r} tokenizer) is not a single entry "
+        f"token {quote(text)} (stored as {quote(form)} by a {quote(tokenizer_model)} tokenizer) is not a single entry "
         f"in this vocabulary of {len(vocab)} tokens; choose a word the model keeps whole"
     )
 

@@ -22,8 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from bytesup.errors import BytesupError
-from bytesup.gguf.file import printable
+from bytesup.errors import BytesupError, quote
 
 MAX_TOKENS = 1 << 20  # four times the largest vocabularies in use (Gemma's 262,144)
 MAX_TOKEN_CHARS = 1 << 16
@@ -48,9 +47,9 @@ class UnsupportedTokenizerError(BytesupError, ValueError):
 
 
 def shown(value, limit: int = 80) -> str:
-    """A value as an error line quotes it: repr, escaped, cut to ``limit`` characters."""
-    text = printable(repr(value))
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+    """A value as an error line quotes it: bytesup.errors.quote (repr, escaped, cut with its full length
+    given, a long list cut before its repr is built), at ``limit`` characters."""
+    return quote(value, limit)
 
 
 @dataclass

@@ -33,13 +33,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bytesup.errors import quote
 from bytesup.gguf.dequant import dequantize
 from bytesup.gguf.file import GGUFFile
 from bytesup.gguf.quants import QUANTS
 from bytesup.gguf.sizes import tensor_bytes
 from bytesup.model.arch import ArchMetadataError, ArchSpec
 from bytesup.model.param_counts import per_token_reads, tensor_rows
-from bytesup.run.files import release_mapped_pages
 
 DEFAULT_RESIDENT_BUDGET = 4 * 2**30  # float32 weights up to 4 GiB are kept resident
 HEAD_CHUNK_BYTES = 64 * 2**20  # streaming: float32 bytes of output head per chunk
@@ -170,7 +170,7 @@ def _dequantize_into(gguf: GGUFFile, name: str, out: np.ndarray, shape: tuple[in
     """
     info = gguf.tensor(name)
     if info.shape != shape:
-        raise ArchMetadataError(f"{gguf.path}: tensor {name!r} has shape {info.shape}, the metadata says {shape}")
+        raise ArchMetadataError(f"{gguf.path}: tensor {quote(name)} has shape {info.shape}, the metadata says {shape}")
     raw = gguf.raw(name)
     flat = out.reshape(-1)  # a view, as out is contiguous
     with np.errstate(all="ignore"):
@@ -178,6 +178,7 @@ def _dequantize_into(gguf: GGUFFile, name: str, out: np.ndarray, shape: tuple[in
             QUANTS[info.type_name].fast(raw, out=flat)
         else:
             flat[...] = gguf.load(name).reshape(-1)  # a one-line UnsupportedTypeError when nothing reads it
+    gguf.check_finite(name, flat)  # NaN or infinity: one line naming the tensor (checked once per tensor)
     return info.n_bytes
 
 
@@ -209,7 +210,7 @@ class _Provider:
         _dequantize_into(gguf, spec.tensor_name("output_norm"), self.output_norm, (d,))
         emb = gguf.tensor(spec.tensor_name("token_embd"))
         if emb.shape != (spec.vocab, d):
-            raise ArchMetadataError(f"{gguf.path}: tensor {emb.name!r} has shape {emb.shape},"
+            raise ArchMetadataError(f"{gguf.path}: tensor {quote(emb.name)} has shape {emb.shape},"
                                     f" the metadata says ({spec.vocab}, {d})")  # fmt: skip
         self.rope_factors = rope_factors(gguf, spec)
 
@@ -279,8 +280,7 @@ class ResidentWeights(_Provider):
 def _release_pages(gguf: GGUFFile, name: str) -> None:
     """Tell the kernel this process is done with a tensor's pages of GGUFFile's map (RSS drops; the
     page cache keeps them)."""
-    info = gguf.tensor(name)
-    release_mapped_pages(getattr(gguf, "_mm", None), info.offset, info.n_bytes)
+    gguf.release_pages(name)  # from the part that holds it, for a split model
 
 
 class StreamingWeights(_Provider):
@@ -311,7 +311,8 @@ class StreamingWeights(_Provider):
         row_bytes = tensor_bytes(info.type_name, info.shape[-1:])
         raw = self.gguf.raw(name).reshape(info.shape[0], row_bytes)
         picked = np.ascontiguousarray(raw[rows])  # copies len(rows) rows of bytes, nothing more
-        return dequantize(picked.reshape(-1), info.type_name, (len(rows), info.shape[-1]))
+        return self.gguf.check_finite(name, dequantize(picked.reshape(-1), info.type_name, (len(rows), info.shape[-1])),
+                                      start=None)  # fmt: skip
 
     def embed_rows(self, ids: np.ndarray) -> np.ndarray:
         return self._rows(self.spec.tensor_name("token_embd"), np.asarray(ids))
@@ -332,6 +333,7 @@ class StreamingWeights(_Provider):
                     QUANTS[info.type_name].fast(part, out=out.reshape(-1))
             else:
                 out[...] = dequantize(part, info.type_name, out.shape)
+            self.gguf.check_finite(info.name, out, start=start * d)  # the first pass checks it, the rest trust it
             yield start, out
         _release_pages(self.gguf, info.name)
 

@@ -1,5 +1,5 @@
-"""Facts every stage needs, in one place: a file's sha256, a value made safe for strict JSON, and letting go
-of a memory map's pages."""
+"""Facts every stage needs, in one place: a file's sha256, a value made safe for strict JSON, letting go
+of a memory map's pages, and where the parts of a split model lie (bytesup.gguf.split reads them)."""
 
 from __future__ import annotations
 
@@ -7,17 +7,21 @@ import hashlib
 import math
 import mmap
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 
 
-def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
-    """The file's sha256 as 64 hex digits, read in 1 MiB chunks (memory does not grow with the file)."""
+def sha256_file(path: str | os.PathLike | Sequence[str | os.PathLike], chunk: int = 1 << 20) -> str:
+    """The file's sha256 as 64 hex digits, read in 1 MiB chunks (memory does not grow with the file).
+    A list of paths (a split model's parts) hashes their bytes joined in order, as `cat` would."""
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
+    for one in [path] if isinstance(path, (str, os.PathLike)) else path:
+        with open(one, "rb") as fh:
+            while block := fh.read(chunk):
+                h.update(block)
     return h.hexdigest()
 
 
@@ -60,3 +64,37 @@ def plain(value, nonfinite: str = "null"):
             return value
         return None if nonfinite == "null" else NONFINITE_TEXT[str(value)]
     return value
+
+
+# -- split models: llama.cpp's gguf-split names its parts model-00001-of-00003.gguf, ... ----------------
+
+PART_NAME = re.compile(r"(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf")
+
+
+def part_name(prefix: str, k: int, count: int) -> str:
+    """The name of part k (1-based) of `count`: 'model-00002-of-00003.gguf'."""
+    return f"{prefix}-{k:05d}-of-{count:05d}.gguf"
+
+
+def part_paths(first: Path, count: int) -> list[Path]:
+    """Every part's path, `first` first: beside it, `<prefix>-<k>-of-<count>.gguf` (k from 2), where prefix
+    is first's name without its own `-00001-of-<count>.gguf` (llama.cpp's llama_split_prefix) or, for a
+    first part named otherwise (resources/models/<model>.gguf, as the fetch names it), without `.gguf`."""
+    first = Path(first)
+    m = PART_NAME.fullmatch(first.name)
+    if m and int(m["no"]) == 1 and int(m["count"]) == count:
+        prefix = m["prefix"]
+    else:
+        prefix = first.name[: -len(".gguf")] if first.name.endswith(".gguf") else first.name
+    return [first] + [first.with_name(part_name(prefix, k, count)) for k in range(2, count + 1)]
+
+
+def find_parts(first: Path, count: int) -> list[Path]:
+    """part_paths of `first`, or of the file it links to when its own name has no parts beside it."""
+    paths = part_paths(first, count)
+    if count > 1 and not paths[1].exists() and Path(first).is_symlink():
+        target = Path(first).resolve()
+        beside_target = part_paths(target, count)
+        if beside_target[1].exists():
+            return [Path(first)] + beside_target[1:]
+    return paths

@@ -7,6 +7,9 @@ against the project root, found by walking up from the current directory.
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
 from pathlib import Path
 
 from bytesup.errors import BytesupError
@@ -39,3 +42,22 @@ def resolve(path: str | Path, root: str | Path | None = None) -> Path:
     if path.is_absolute():
         return path
     return (Path(root) if root is not None else project_root()) / path
+
+
+def not_a_file(path: str | os.PathLike) -> str | None:
+    """None when `path` is a regular file (through its links), else what it is, for a message:
+    "no such file", "a symlink loop", "a link to <target>, which is gone", "a directory", ..."""
+    path = Path(path).expanduser()
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            return "a symlink loop (a link that leads back to itself)"
+        if err.errno == errno.ENOENT and path.is_symlink():
+            return f"a link to {os.readlink(path)}, which is gone"
+        if err.errno == errno.ENOENT:
+            return "no such file"
+        return err.strerror or str(err)
+    if stat.S_ISREG(mode):
+        return None
+    return "a directory" if stat.S_ISDIR(mode) else "not a regular file (a FIFO, socket or device)"

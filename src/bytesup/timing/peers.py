@@ -23,6 +23,7 @@ import numpy as np
 from gguf import GGUFValueType, GGUFWriter
 
 from bytesup.gguf.file import GGUFFile
+from bytesup.gguf.split import SPLIT_KEYS
 from bytesup.model import llama_cpp_ref
 from bytesup.timing.measure import TimingError
 
@@ -30,7 +31,8 @@ log = logging.getLogger(__name__)
 
 DISK_HEADROOM_BYTES = 256 << 20  # free disk left beside the float32 copy
 # Keys the writer sets itself (the architecture), or that must follow the new file (its type, alignment).
-_NOT_COPIED = {"general.architecture", "general.file_type", "general.alignment"}
+# a split model's split keys too: the copy is one file (bytesup.gguf.split)
+_NOT_COPIED = {"general.architecture", "general.file_type", "general.alignment", *SPLIT_KEYS}
 FILE_TYPE_ALL_F32 = 0  # llama.cpp's LLAMA_FTYPE_ALL_F32
 
 
@@ -93,7 +95,7 @@ class LlamaDecoder:
         from llama_cpp import Llama  # the optional extra, after the probe
 
         self.llm = Llama(
-            model_path=str(path),
+            model_path=llama_cpp_ref.model_path(path),  # a split model: its first part by llama.cpp's name
             n_ctx=n_ctx,
             n_threads=threads,
             n_threads_batch=threads,

@@ -173,6 +173,7 @@ def run(
         y_pkg, k_pkg, v_pkg = package_block(model, x, block)
         timing = time_decode(model, ids, contexts, repeats) if model.mode == "resident" else []
         mode = model.mode
+        file_bytes = model.gguf.file_size  # all its parts, for a split model
     attention = [np.asarray(a) for a in trace.attention]
 
     m: dict = {
@@ -265,7 +266,6 @@ def run(
     m["rope_base_global"] = spec.layer_rope_base(global_layers[0]) if global_layers and spec.sliding_layers else None
     m["rope_global_layers"] = global_layers if spec.sliding_layers else None
     # 4. the cache's size, layer by layer (a sliding-window layer keeps only its window)
-    file_bytes = os.path.getsize(model_gguf)
     size = kv_size_table(spec, model_name, file_bytes)
     this, specimen, llama = size
     grew = this["kv_bytes_at_context_if_every_layer_grew_f16"]

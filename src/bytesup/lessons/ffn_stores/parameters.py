@@ -4,12 +4,26 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from bytesup.lessons import LessonInputError
 from bytesup.lessons.ffn_walk import dims
 from bytesup.model import configs
 from bytesup.model import param_counts as pc
 from bytesup.model.tokens import tokenizer_of
 
 # --- 4. where the parameters are -----------------------------------------------------------------
+
+
+def _check_block_zero(arch: configs.Architecture, tensor_rows: Sequence[Mapping]) -> None:
+    """Refuse, in one line, a file whose block 0 holds other tensor sizes than its metadata gives."""
+    held: dict[str, int] = {}
+    for r in tensor_rows:
+        if r["name"].startswith("blk.0."):
+            held[pc.role(r["name"])] = held.get(pc.role(r["name"]), 0) + int(r["elements"])
+    wrong = [f"{part} holds {held.get(part, 0):,} weights, the metadata's sizes give {n:,}"
+             for part, n in pc.block_counts(arch).items() if held.get(part, 0) != n]  # fmt: skip
+    if wrong:
+        raise LessonInputError(f"tensors.csv: block 0 does not match the metadata: {'; '.join(wrong[:3])}; the"
+                               " file's metadata or its tensors are wrong")  # fmt: skip
 
 
 def model_accounting(
@@ -19,6 +33,7 @@ def model_accounting(
     d = dims(metadata)
     vocab = metadata.get(f"{d['architecture']}.vocab_size") or len(tokenizer_of(metadata)[0])
     arch = pc.architecture_from_gguf(d, (r["name"] for r in tensor_rows), vocab, name)
+    _check_block_zero(arch, tensor_rows)
     c = pc.count(arch)
     table = pc.table_counts(tensor_rows)
     p, b = table["params"], table["bytes"]

@@ -48,7 +48,7 @@ def llama_cpp_greedy(
     from llama_cpp import Llama  # only after llama_cpp_ref.status() said it runs here
 
     llm = Llama(
-        model_path=str(model_gguf),
+        model_path=llama_cpp_ref.model_path(model_gguf),  # a split model: its first part by llama.cpp's name
         n_ctx=len(prompt_ids) + max_new_tokens + 8,
         n_threads=threads,
         n_threads_batch=threads,

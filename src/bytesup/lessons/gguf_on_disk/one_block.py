@@ -78,6 +78,7 @@ def block_report(f: GGUFFile, pick: BlockPick) -> tuple[Block, dict]:
     reference = gguf_py_block(pick.raw, pick.type_name)
     row_raw = f.raw(pick.tensor)[pick.row * pick.row_bytes : (pick.row + 1) * pick.row_bytes]
     row = dequantize(np.array(row_raw), pick.type_name, (f.tensor(pick.tensor).shape[-1],))
+    f.check_finite(pick.tensor, row, start=pick.row * row.size)  # NaN or infinity: one line naming the tensor
     ours = row[pick.first_weight : pick.first_weight + len(blk.q)]
     checks = {
         "tensor": pick.tensor,
