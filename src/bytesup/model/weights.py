@@ -10,12 +10,16 @@ Two providers, one interface (forward.py uses only this):
 * Resident: every tensor dequantized once to float32 and kept. Q, K and V of a block sit in one
   fused (q_dim + 2 kv_dim, d_model) matrix, gate and up in one (2 d_ff, d_model) matrix, so a
   decode step does one matvec where it would do three (or two); wq, wk, ... are row views
-  into them, no copies. The matrices (and the head) are kept column-major (Fortran order):
-  their numpy shapes and values are the same, but BLAS then computes W @ x by adding x[j] times
-  column j (gemv "N"), which reads memory faster per core than a dot product per row does when
-  rows are short (SmolLM2's 576 numbers; on one thread a decode step ran 1.7x faster, 19 against
-  11 tokens/s, medians on a loaded machine). They are dequantized a chunk of rows at a time
-  through a small scratch and written transposed. Chosen when `float32_bytes(spec)` fits the budget.
+  into them, no copies. Q K V, the output projection, gate|up and the head are kept
+  column-major (Fortran order): their numpy shapes and values are the same, but BLAS then
+  computes W @ x by adding x[j] times column j (gemv "N"), which reads a matrix of short rows
+  (SmolLM2's 576 numbers) faster per core than a dot product per row does. Down (d_model rows
+  of d_ff numbers) stays row-major: on two threads BLAS splits a column-major product by rows,
+  and halves of 576 rows are too short. Measured in one process on this 2-core machine (load 3.5),
+  SmolLM2 decode steps, medians: one thread 23.6 tokens/s against 16.3 all row-major (23.2 all
+  column-major), two threads 30.5 against 28.0 (25.7). They are dequantized a chunk of rows at
+  a time through a small scratch and written transposed. Chosen when `float32_bytes(spec)`
+  fits the budget.
 * Streaming: nothing is kept. block(i) dequantizes block i from the map into one reusable
   scratch buffer (valid until the next block() call), embedding rows are dequantized one row's
   bytes at a time (a quantized row is tensor_bytes(type, (d_model,)) contiguous bytes), and the
@@ -241,7 +245,8 @@ class _Provider:
         return w
 
     def _empty_block(self, order: str = "C") -> BlockWeights:
-        """A block's arrays, uninitialised; its matrices in `order` ('C' row-major, 'F' column-major)."""
+        """A block's arrays, uninitialised; Q K V, output and gate|up in `order` ('C' row-major, 'F'
+        column-major), down row-major."""
         s, d = self.spec, self.spec.d_model
         return BlockWeights(
             attn_norm=np.empty(d, np.float32),
@@ -249,7 +254,7 @@ class _Provider:
             wo=np.empty((d, s.q_dim), np.float32, order=order),
             ffn_norm=np.empty(d, np.float32),
             w_gate_up=np.empty((2 * s.d_ff, d), np.float32, order=order),
-            w_down=np.empty((d, s.d_ff), np.float32, order=order),
+            w_down=np.empty((d, s.d_ff), np.float32),  # row-major either way (see the module's docstring)
             q_dim=s.q_dim,
             kv_dim=s.kv_dim,
             file_bytes=0,
@@ -266,7 +271,7 @@ class _Provider:
 
 
 class ResidentWeights(_Provider):
-    """Everything dequantized once to float32 (fused QKV and gate|up per block), matrices column-major."""
+    """Everything dequantized once to float32 (fused QKV and gate|up per block), most matrices column-major."""
 
     mode = "resident"
 
