@@ -74,9 +74,10 @@ def test_tiny_gemma3_decode_with_cache_equals_full_recompute(tiny_gemma):
     np.testing.assert_allclose(np.concatenate(steps), full, rtol=1e-5, atol=1e-5)
 
 
-def test_tiny_gemma3_streaming_equals_resident(tiny_gemma):
+def test_tiny_gemma3_streaming_agrees_with_resident(tiny_gemma):
+    """Column-major resident matrices against row-major streamed ones: float32 rounding apart (measured 5.1e-7)."""
     with Model.from_gguf(tiny_gemma, mode="resident") as r, Model.from_gguf(tiny_gemma, mode="streaming") as s:
-        np.testing.assert_array_equal(r.forward(IDS), s.forward(IDS))
+        assert rel_err(r.forward(IDS), s.forward(IDS)) < 1.5e-6
         assert r.weights.block(0).q_norm.shape == (16,) and s.weights.block(0).post_ffn_norm.shape == (32,)
 
 

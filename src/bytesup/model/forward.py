@@ -17,11 +17,14 @@ load (bytesup.model.weights), so the pass never sees them.
 
 Arithmetic is float32 throughout, like the model. Activations are (tokens, features): a batch of
 N new tokens multiplies x @ W.T once per matrix (prefill); one token is a matvec (decode), where
-the time goes into reading the weights (memory-bound: 4 bytes per multiply-add). They live in a
-RunState (llama2.c's names: x the residual stream, xb, qkv, hb), allocated once per batch size
-and written in place. The network does no bookkeeping: a Trace (bytesup.model.trace) watches
-the weights it reads. RMSNorm and softmax are bytesup.model.layers' (one copy, shared with the
-lessons and the torch twin).
+the time goes into reading the weights (memory-bound: 4 bytes per multiply-add). So a decode
+step does few and large products: Q K V in one, gate and up in one, the resident head in one
+(weights.py stacks them at load and keeps them column-major, the layout BLAS's matrix-vector
+product reads fastest for them). Everything between the products is written into buffers allocated once
+per batch size, a RunState (llama2.c's names: x the residual stream, xb, qkv, hb), and rope turns
+Q and K in place before the cache stores K and V (no other copy). The network does no
+bookkeeping: a Trace (bytesup.model.trace) watches the weights it reads. RMSNorm and softmax are
+bytesup.model.layers' (one copy, shared with the lessons and the torch twin).
 """
 
 from __future__ import annotations
@@ -169,7 +172,8 @@ class RunState:
     """The activations of a pass of N tokens, allocated once and written in place (llama2.c's RunState).
 
     x    (N, d_model)             the residual stream
-    xb   (N, d_model)             the final norm of x, the input of the head
+    xb   (N, d_model)             inside a half: x normalized, then what the half adds; at the end the
+                                  final norm of x, the input of the head
     qkv  (N, q_dim + 2 kv_dim)    the stacked Q K V product of a block; q, k, v are views of it
     hb   (N, 2 d_ff)              the stacked gate and up product; hb (gate), hb2 (up) are views of it
     att  (n_heads, N, keys)       the last block's attention weights (set by attention_block)
@@ -242,13 +246,14 @@ def rope_tables(spec: ArchSpec, positions: np.ndarray, factors=None) -> dict:
     return tables
 
 
-def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str = "adjacent") -> np.ndarray:
+def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str = "adjacent", out=None) -> np.ndarray:
     """Rotate pairs of each head's dimensions by its position's angles.
 
     layout "adjacent" (llama GGUFs): pairs (x0, x1), (x2, x3), ...; "neox" (qwen2, gemma3):
     pairs (x0, x_{n_rot/2}), (x1, x_{n_rot/2+1}), ... (Hugging Face's rotate_half).
     x is (N, heads, head_dim); pair i of token t turns by angle t_pos * base^(-2i/n_rot).
-    Only the first n_rot dimensions rotate (all of them for llama). Returns a new array.
+    Only the first n_rot dimensions rotate (all of them for llama). Returns a new array, or
+    writes into out (x itself rotates in place with out=x).
     """
     n_rot = 2 * cos.shape[-1]
     if layout == "adjacent":
@@ -259,9 +264,10 @@ def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str = "adjacen
         raise ValueError(f"rope layout {layout!r} is not known (known: adjacent, neox)")
     x0, x1 = x[..., first], x[..., second]  # first and second of each pair
     c, s = cos[:, None, :], sin[:, None, :]  # the same angles for every head
-    out = x.copy()
-    out[..., first] = x0 * c - x1 * s
-    out[..., second] = x0 * s + x1 * c
+    turned0, turned1 = x0 * c - x1 * s, x0 * s + x1 * c
+    if out is None:
+        out = x.copy()
+    out[..., first], out[..., second] = turned0, turned1
     return out
 
 
@@ -309,7 +315,7 @@ def attention_block(x, w: BlockWeights, layer: int, start: int, cos, sin, spec, 
     if s is None:
         s = RunState(spec, n)
     # attention rmsnorm
-    xb = rms_norm(x, w.attn_norm, spec.rms_eps)
+    xb = rms_norm(x, w.attn_norm, spec.rms_eps, out=s.xb)
     # Q, K, V: one product with the (q_dim + 2 kv_dim, d_model) matrix weights.py stacks at load
     qkv = matmul(xb, w.wqkv, out=s.qkv)
     if w.bqkv is not None:  # qwen2: a bias on each of Q, K, V
@@ -318,17 +324,20 @@ def attention_block(x, w: BlockWeights, layer: int, start: int, cos, sin, spec, 
     k = qkv[:, spec.q_dim : spec.q_dim + spec.kv_dim].reshape(n, spec.n_kv_heads, spec.head_dim)
     v = qkv[:, spec.q_dim + spec.kv_dim :].reshape(n, spec.n_kv_heads, spec.head_dim)
     if w.q_norm is not None:  # gemma3: RMSNorm of each head's q and k (over head_dim)
-        q, k = rms_norm(q, w.q_norm, spec.rms_eps), rms_norm(k, w.k_norm, spec.rms_eps)
-    # rope: rotate Q and K by their positions (V is not rotated)
-    q, k = rope(q, cos, sin, spec.rope_layout), rope(k, cos, sin, spec.rope_layout)
-    # KV cache: append this batch's keys and values, read back all positions so far
+        rms_norm(q, w.q_norm, spec.rms_eps, out=q)
+        rms_norm(k, w.k_norm, spec.rms_eps, out=k)
+    # rope: rotate Q and K by their positions, in place (V is not rotated); q and k sit side by side
+    # in qkv, so their heads turn together
+    qk = qkv[:, : spec.q_dim + spec.kv_dim].reshape(n, spec.n_heads + spec.n_kv_heads, spec.head_dim)
+    rope(qk, cos, sin, spec.rope_layout, out=qk)
+    # KV cache: store this batch's keys and values, read back all positions so far (views)
     k_all, v_all = cache.append(layer, k.transpose(1, 0, 2), v.transpose(1, 0, 2), start)
     # grouped-query causal attention (within the window on a sliding layer)
     xa, s.att = attention(q, k_all, v_all, start, spec, window=spec.layer_window(layer))
     # output projection
-    xb = matmul(xa, w.wo)
+    xb = matmul(xa, w.wo, out=s.xb)
     if w.post_attn_norm is not None:  # gemma3: normalize what attention adds
-        xb = rms_norm(xb, w.post_attn_norm, spec.rms_eps)
+        rms_norm(xb, w.post_attn_norm, spec.rms_eps, out=xb)
     # the residual connection
     return np.add(x, xb, out=s.x)
 
@@ -339,16 +348,16 @@ def ffn_block(x, w: BlockWeights, spec: ArchSpec, s: RunState | None = None):
     if s is None:
         s = RunState(spec, x.shape[0])
     # ffn rmsnorm
-    xb = rms_norm(x, w.ffn_norm, spec.rms_eps)
+    xb = rms_norm(x, w.ffn_norm, spec.rms_eps, out=s.xb)
     # gate and up: one product with the (2 d_ff, d_model) matrix weights.py stacks at load
     hb_hb2 = matmul(xb, w.w_gate_up, out=s.hb)
     hb, hb2 = hb_hb2[:, : spec.d_ff], hb_hb2[:, spec.d_ff :]  # gate, up
     # the gate decides how much of each up value passes: SiLU (SwiGLU) or GELU-tanh (GeGLU)
     hb = activation(spec.activation)(hb) * hb2
     # down projection
-    xb = matmul(hb, w.w_down)
+    xb = matmul(hb, w.w_down, out=s.xb)
     if w.post_ffn_norm is not None:  # gemma3: normalize what the FFN adds
-        xb = rms_norm(xb, w.post_ffn_norm, spec.rms_eps)
+        rms_norm(xb, w.post_ffn_norm, spec.rms_eps, out=xb)
     # the residual connection
     return np.add(x, xb, out=s.x)
 

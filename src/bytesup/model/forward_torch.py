@@ -15,12 +15,12 @@ forward.py reads them from the architecture table. The rope angles are forward.p
 (forward.rope_tables, float64 rounded to float32), moved to the device.
 
 The weights are the float32 arrays of forward.py's resident provider (the project's own
-dequantizers, fused QKV and gate|up), moved to the device once: there is no second dequantizer.
-On device 'cpu' the tensors share the NumPy arrays' memory. Arithmetic is float32 throughout
-(TF32 is whatever torch.backends says; the GPU job leaves it at torch's default, off for matmul).
-The KV cache is forward.py's KVCache with its arrays on the device; RMSNorm, softmax and the
-activations are bytesup.model.layers' own functions, which take torch tensors as they take NumPy
-arrays.
+dequantizers, fused QKV and gate|up, most of them column-major), moved to the device once: there
+is no second dequantizer. On device 'cpu' the tensors share the NumPy arrays' memory. Arithmetic is
+float32 throughout (TF32 is whatever torch.backends says; the GPU job leaves it at torch's
+default, off for matmul). The KV cache is forward.py's KVCache with its arrays on the device;
+RMSNorm, softmax and the activations are bytesup.model.layers' own functions, which take torch
+tensors as they take NumPy arrays.
 """
 
 from __future__ import annotations

@@ -28,13 +28,15 @@ def namespace(x):
     torch is looked up among the modules already imported, never imported here: a torch tensor
     can only exist once torch is. (The array API standard's idea, for the two libraries used.)
     """
+    if isinstance(x, np.ndarray):
+        return np
     torch = sys.modules.get("torch")
     return torch if torch is not None and isinstance(x, torch.Tensor) else np
 
 
 def asarray(x):
-    """x as an array of its library: a torch tensor as it is, anything else through np.asarray."""
-    return x if namespace(x) is not np else np.asarray(x)
+    """x as an array of its library: an array or torch tensor as it is, anything else through np.asarray."""
+    return x if isinstance(x, np.ndarray) or namespace(x) is not np else np.asarray(x)
 
 
 # --- the one operation: y = W · x -----------------------------------------------------------
@@ -91,7 +93,8 @@ def rms_norm(x, weight, eps, out=None):
     x, weight = asarray(x), asarray(weight)
     if tuple(weight.shape) != tuple(x.shape[-1:]):
         raise ValueError(f"rms_norm: weight {tuple(weight.shape)} must match the last axis of x {tuple(x.shape)}")
-    scale = xp.sqrt(xp.mean(x * x, axis=-1, keepdims=True) + float(eps))
+    mean_square = (x * x).sum(-1, keepdims=True) / x.shape[-1]  # np.mean's arithmetic, without its overhead
+    scale = xp.sqrt(mean_square + float(eps))
     return xp.multiply(xp.divide(x, scale, out=out), weight, out=out)
 
 
@@ -109,13 +112,14 @@ def softmax(z, temperature: float = 1.0, out=None):
         raise ValueError(f"softmax: temperature = {temperature!r}, it must be above 0")
     xp = namespace(z)
     z = asarray(z)
-    if xp is np and not np.issubdtype(z.dtype, np.floating):
+    if xp is np and z.dtype.kind != "f":
         z = z.astype(np.float64)
     if temperature != 1:
         z = z / temperature
-    e = xp.subtract(z, xp.amax(z, axis=-1, keepdims=True), out=out)  # z - max: at most 0
+    top = z.max(-1, keepdims=True) if xp is np else z.amax(-1, keepdims=True)  # torch's max() also gives indices
+    e = xp.subtract(z, top, out=out)  # z - max: at most 0
     xp.exp(e, out=e)
-    return xp.divide(e, xp.sum(e, axis=-1, keepdims=True), out=e)
+    return xp.divide(e, e.sum(-1, keepdims=True), out=e)
 
 
 def softcap(z, cap: float, out=None):
