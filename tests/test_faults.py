@@ -583,3 +583,12 @@ def test_a_job_ends_a_bytesup_error_with_its_one_line_naming_the_users_file(tmp_
     assert capsys.readouterr().err == "ERROR ~/m.gguf: bad magic\n"
     with pytest.raises(KeyError), job_logging(None):  # a bug keeps its traceback
         {}["missing"]
+
+
+def test_the_users_name_replaces_a_path_made_absolute_without_doubling_it(tmp_path, monkeypatch):
+    from bytesup.run.joblog import as_the_user_knows
+
+    monkeypatch.chdir(tmp_path)
+    shown = {"resources/models/m.gguf": "/home/me/m.gguf"}
+    said = f"{tmp_path}/resources/models/m.gguf: bad magic; resources/models/m.gguf again"
+    assert as_the_user_knows(said, shown) == "/home/me/m.gguf: bad magic; /home/me/m.gguf again"

@@ -202,9 +202,9 @@ def test_any_architecture_uses_its_own_table_and_kv_lengths():
     assert r["context_tokens"] == 2048 and r["sliding_window"] == 512
     assert r["kv_cache_bytes"] == per_layer * (2048 + 5 * 512)
     assert r["ceiling_tps"] == pytest.approx(100e9 / (m["read_per_token_bytes"] + per_layer * (2048 + 5 * 512)))
-    no_window = {k: v for k, v in meta.items() if k != "gemma3.attention.sliding_window"}
-    with pytest.raises(LessonInputError, match="sliding_window"):
-        catalog.this_model(no_window, rows)
+    # a gemma3 file without a window key: every layer keeps every position, as llama.cpp reads it
+    no_window = catalog.this_model({k: v for k, v in meta.items() if k != "gemma3.attention.sliding_window"}, rows)
+    assert (no_window["sliding_window"], no_window["kv_global_layers"]) == (None, 6)
     del meta["gemma3.block_count"]
     with pytest.raises(LessonInputError, match="gemma3.block_count"):
         catalog.this_model(meta, rows)

@@ -134,6 +134,25 @@ def test_a_lesson_for_one_architecture_refuses_another_in_one_line():
     assert "\n" not in why and "gemma3" in why and "llama" in why
 
 
+def test_a_file_the_forward_pass_cannot_follow_stops_the_lessons_that_run_it(tmp_path):
+    """A llama file holding a tensor the recipe would ignore: the lessons that run the network are
+    not run (one line, the tensor named), the others are; a file the recipe follows stops none."""
+    from bytesup.gguf.file import GGUFFile
+    from bytesup.model.arch import recipe_problem
+    from bytesup.model.synthetic import write_tiny_llama
+
+    with GGUFFile(write_tiny_llama(tmp_path / "tiny.gguf")) as f:
+        metadata, names = dict(f.metadata), [t.name for t in f.tensors]
+    assert recipe_problem(metadata, names) is None
+    odd = recipe_problem(metadata, [*names, "blk.0.mystery.weight"])
+    assert odd == "tensor 'blk.0.mystery.weight' is not part of the llama recipe (bytesup.model.arch): the forward" \
+        " pass would ignore it, so it refuses the file"  # fmt: skip
+    refused = {lesson for lesson, spec in LESSONS.items() if spec.refusal("llama", odd)}
+    assert refused == {lesson for lesson, spec in LESSONS.items() if spec.runs_model} and len(refused) >= 4
+    assert LESSONS["04_the_forward_pass"].refusal("llama", odd).endswith(odd)
+    assert {lesson for lesson, spec in LESSONS.items() if spec.refusal("llama", None)} == set()
+
+
 def test_bytesup_lessons_lists_every_lesson_in_order(capsys):
     assert cli(["lessons"]) == 0
     out = capsys.readouterr().out

@@ -9,6 +9,8 @@ from bytesup.run.fetch import local_files
 from bytesup.run.model_cache import cached_model_problem
 from bytesup.run.paths import not_a_file
 from bytesup.lessons import read_metadata, registry
+from bytesup.model.arch import recipe_problem
+from bytesup.model.param_counts import read_tensor_table
 from bytesup.run.runlock import clear_owner, record_owner, remove_stale_lock
 from snakemake.exceptions import WorkflowError
 
@@ -193,18 +195,16 @@ def lesson_mem_mb(spec):
     )
 
 
-def model_architecture(model):
-    """general.architecture of a model, read from the extract checkpoint's metadata.json."""
-    path = checkpoints.extract.get(model=model).output.metadata
-    return read_metadata(path).get("general.architecture")
-
-
 def lessons_run(model):
-    """(lessons that run, {lesson: why it does not}) for a model, from its architecture."""
-    arch = model_architecture(model)
+    """(lessons that run, {lesson: why it does not}) for a model, from its architecture and whether
+    the forward pass can follow its file (both read from the extract checkpoint's outputs)."""
+    outputs = checkpoints.extract.get(model=model).output
+    metadata = read_metadata(outputs.metadata)
+    arch = metadata.get("general.architecture")
+    problem = recipe_problem(metadata, [row["name"] for row in read_tensor_table(outputs.tensors_csv)])
     run, refused = [], {}
     for lesson in config["lessons"]:
-        why = LESSONS[lesson].refusal(arch)
+        why = LESSONS[lesson].refusal(arch, problem)
         if why:
             refused[lesson] = why
         else:

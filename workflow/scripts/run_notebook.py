@@ -16,6 +16,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from bytesup.errors import BytesupError
+from bytesup.run.joblog import as_the_user_knows
 from bytesup.run.model_cache import reading_model
 from bytesup.run.notebook_job import run_notebook
 
@@ -45,5 +46,5 @@ try:
 except BytesupError as err:
     # a local model's messages name the user's file, not the link or copy under resources/
     internal = files.get("model_gguf")
-    sys.exit(str(err).replace(str(internal), sm.params.shown) if internal else str(err))
+    sys.exit(as_the_user_knows(str(err), {str(internal): sm.params.shown}) if internal else str(err))
 shutil.copyfile(partial, sm.output.notebook)

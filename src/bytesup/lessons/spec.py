@@ -141,11 +141,16 @@ class LessonSpec:
     def follows(self, architecture: str | None) -> bool:
         return self.architectures is None or architecture in self.architectures
 
-    def refusal(self, architecture: str | None) -> str | None:
-        """None when the lesson follows this architecture, else the one line saying why it does not run."""
-        if self.follows(architecture):
-            return None
-        return (
-            f"it follows {', '.join(self.architectures)} only, and this model's architecture is "
-            f"{architecture!r}; it is not run rather than apply that recipe to another architecture"
-        )
+    def refusal(self, architecture: str | None, recipe_problem: str | None = None) -> str | None:
+        """None when the lesson follows this architecture, else the one line saying why it does not run.
+
+        recipe_problem (bytesup.model.arch.recipe_problem): why the forward pass cannot follow this
+        file of a known architecture; a lesson that runs the network is then not run either."""
+        if not self.follows(architecture):
+            return (
+                f"it follows {', '.join(self.architectures)} only, and this model's architecture is "
+                f"{architecture!r}; it is not run rather than apply that recipe to another architecture"
+            )
+        if recipe_problem and self.runs_model:
+            return f"it runs the network, which cannot follow this file: {recipe_problem}"
+        return None

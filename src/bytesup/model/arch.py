@@ -246,20 +246,20 @@ def _number(key: str, value, path, kind=int, positive: bool = True):
         raise ArchMetadataError(f"{_where(path)}metadata key {quote(key)} is {value!r}, not a whole number")
     out = kind(value)
     if not math.isfinite(out) or out < 0 or (out == 0 and positive):
-        need = "a positive" if positive else "a non-negative"
+        need = "positive" if positive else "positive or 0"
         raise ArchMetadataError(f"{_where(path)}metadata key {quote(key)} is {out}; it must be {need}"
-                                f"{' finite' if kind is float else ''} number: the file is damaged or wrong")  # fmt: skip
+                                f"{' (a finite number)' if kind is float else ''}: the file is damaged or wrong")  # fmt: skip
     return out
 
 
-def _key(metadata: Mapping[str, Any], key: str, path, kind=int, default=None, positive: bool | None = None):
+def _key(metadata: Mapping[str, Any], key: str, path, kind=int, default=None, positive: bool = True):
     """metadata[key] as `kind`, or `default` when absent (missing without a default: one line). 0 is
-    refused when `positive` (by default: for a key without a default, a size or an eps)."""
+    refused unless `positive` is False (a scaling factor, a soft cap or a pattern where 0 means none)."""
     if key not in metadata:
         if default is not None:
             return default
         raise ArchMetadataError(f"{_where(path)}metadata key {quote(key)} is missing; the forward pass needs it")
-    return _number(key, metadata[key], path, kind, positive=(default is None) if positive is None else positive)
+    return _number(key, metadata[key], path, kind, positive=positive)
 
 
 # The numbers of a row that the forward pass and the lessons read ("{arch}" is replaced), by kind.
@@ -285,6 +285,20 @@ def check_hyperparameters(metadata: Mapping[str, Any], *, path=None) -> None:
         for key in (k.format(arch=arch) for k in keys):
             if key in metadata:
                 _number(key, metadata[key], path, kind)
+
+
+def recipe_problem(metadata: Mapping[str, Any], tensor_names: Iterable[str]) -> str | None:
+    """None when the forward pass can follow this file (its architecture's row, its numbers, every
+    tensor it holds and needs), else the one line why not. An architecture the table lacks is the
+    lessons' own refusal (LessonSpec.follows); this is for a file of a known architecture that the
+    recipe cannot run: a tensor it would ignore, one it lacks, a number it cannot take."""
+    if metadata.get("general.architecture") not in ARCHITECTURES:
+        return None
+    try:
+        spec_from_metadata(metadata, tensor_names)
+    except ArchMetadataError as err:
+        return str(err)
+    return None
 
 
 def spec_from_metadata(
@@ -357,11 +371,11 @@ def spec_from_metadata(
     names = set(order)
     n_layers = _key(metadata, k("{arch}.block_count"), path)
     window, sliding = _sliding_layers(metadata, facts, arch, n_layers, path)
-    rope_base = _key(metadata, k(facts.rope_base_key), path, kind=float, default=facts.rope_base_default, positive=True)
+    rope_base = _key(metadata, k(facts.rope_base_key), path, kind=float, default=facts.rope_base_default)
     rope_base_local = 0.0
     if sliding and facts.rope_base_local_key:
         default = facts.rope_base_local or rope_base
-        rope_base_local = _key(metadata, k(facts.rope_base_local_key), path, kind=float, default=default, positive=True)
+        rope_base_local = _key(metadata, k(facts.rope_base_local_key), path, kind=float, default=default)
     rope_tensors = tuple(t for t in (facts.rope_factors, facts.rope_factors_long) if t and t in names)
     context_key = k("{arch}.context_length")
     context = _key(metadata, context_key, path)
@@ -442,7 +456,7 @@ def _rope_freq_scale(metadata: Mapping[str, Any], arch: str, path) -> float:
         )
     factor_key = next((key for key in (f"{arch}.rope.scaling.factor", f"{arch}.rope.scale_linear")
                        if key in metadata), None)  # fmt: skip
-    factor = _key(metadata, factor_key, path, kind=float, default=0.0) if factor_key else 0.0
+    factor = _key(metadata, factor_key, path, kind=float, default=0.0, positive=False) if factor_key else 0.0
     return 1.0 if scaling == "none" or factor in (0.0, 1.0) else 1.0 / factor
 
 
@@ -450,7 +464,7 @@ def _softcap(metadata: Mapping[str, Any], key: str, default: float | None, path)
     """A soft-capping value where the row has one (the file's key, else the row's default), else 0."""
     if default is None:
         return 0.0
-    return _key(metadata, key, path, kind=float, default=default)
+    return _key(metadata, key, path, kind=float, default=default, positive=False)
 
 
 def _sliding_layers(metadata, facts: ArchFacts, arch: str, n_layers: int, path) -> tuple[int, tuple[bool, ...]]:
@@ -462,7 +476,7 @@ def _sliding_layers(metadata, facts: ArchFacts, arch: str, n_layers: int, path) 
     window_key = facts.sliding_window_key.format(arch=arch)
     if window_key not in metadata and facts.sliding_window_default is None:
         return 0, ()
-    window = _key(metadata, window_key, path, default=facts.sliding_window_default, positive=True)
+    window = _key(metadata, window_key, path, default=facts.sliding_window_default)
     pattern_key = (facts.sliding_window_pattern_key or "").format(arch=arch)
     pattern = metadata.get(pattern_key, facts.global_every)
     if isinstance(pattern, list):
@@ -470,7 +484,7 @@ def _sliding_layers(metadata, facts: ArchFacts, arch: str, n_layers: int, path) 
             raise ArchMetadataError(f"{_where(path)}metadata key {pattern_key!r} must hold one bool per block"
                                     f" ({n_layers}), not {pattern[:8]!r}")  # fmt: skip
         return window, tuple(bool(p) for p in pattern)
-    every = _key({pattern_key: pattern}, pattern_key, path, default=0)
+    every = _key({pattern_key: pattern}, pattern_key, path, default=0, positive=False)
     return window, tuple(every == 0 or (i + 1) % every != 0 for i in range(n_layers))
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -30,6 +31,15 @@ def no_space_message(stage: str, err: OSError) -> str:
     )
 
 
+def as_the_user_knows(message: str, shown: dict[str, str]) -> str:
+    """`message` with each path the job used (relative to the project, or made absolute by whoever
+    opened it) replaced by the name the user knows: a local model's file, not its link under
+    resources/. The absolute form goes first, or its project prefix would stay before the name."""
+    for internal, name in shown.items():
+        message = message.replace(os.path.abspath(internal), name).replace(internal, name)
+    return message
+
+
 @contextlib.contextmanager
 def job_logging(log_path: str | None, name: str = "bytesup", shown: dict[str, str] | None = None):
     """Send the package's log lines to stderr and (when the rule has one) its log file.
@@ -48,10 +58,7 @@ def job_logging(log_path: str | None, name: str = "bytesup", shown: dict[str, st
     try:
         yield logger
     except BytesupError as err:
-        message = str(err)
-        for internal, name in (shown or {}).items():
-            message = message.replace(internal, name)
-        logger.error("%s", message)
+        logger.error("%s", as_the_user_knows(str(err), shown or {}))
         sys.exit(1)
     except OSError as err:
         if err.errno != errno.ENOSPC:
