@@ -83,3 +83,11 @@ def test_a_bytesup_error_prints_its_message_as_written_even_as_a_key_error():
 
     assert str(TokenError("' cat' is not a single entry")) == "' cat' is not a single entry"
     assert str(TensorNotFoundError("no tensor 'x'")) == "no tensor 'x'"
+
+
+MAX_LINES = 600  # about the most one module holds before it is split by concern (issue 23)
+
+
+def test_no_module_is_over_the_size_where_it_is_split_by_concern():
+    big = {name: n for name, path in modules() if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    assert not big, f"modules over {MAX_LINES} lines: {big}"
