@@ -283,7 +283,8 @@ def test_hostile_text_is_shown_not_dropped(built):
     _, _, report_dir = built
     import html as html_lib
 
-    text = html_lib.unescape(re.sub(r"<[^>]+>", "", (report_dir / "index.html").read_text()))
+    page = report_dir / "data" / "run.html"  # the model file's facts, its name among them
+    text = html_lib.unescape(re.sub(r"<[^>]+>", "", page.read_text()))
     assert HOSTILE in text
 
 
@@ -422,6 +423,8 @@ def test_a_measured_gpu_is_reported_and_verifies(tmp_path):
                 "stream_triad_gbps": 3950.1,
                 "matvec_cold_gbps": 3100.0,
                 "matvec_fraction_of_copy": 0.79,
+                "read_ceiling_gbps": 4100.0,
+                "matvec_fraction_of_read_ceiling": 0.756,
                 "matmul_ratio_256_over_1": 1.9,
                 "machine": {"type": "cuda", "name": "NVIDIA H200", "driver": "550.54"},
                 "decode_tokens_per_s": 410.5,
@@ -438,7 +441,8 @@ def test_a_measured_gpu_is_reported_and_verifies(tmp_path):
     report_dir = build_and_publish(root, run)
     md = md_plain((report_dir / "report.md").read_text())
     assert "GPU timing: not measured" not in md
-    assert "| GPU: matvec bandwidth as a share of device copy | 79.0 %[^" in md
+    assert re.search(r"On this machine's GPU a copy moves 3,900\.?\d*\[\^\d+\] GB/s", md), md  # its sentence
+    assert re.search(r"GB/s, 75\.6 %\[\^\d+\] of that ceiling; 256 tokens at once take 1\.9\[\^\d+\] times", md)
     assert "GPU: NVIDIA H200[^" in md  # the summary's machine line, from the manifest
     timing = page_text(report_dir / sections.TIMING_PAGE)
     assert re.search(r"Device: NVIDIA H200 \d+ \.", timing)  # each number with its footnote

@@ -41,7 +41,7 @@ SPEC = LessonSpec(
     ),
     tables=("mlp_by_hand.csv", "llama3_numbers.csv"),
     key_tables=("mlp_by_hand.csv",),
-    key_figures=("activations.png", "fold.png"),
+    key_figures=("activations.png",),
     figures={
         "activations.png": "ReLU, GELU, SiLU and tanh, with SiLU's minimum marked",
         "composition.png": "A grid stretched by S, then turned by R (row vectors, x W); the single matrix S R lands on the same points",

@@ -35,7 +35,7 @@ CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'n
 
 STYLE = """
 *{box-sizing:border-box} html{overflow-x:hidden}
-body{font:16px/1.6 system-ui,-apple-system,'Segoe UI',sans-serif;margin:0;color:#222;overflow-wrap:break-word}
+body{font:16px/1.5 system-ui,-apple-system,'Segoe UI',sans-serif;margin:0;color:#222;overflow-wrap:break-word}
 .layout{max-width:84rem;margin:0 auto;padding:0 1rem}
 nav.toc{font-size:14px;border-bottom:1px solid #ccc;padding:.5rem 0}
 nav.toc ol{margin:.3rem 0;padding-left:2rem} nav.toc a{color:#245;text-decoration:none}
@@ -47,15 +47,16 @@ main{min-width:0;max-width:60rem} body.data main{max-width:none}
 h1,h2,h3{line-height:1.25} h2{border-bottom:1px solid #ccc;padding-bottom:.2rem;margin-top:2.5rem}
 p.source{color:#555;font-size:14px;margin-top:-.4rem}
 .scroll{overflow-x:auto;max-width:100%;margin:.8rem 0}
-table{border-collapse:collapse;font-size:14px;max-width:100%}
+table{border-collapse:collapse;font-size:14px;line-height:1.35;max-width:100%}
 td,th{border:1px solid #ccc;padding:.2rem .5rem;text-align:left;vertical-align:top}
-td.long{overflow-wrap:anywhere}
+td.long{overflow-wrap:anywhere} td.subject{white-space:nowrap}
 th{background:#f3f3f3} td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 caption{text-align:left;font-size:14px;color:#555;caption-side:top;padding-bottom:.2rem}
-@media (max-width:40rem){table.stack,table.stack tbody,table.stack tr,table.stack td{display:block;width:100%}
+@media (max-width:40rem){table.stack,table.stack tbody,table.stack tr{display:block;width:100%}
  table.stack thead{display:none} table.stack caption{display:block}
- table.stack tr{border:1px solid #ccc;margin:.5rem 0} table.stack td{border:0;border-top:1px solid #eee}
- table.stack td:first-child{border-top:0;background:#f7f7f7} table.stack td.num{text-align:left}
+ table.stack tr{border:1px solid #ccc;margin:.4rem 0}
+ table.stack td{display:inline-block;border:0;padding:.1rem .5rem;white-space:normal}
+ table.stack td:first-child{display:block;background:#f7f7f7} table.stack td.num{text-align:left}
  table.stack td[data-label]::before{content:attr(data-label) ": ";color:#555;font-size:13px}}
 .cite{color:inherit;text-decoration:underline dotted #888;position:relative}
 .cite:hover::after,.cite:focus::after{content:attr(data-tip);position:absolute;left:0;top:1.6em;z-index:2;
@@ -64,8 +65,8 @@ caption{text-align:left;font-size:14px;color:#555;caption-side:top;padding-botto
 .ref{font-size:70%;vertical-align:super;text-decoration:none;color:#36c}
 a.term{color:inherit;text-decoration:underline dashed #36c}
 figure{margin:1rem 0} figure img{max-width:100%;height:auto;border:1px solid #ddd} figcaption{font-size:14px;color:#555}
-.figures{display:grid;grid-template-columns:repeat(auto-fit,minmax(min(24rem,100%),1fr));gap:0 1.2rem;align-items:start}
-.figures.one{grid-template-columns:minmax(0,44rem)}
+.figures{columns:2 24rem;column-gap:1.2rem;margin:1rem 0} .figures figure{break-inside:avoid;margin:0 0 1rem}
+.figures.one{columns:auto;max-width:30rem}
 blockquote.generated{margin:1rem 0;padding:.5rem 1rem;border-left:4px solid #89a;background:#f6f7fa}
 blockquote.generated strong{font-weight:600;color:#345}
 .status-reproduced{color:#060} .status-not-reproduced{color:#b00;font-weight:bold} .status-specimen-differs{color:#850}

@@ -30,7 +30,7 @@ DATA_ROWS = 200  # a data page shows a long file's first rows (the file, in the 
 # The model or machine a claim is about, from what it requires (bytesup.lessons.claims).
 SPECIMEN = f"{SPECIMEN_NAME.removesuffix('-instruct')} {SPECIMEN_QUANT}"
 COURSE_SUBJECT = {
-    frozenset(): "any model: arithmetic",
+    frozenset(): "any model",  # arithmetic: the same on every model
     frozenset({"specimen"}): SPECIMEN,
     frozenset({"dgx-spark"}): "the DGX Spark",
     frozenset({"specimen", "dgx-spark"}): f"{SPECIMEN} on the DGX Spark",
@@ -228,7 +228,7 @@ def course_beside_model(doc: Doc, lesson: str, spec: LessonSpec | None, files: d
                 L.cite(path, f"{i}/status", note=claims_note),
             ]
         )
-        css.append(["", "", "", "", css_status(rows[i].get("status", ""))])
+        css.append(["", "", "subject", "", css_status(rows[i].get("status", ""))])
     notes = [claims_note] + ([metrics_note] if metrics_note else [])
     doc.table(
         ["", "the course", "about", "this model", "verdict"],

@@ -46,6 +46,10 @@ DECODE_HEADLINES = [
     ("llama.cpp decode on the same file (tokens/s)", "llama_cpp/decode_tokens_per_s", None),
     ("llama.cpp: share of the quantized file's ceiling", "llama_cpp/decode_fraction_of_read_ceiling", "%"),
 ]
+# The CPU (or GPU) job's numbers the timing section states in one sentence.
+TIMING_SENTENCE_KEYS = (
+    "stream_copy_gbps", "read_ceiling_gbps", "matvec_cold_gbps", "matvec_fraction_of_read_ceiling", "matmul_ratio_256_over_1",
+)  # fmt: skip
 TIMING_CONTEXT = [
     ("other processes' share of the CPU during timing", "other_processes_cpu_fraction", "%"),
     ("machine shared with other work", "machine_shared", None),
@@ -88,6 +92,12 @@ def summary(doc: Doc, run: dict, manifest: dict) -> None:
     doc.heading(2, "Summary", anchor="summary", toc="Summary")
     gpus = manifest["machine"].get("gpus") or []
     gpu = [L.cite(SELF, "machine/gpus/0/name")] if gpus else ["none"]
+    meta = run["sources"].get("extract", {}).get("metadata")
+    named = (
+        [", named ", L.cite(meta, "metadata/general.name"), " in its metadata"]
+        if meta and L.has(meta, "metadata/general.name")
+        else []
+    )
     doc.para(
         "This report recomputes the numbers of the LLM Basics course from the weights of one model file, ",
         L.cite(rec, "name"),
@@ -95,6 +105,7 @@ def summary(doc: Doc, run: dict, manifest: dict) -> None:
         L.cite(rec, "source"),
         ", ",
         L.cite(rec, "size", "bytes"),
+        *named,
         "), on ",
         L.cite(SELF, "machine/cpu_model"),
         " with ",
@@ -134,7 +145,12 @@ def summary(doc: Doc, run: dict, manifest: dict) -> None:
         )
     else:
         doc.para("Every lesson of the course ran for this model.")
-    model_file(doc, run)
+    doc.para(
+        "What the extract stage read from the file (its architecture, counts and shape keys, and the hash it"
+        " checked) is on ",
+        Link("the run's data page", doc.page_href(RUN_PAGE, "model-file")),
+        ".",
+    )
 
 
 def _architecture(doc: Doc, run: dict) -> None:
@@ -181,7 +197,7 @@ def model_file(doc: Doc, run: dict) -> None:
     facts.append(("sha256 the extract stage checked", index, "gguf/sha256"))
     rows = [[label, L.cite(path, key)] for label, path, key in facts if path and L.has(path, key)]
     if rows:
-        doc.heading(3, "The model file", anchor="model-file")
+        doc.heading(2, "The model file", anchor="model-file", toc="The model file")
         doc.table(["quantity", "value"], rows)
 
 
@@ -204,20 +220,24 @@ def timing(doc: Doc, timing_files: dict, lessons: dict) -> None:
             " GFLOP/s per N, with this run's read ceiling (best of copy, sum, dot, gemv) and best GFLOP/s as lines",
         )
     _course_machine(doc, lessons)
-    rows = []
-    cpu, decode, gpu = (timing_files.get(k) for k in ("cpu_summary", "decode_summary", "gpu_summary"))
-    if cpu:
-        rows += [[label, L.cite(cpu, key, fmt)] for label, key, fmt in _present(doc, cpu, TIMING_HEADLINES)]
-    if decode:
-        rows += [[label, L.cite(decode, key, fmt)] for label, key, fmt in _present(doc, decode, DECODE_HEADLINES)]
-    if gpu and L.has(gpu, "matvec_fraction_of_copy"):
-        rows += [
-            [f"GPU: {label.replace('STREAM copy', 'device copy')}", L.cite(gpu, key, fmt)]
-            for label, key, fmt in _present(doc, gpu, TIMING_HEADLINES)
-        ]
-    doc.table(["quantity", "value"], rows, caption="This machine's numbers")
+    for path, device in ((timing_files.get("cpu_summary"), "CPU"), (timing_files.get("gpu_summary"), "GPU")):
+        if path and not L.has(path, "skipped") and all(L.has(path, key) for key in TIMING_SENTENCE_KEYS):
+            doc.para(
+                f"On this machine's {device} a copy moves ",
+                L.cite(path, "stream_copy_gbps"),
+                " GB/s and the best read of the four reaches ",
+                L.cite(path, "read_ceiling_gbps"),
+                " GB/s; a cold float32 matvec reads its weights at ",
+                L.cite(path, "matvec_cold_gbps"),
+                " GB/s, ",
+                L.cite(path, "matvec_fraction_of_read_ceiling", "%"),
+                " of that ceiling; 256 tokens at once take ",
+                L.cite(path, "matmul_ratio_256_over_1"),
+                " times as long as one.",
+            )
     doc.para(
-        "Every timing table (the sweep, STREAM, dequantization, prefill, the GPU's) is on ",
+        "Every timing number and table (the sweep, STREAM, dequantization, prefill, the whole model's decode,"
+        " the GPU's) is on ",
         Link("the timing data page", doc.page_href(TIMING_PAGE)),
         ".",
     )
@@ -340,10 +360,19 @@ def maintainers(doc: Doc, run: dict, manifest: dict) -> None:
         "The workflow's own engineering, for whoever runs and maintains it: the performance targets, what"
         " did not run and why, each job's time and memory, and where the run came from."
     )
-    targets = _targets(doc, run["timing"])
+    targets = _targets(doc, run["timing"], cells=False)
     if targets:
-        rows, css = zip(*targets)
-        doc.table(["target", "goal", "measured", "met"], list(rows), list(css), caption="Performance targets")
+        met = [name for name, ok in targets if ok]
+        missed = [name for name, ok in targets if not ok]
+        doc.para(
+            "Performance targets met: ",
+            *(_joined(met) if met else ["none"]),
+            "; not met: ",
+            *(_joined(missed) if missed else ["none"]),
+            ". Each goal beside its measurement is on ",
+            Link("the run's data page", doc.page_href(RUN_PAGE, "targets")),
+            ".",
+        )
     skipped = _skipped(doc, run)
     if skipped:
         doc.para("Not run or not measured in this run:")
@@ -372,14 +401,27 @@ def maintainers(doc: Doc, run: dict, manifest: dict) -> None:
     )
 
 
-def _targets(doc: Doc, timing_files: dict) -> list[tuple[list, list]]:
-    """The CPU and decode jobs' targets (name, goal, measured, met), each cited from its file."""
+def _joined(items: list) -> list:
+    """Citations as the pieces of one comma-separated run of text."""
+    out = []
+    for item in items:
+        out += [", "] if out else []
+        out.append(item)
+    return out
+
+
+def _targets(doc: Doc, timing_files: dict, cells: bool = True) -> list[tuple[list, list]]:
+    """The CPU and decode jobs' targets, each cited from its file: as table cells (name, goal,
+    measured, met) and their styles, or (cells=False) as (name, met) for a sentence."""
     L = doc.ledger
     out = []
     for name in ("cpu_summary", "decode_summary"):
         path = timing_files.get(name)
         targets = L.read(path, "targets") if path and L.has(path, "targets") else []
         for i, target in enumerate(targets if isinstance(targets, list) else []):
+            if not cells:
+                out.append((L.cite(path, f"targets/{i}/name"), bool(target.get("met"))))
+                continue
             share = "%" if SHARE.search(str(target.get("name", ""))) else None  # a goal for a share is one too
             measured = (
                 L.cite(path, f"targets/{i}/measured", share) if target.get("measured") is not None else "not measured"
@@ -422,6 +464,12 @@ def write_run_page(doc: Doc, run: dict, manifest: dict) -> None:
     if not manifest["machine"].get("gpus"):
         rows.append(["GPU", "none (nvidia-smi found none on the machine that wrote the report)", "machine/gpus"])
     doc.table(["fact", "value", "key in manifest.json"], rows, note=note, caption="The run's facts")
+    model_file(doc, run)
+    targets = _targets(doc, run["timing"])
+    if targets:
+        doc.heading(2, "Performance targets", anchor="targets", toc="Performance targets")
+        rows, css = zip(*targets)
+        doc.table(["target", "goal", "measured", "met"], list(rows), list(css), caption="Performance targets")
     jobs = manifest.get("job_resources")
     if jobs:
         doc.heading(2, "Jobs: time and memory", anchor="job-resources", toc="Jobs: time and memory")
