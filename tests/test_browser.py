@@ -301,6 +301,7 @@ def assert_links_stay_in_the_archive(facts: dict, report_dir: Path, page: str = 
         assert target.is_relative_to(project) and target.is_file(), href
 
 
+@pytest.mark.slow
 def test_hostile_gguf_report_runs_nothing_and_fetches_nothing(hostile_report, browser):
     facts = page_facts(browser, hostile_report)
     assert_quiet(browser)
@@ -366,6 +367,7 @@ def layout(browser: Browser, report_dir: Path, width: int, media: str = "screen"
     return json.loads(browser.evaluate(LAYOUT))
 
 
+@pytest.mark.slow
 def test_the_page_fits_narrow_and_wide_screens_and_prints(hostile_report, browser):
     wide = layout(browser, hostile_report, 1400)
     assert wide["page"][0] <= wide["page"][1]  # no sideways scrolling
@@ -382,6 +384,7 @@ def test_the_page_fits_narrow_and_wide_screens_and_prints(hostile_report, browse
     assert printed["navShown"] is False  # the print stylesheet drops the contents
 
 
+@pytest.mark.slow
 def test_every_data_page_fits_a_phone_and_names_its_columns_in_words(hostile_report, browser):
     manifest = json.loads((hostile_report / "manifest.json").read_text())
     assert manifest["pages"]
@@ -393,6 +396,7 @@ def test_every_data_page_fits_a_phone_and_names_its_columns_in_words(hostile_rep
         assert wide["page"][0] <= wide["page"][1] and wide["unscrollable"] == 0, page  # a wide table scrolls in its box
 
 
+@pytest.mark.slow
 def test_a_cited_number_shows_its_key_and_hash_on_focus(hostile_report, browser):
     browser.open((hostile_report / "index.html").resolve().as_uri())
     tip = browser.evaluate("""(() => { const a = document.querySelector('main p a.cite'); a.focus();
@@ -406,6 +410,7 @@ def test_a_cited_number_shows_its_key_and_hash_on_focus(hostile_report, browser)
     assert unfocused in ("none", "normal")
 
 
+@pytest.mark.slow
 def test_hostile_gguf_report_markdown_and_verify(hostile_report):
 
     from bytesup.report.doc import esc_md

@@ -86,6 +86,7 @@ def test_unsupported_type_names_type_tensor_and_the_lessons_it_stops(tmp_path):
     assert "lessons" in yaml.safe_load((ROOT / "config" / "config.yaml").read_text())  # the advice names a real key
 
 
+@pytest.mark.slow
 def test_failing_notebook_keeps_its_partial_run_and_names_the_cell(tmp_path):
     project = tiny_project(tmp_path / "p", token=" zebra", lessons=["03_ffn_by_hand"])
     out = failing(project)
@@ -203,6 +204,7 @@ def test_a_rerun_ends_the_jobs_a_killed_run_left_running(tmp_path):
         orphan.kill()
 
 
+@pytest.mark.slow
 def test_a_left_job_that_ignores_sigterm_gets_sigkill(tmp_path, monkeypatch):
     token = f"test-{os.getpid()}-{time.monotonic_ns()}"
     _owner_of_dead_run(tmp_path, token)

@@ -123,6 +123,7 @@ def test_truncations(base, tmp_path):
     assert checker.outcomes["rejected"] == len(cuts) and checker.outcomes["parsed"] == 0
 
 
+@pytest.mark.slow
 def test_number_fields_overwritten(base, number_fields, tmp_path):
     """Every count, length, type, dim and offset set to edge values, under tracemalloc."""
     checker = Checker(tmp_path)
@@ -148,6 +149,7 @@ def test_number_fields_overwritten(base, number_fields, tmp_path):
     assert checker.outcomes["rejected"] > 500 and checker.outcomes["parsed"] > 100, checker.outcomes
 
 
+@pytest.mark.slow
 def test_bit_flips_and_byte_runs(base, tmp_path):
     checker = Checker(tmp_path)
     rng = random.Random(SEED + 2)

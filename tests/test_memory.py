@@ -89,6 +89,7 @@ def test_extract_in_chunks_writes_what_np_save_writes(tmp_path):
             assert (tmp_path / "chunked.npy").read_bytes() == (tmp_path / "whole.npy").read_bytes()
 
 
+@pytest.mark.slow
 def test_extract_memory_does_not_grow_with_the_tensor(tmp_path):
     """A 300 x 8192 Q8_0 embedding (9.4 MB as float32) extracted with 1 MB chunks: numpy's
     allocations (tracemalloc sees them) peak near the chunk, not the tensor."""

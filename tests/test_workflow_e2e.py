@@ -115,6 +115,7 @@ def run_on_an_unknown_architecture(tmp_path, lessons: list[str]):
     return project, [s.id for s in ran], [s.id for s in refused]
 
 
+@pytest.mark.slow
 def test_another_architecture_runs_what_follows_it_and_the_report_says_what_did_not(tmp_path):
     """A lesson that reads tensors and one that runs the model refuse 'mamba' in one line each (in the
     report), the whole-model timing is a skipped record, and the tokens lesson runs. Quickly: three lessons."""
