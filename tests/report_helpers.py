@@ -101,6 +101,8 @@ def fake_run(root: Path, date: str = DATE) -> dict:
                 "stream_triad_gbps": 41.2,
                 "matvec_cold_gbps": 49.7,
                 "matvec_fraction_of_copy": 0.76,
+                "read_ceiling_gbps": 70.2,
+                "matvec_fraction_of_read_ceiling": 0.708,
                 "matmul_ratio_256_over_1": 48.1,
                 "other_processes_cpu_fraction": 0.05,
                 "machine_shared": False,

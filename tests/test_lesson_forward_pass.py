@@ -93,10 +93,10 @@ def test_tiny_model_next_token_residuals_and_lens_match_a_float64_llama(tiny):
     # the logit lens: the top token at every point, the final token's rank and probability there
     assert m["logit_lens_top_ids"] == [int(np.argmax(lg)) for lg in lens]
     nxt = m["next_token_id"]
-    assert m["logit_lens_next_token_ranks"] == [int((lg > lg[nxt]).sum()) for lg in lens]
+    assert m["logit_lens_next_token_ranks"] == [1 + int((lg > lg[nxt]).sum()) for lg in lens]  # 1 = top
     lens_p = [np.exp(lg[nxt] - lg.max()) / np.exp(lg - lg.max()).sum() for lg in lens]
     np.testing.assert_allclose(m["logit_lens_next_token_probs"], lens_p, rtol=PROBS_RTOL)
-    assert m["logit_lens_next_token_ranks"][-1] == 0 and m["logit_lens_top_ids"][-1] == nxt
+    assert m["logit_lens_next_token_ranks"][-1] == 1 and m["logit_lens_top_ids"][-1] == nxt
     with GGUFFile(path) as f:
         tied = "output.weight" not in f.tensor_names
     assert m["tied"] is tied and m["head_tensor"] == ("token_embd.weight" if tied else "output.weight")
@@ -469,7 +469,7 @@ def test_default_model_costs_and_lens(default_run, default_gguf):
     )
     assert m["weight_bytes_per_token_float32"] == 4 * (sum(elements[k] for k in named) + 576) == 538_062_336
     # the lens: the final point is the model's own prediction; " Paris" is ranked top only there
-    assert m["logit_lens_top_ids"][-1] == m["next_token_id"] and m["logit_lens_next_token_ranks"][-1] == 0
+    assert m["logit_lens_top_ids"][-1] == m["next_token_id"] and m["logit_lens_next_token_ranks"][-1] == 1
     assert m["logit_lens_next_token_probs"][-1] == pytest.approx(m["next_token_prob"], rel=1e-6)
     assert m["logit_lens_first_block_top1"] == m["logit_lens_settled_block"] == 29
     assert m["logit_lens_next_token_ranks"][0] > 1000  # the embedding alone says nothing about Paris

@@ -442,7 +442,7 @@ def test_a_measured_gpu_is_reported_and_verifies(tmp_path):
     md = md_plain((report_dir / "report.md").read_text())
     assert "GPU timing: not measured" not in md
     assert re.search(r"On this machine's GPU a copy moves 3,900\.?\d*\[\^\d+\] GB/s", md), md  # its sentence
-    assert re.search(r"GB/s, 75\.6 %\[\^\d+\] of that ceiling; 256 tokens at once take 1\.9\[\^\d+\] times", md)
+    assert re.search(r"GB/s, 75\.6 %\[\^\d+\] of that ceiling\.", md)
     assert "GPU: NVIDIA H200[^" in md  # the summary's machine line, from the manifest
     timing = page_text(report_dir / sections.TIMING_PAGE)
     assert re.search(r"Device: NVIDIA H200 \d+ \.", timing)  # each number with its footnote

@@ -103,9 +103,9 @@ def _insert_sentence(text: str, name: str) -> str:
 # (what is tampered, old text, new text): a word, a label, a caption, a number inside a label,
 # a cited number, a table cell, a link
 EDITS = [
-    ("label", "its tokens/s ceiling at that read ceiling", "its tokens/s measured at that read ceiling"),
+    ("label", "all lessons", "every lesson"),
     ("caption", "The course's numbers beside this model's", "The course's numbers, measured on a GPU"),
-    ("number in a label", "time for 256 tokens at once", "time for 512 tokens at once"),
+    ("number in a label", "1 GB is 10⁹ bytes", "1 GB is 10⁸ bytes"),
     ("word", "Not run for this model", "Not needed for this model"),
 ]
 

@@ -227,7 +227,7 @@ def layer_name(i: int) -> str:
 
 def logit_lens(model: Model, tok: Tokenizer, residuals: Sequence[np.ndarray], next_id: int) -> list[dict]:
     """One row per point of the residual stream: its length, the lens's top token and its
-    probability, and the final next token's probability and rank (0 = the lens's top) there."""
+    probability, and the final next token's probability and rank (1 = the lens's top) there."""
     rows = []
     for i, r in enumerate(residuals):
         lg = lens_logits(model, r)
@@ -242,7 +242,7 @@ def logit_lens(model: Model, tok: Tokenizer, residuals: Sequence[np.ndarray], ne
                 "top_token": shown(tok.token_text(top)),
                 "top_prob": float(p[top]),
                 "next_token_prob": float(p[next_id]),
-                "next_token_rank": int(np.count_nonzero(lg > lg[next_id])),
+                "next_token_rank": 1 + int(np.count_nonzero(lg > lg[next_id])),
             }
         )
     return rows
@@ -359,9 +359,9 @@ def run(model: Model, plan: Plan) -> tuple[dict, dict]:
 
     # 4. the logit lens on the residual after the embedding and after each block
     lens = logit_lens(model, tok, trace.residual, nxt["id"])
-    firsts = [r["layer"] for r in lens if r["next_token_rank"] == 0]
+    firsts = [r["layer"] for r in lens if r["next_token_rank"] == 1]
     # the earliest point from which on the lens keeps the final token first
-    settled = next((i for i in range(len(lens)) if all(r["next_token_rank"] == 0 for r in lens[i:])), None)
+    settled = next((i for i in range(len(lens)) if all(r["next_token_rank"] == 1 for r in lens[i:])), None)
 
     # 5. the cost of that token
     per_token = model.weight_bytes_per_token()
@@ -470,7 +470,7 @@ def plot_logit_lens(lens: Sequence[Mapping], next_token: str, title: str = ""):
     ax.set_yscale("log")
     ax.set_ylabel(f"p({shown(next_token)})")
     ax.grid(lw=0.3, alpha=0.6)
-    ranks = np.array([r["next_token_rank"] for r in lens], dtype=np.float64) + 1
+    ranks = np.array([r["next_token_rank"] for r in lens], dtype=np.float64)
     ax2.plot(x, ranks, marker="s", ms=3, lw=1.2, color="C0")
     ax2.set_yscale("log")
     ax2.invert_yaxis()

@@ -48,7 +48,7 @@ DECODE_HEADLINES = [
 ]
 # The CPU (or GPU) job's numbers the timing section states in one sentence.
 TIMING_SENTENCE_KEYS = (
-    "stream_copy_gbps", "read_ceiling_gbps", "matvec_cold_gbps", "matvec_fraction_of_read_ceiling", "matmul_ratio_256_over_1",
+    "stream_copy_gbps", "read_ceiling_gbps", "matvec_cold_gbps", "matvec_fraction_of_read_ceiling",
 )  # fmt: skip
 TIMING_CONTEXT = [
     ("other processes' share of the CPU during timing", "other_processes_cpu_fraction", "%"),
@@ -227,13 +227,11 @@ def timing(doc: Doc, timing_files: dict, lessons: dict) -> None:
                 L.cite(path, "stream_copy_gbps"),
                 " GB/s and the best read of the four reaches ",
                 L.cite(path, "read_ceiling_gbps"),
-                " GB/s; a cold float32 matvec reads its weights at ",
+                " GB/s; a cold matvec reads its weights at ",
                 L.cite(path, "matvec_cold_gbps"),
                 " GB/s, ",
                 L.cite(path, "matvec_fraction_of_read_ceiling", "%"),
-                " of that ceiling; 256 tokens at once take ",
-                L.cite(path, "matmul_ratio_256_over_1"),
-                " times as long as one.",
+                " of that ceiling.",
             )
     doc.para(
         "Every timing number and table (the sweep, STREAM, dequantization, prefill, the whole model's decode,"
