@@ -44,7 +44,7 @@ nav.toc a:hover,nav.toc a:focus{text-decoration:underline}
  nav.toc{position:sticky;top:0;max-height:100vh;overflow-y:auto;border:0;padding-top:2rem}}
 @media (max-width:63.99rem){nav.toc ol{columns:2 11rem;column-gap:1.5rem} nav.toc li{break-inside:avoid}}
 main{min-width:0;max-width:60rem} body.data main{max-width:none}
-h1,h2,h3{line-height:1.25} h2{border-bottom:1px solid #ccc;padding-bottom:.2rem;margin-top:2.5rem}
+h1,h2,h3{line-height:1.25} h2{border-bottom:1px solid #ccc;padding-bottom:.2rem;margin-top:2rem} p{margin:.75em 0}
 p.source{color:#555;font-size:14px;margin-top:-.4rem}
 .scroll{overflow-x:auto;max-width:100%;margin:.8rem 0}
 table{border-collapse:collapse;font-size:14px;line-height:1.35;max-width:100%}
