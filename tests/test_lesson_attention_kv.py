@@ -290,7 +290,7 @@ def test_bad_inputs_say_what_is_wrong(tiny):
     with pytest.raises(LessonInputError, match="prompt"):
         lesson.run(path, metadata, "", {"resident_budget_mb": 100})
     with pytest.raises(LessonInputError, match="forward.resident_budget_mb"):
-        lesson.run(path, metadata, TINY_PROMPT, {"budget": 1})
+        lesson.run(path, metadata, TINY_PROMPT, {"resident_budget_mb": "1"})
     with pytest.raises(LessonInputError, match="block 7"):
         lesson.run(path, metadata, TINY_PROMPT, {"resident_budget_mb": 100}, block=7)
 

@@ -27,7 +27,7 @@ from tiny_rows import ROWS, write_row
 from workflow_helpers import run_lesson_notebook
 
 from bytesup.gguf.file import GGUFFile
-from bytesup.lessons import claims, plain
+from bytesup.lessons import LessonInputError, claims, plain
 from bytesup.lessons import forward_pass as lesson
 from bytesup.model.arch import ARCHITECTURES
 from bytesup.model.forward import Model
@@ -169,7 +169,7 @@ def one_line(err) -> str:
         (None, None, r"^prompt = None: the prompt is empty"),
         (" cat" * 200, None, r"^prompt: 200 tokens exceed llama\.context_length = 128 \(metadata\.json\); shorten"),
         ("TFQ", None, r"^prompt = 'TFQ' gives no tokens in this file's vocabulary"),
-        (" cat", {"resident_budget_mb": 0}, r"^forward\.resident_budget_mb = 0: use a number of MB above 0"),
+        (" cat", {"resident_budget_mb": -1}, r"^forward\.resident_budget_mb = -1: use a number of MB, 0 or more"),
         (" cat", {"resident_budget_mb": "big"}, r"^forward\.resident_budget_mb = 'big'"),
         (" cat", [1], r"^forward = \[1\]: use a mapping"),
     ],
@@ -178,7 +178,7 @@ def test_bad_input_is_one_line_before_the_model_is_opened(tiny_gguf, tmp_path, p
     with GGUFFile(tiny_gguf) as f:
         meta = dict(f.metadata)
     missing = tmp_path / "no-such-model.gguf"  # compute() would fail on it if it got as far as the weights
-    with pytest.raises(lesson.ForwardPassError, match=message) as err:
+    with pytest.raises(LessonInputError, match=message) as err:  # ForwardPassError, or the shared budget check's
         lesson.compute(missing, meta, prompt, forward)
     one_line(err)
 

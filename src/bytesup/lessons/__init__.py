@@ -77,15 +77,23 @@ class MissingTensorError(LessonInputError, KeyError):
     """A tensor the lesson needs was not extracted (a KeyError too, so `in` and .get() work)."""
 
 
+DEFAULT_RESIDENT_BUDGET_MB = 2000  # the config schema's default for forward.resident_budget_mb
+
+
 def resident_budget_bytes(forward: Mapping | None) -> int:
-    """The config's forward.resident_budget_mb in bytes: the model keeps float32 weights resident
-    when they fit, else streams them (0 streams always)."""
-    try:
-        return int(float((forward or {})["resident_budget_mb"]) * 2**20)
-    except (KeyError, TypeError, ValueError):
+    """The config's forward.resident_budget_mb in bytes (the schema's default when absent): the
+    model keeps float32 weights resident when they fit, else streams them (0 streams always)."""
+    if forward is None:
+        forward = {}
+    if not isinstance(forward, Mapping):
+        raise LessonInputError(f"forward = {forward!r}: use a mapping with resident_budget_mb")
+    budget = forward.get("resident_budget_mb", DEFAULT_RESIDENT_BUDGET_MB)
+    number = isinstance(budget, (int, float, np.integer, np.floating)) and not isinstance(budget, bool)
+    if not number or not np.isfinite(budget) or budget < 0:
         raise LessonInputError(
-            f"config key forward.resident_budget_mb: expected a number of MB, got {forward!r}"
-        ) from None
+            f"forward.resident_budget_mb = {budget!r}: use a number of MB, 0 or more (0 streams the weights)"
+        )
+    return int(budget * 2**20)
 
 
 def read_json(path: str | Path) -> dict:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bytesup.lessons import LessonInputError, figure
+from bytesup.lessons import LessonInputError, figure, resident_budget_bytes
 from bytesup.lessons import claims as claims_mod
 from bytesup.lessons.spec import SERIES, Headline, LessonSpec
 from bytesup.model.arch import (
@@ -103,7 +103,6 @@ SPEC = LessonSpec(
     runs_model=True,
 )
 
-DEFAULT_RESIDENT_BUDGET_MB = 2000  # the config schema's default for forward.resident_budget_mb
 TOP_K = 5  # next tokens shown
 
 
@@ -113,10 +112,6 @@ class ForwardPassError(LessonInputError):
 
 def _whole(value) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
-def _number(value) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
 
 
 def shown(text: str) -> str:
@@ -136,18 +131,6 @@ class Plan:
     tokenizer: Tokenizer
     spec: ArchSpec  # from the metadata alone (tied is decided when the file's tensors are seen)
     resident_budget_bytes: int
-
-
-def resident_budget_bytes(forward_cfg: Mapping | None) -> int:
-    """forward.resident_budget_mb in bytes (the schema's default when absent)."""
-    if forward_cfg is None:
-        forward_cfg = {}
-    if not isinstance(forward_cfg, Mapping):
-        raise ForwardPassError(f"forward = {forward_cfg!r}: use a mapping with resident_budget_mb")
-    budget = forward_cfg.get("resident_budget_mb", DEFAULT_RESIDENT_BUDGET_MB)
-    if not _number(budget) or not np.isfinite(budget) or budget <= 0:
-        raise ForwardPassError(f"forward.resident_budget_mb = {budget!r}: use a number of MB above 0")
-    return int(budget * 2**20)
 
 
 def prepare(metadata: Mapping, prompt, forward_cfg: Mapping | None = None, *,

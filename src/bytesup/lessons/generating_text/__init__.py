@@ -38,7 +38,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from bytesup.lessons import claims as claims_mod
-from bytesup.lessons import figure, legend_below
+from bytesup.lessons import figure, legend_below, resident_budget_bytes
 from bytesup.lessons.generating_text.loop import (
     CachedSteps,
     continuation_text,
@@ -49,11 +49,9 @@ from bytesup.lessons.generating_text.loop import (
     timing_metrics,
 )
 from bytesup.lessons.generating_text.preparation import (
-    DEFAULT_RESIDENT_BUDGET_MB,
     GeneratingTextError,
     Plan,
     _fits,
-    _number,
     _whole,
     eos_ids,
     settings,
@@ -174,10 +172,7 @@ def encode_chat(tok: Tokenizer, chat_prompt: str) -> list[int]:
 
 def open_model(model_gguf, forward_cfg: Mapping | None = None) -> Model:
     """The model, its float32 weights resident when they fit forward.resident_budget_mb (else streamed)."""
-    budget = (forward_cfg or {}).get("resident_budget_mb", DEFAULT_RESIDENT_BUDGET_MB)
-    if not _number(budget) or budget <= 0:
-        raise GeneratingTextError(f"forward.resident_budget_mb = {budget!r}: use a number of MB above 0")
-    return Model.from_gguf(model_gguf, resident_budget_bytes=int(budget * 2**20))
+    return Model.from_gguf(model_gguf, resident_budget_bytes=resident_budget_bytes(forward_cfg))
 
 
 # --- the whole lesson -----------------------------------------------------------------------------------

@@ -12,7 +12,6 @@ from bytesup.model.tokenizer import Tokenizer
 
 # The config schema's defaults (workflow/schemas/config.schema.yaml), for keys a caller leaves out.
 DEFAULT_GENERATE = {"max_new_tokens": 16, "temperatures": [0.5, 1.0, 2.0], "top_k": 50, "top_p": 0.95}
-DEFAULT_RESIDENT_BUDGET_MB = 2000
 TOP_N = 15  # tokens shown in the next-token distribution
 
 
