@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -10,6 +11,9 @@ from bytesup.lessons import figure, legend_below, si_label
 from bytesup.lessons.ffn_by_hand.across import TURN_DEG
 from bytesup.lessons.ffn_by_hand.cost import ACT_LABELS
 from bytesup.model.forward import activation
+
+LABEL_SPAN = 30  # a bar's count takes about this factor of the log axis after the bar's end
+LABEL_CHARS = 24  # a bar's label wraps here: long step names (gemma3's per-head norms) would squeeze the bars
 
 # --- figures ------------------------------------------------------------------------------------
 
@@ -61,11 +65,16 @@ def plot_flops(rows: list[dict], title: str = ""):
 
     fig, ax = figure(figsize=(6.4, 2.4 + 0.5 * len(rows)))
     labels = [f"{r['step']} ({r['half']})" if r["step"] == "residual add" else r["step"] for r in rows]
+    # a long step name takes two lines, not the axes' width
+    labels = [textwrap.fill(label, LABEL_CHARS) for label in labels]
     colours = ["C0" if r["kind"] == "matvec" else "C1" for r in rows]
     y = range(len(rows))
     ax.barh(y, [r["flops"] for r in rows], color=colours)
     for i, r in enumerate(rows):
-        ax.text(r["flops"] * 1.15, i, si_label(r["flops"]), va="center")
+        # the count at the bar's end; after the course's tick where that tick would cross the text
+        tick = r.get("course_flops") or 0
+        at = tick * 1.3 if r["flops"] < tick < r["flops"] * LABEL_SPAN else r["flops"] * 1.15
+        ax.text(at, i, si_label(r["flops"]), va="center")
     course = [(i, r["course_flops"]) for i, r in enumerate(rows) if r.get("course_flops")]
     if course:
         ax.plot([c for _, c in course], [i for i, _ in course], "|", color="k", ms=16, mew=2.5, ls="none")
@@ -79,7 +88,7 @@ def plot_flops(rows: list[dict], title: str = ""):
         handles.append(ax.plot([], [], "|", color="k", ms=16, mew=2.5, ls="none", label="the course's model")[0])
     fig.legend(handles=handles, loc="outside lower center", ncol=2, frameon=False)
     if title:
-        ax.set_title(title)
+        fig.suptitle(title)  # centred on the figure: the axes sit right of the labels, narrower than the title
     return fig
 
 
