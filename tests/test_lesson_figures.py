@@ -31,6 +31,8 @@ from bytesup.model import param_counts as pc
 from bytesup.model.synthetic import write_tiny_gemma3, write_tiny_llama
 
 PROMPT = "the cat sat"
+# titles as the notebooks write them, with the longest model name the catalogue holds: a long title must fit too
+NAME = "gemma3-270m-q4-k-m"
 GIB = 2**30
 
 
@@ -82,36 +84,41 @@ def drawn(tmp_path_factory):
 
     with GGUFFile(gguf) as f:
         _, t1 = l1.run(f, " cat")
-        figs["01 bytes by type"] = l1.plot_by_type(t1["by_type"], title="tiny: parameters and bytes by type")
+        figs["01 bytes by type"] = l1.plot_by_type(t1["by_type"], title=f"{NAME}: parameters and bytes by type")
         m2, t2 = l2.compute(meta, tensors, f, " cat")
-    figs["02 closeness"] = l2.plot_closeness(t2["closeness"], m2["embedding_length"], title="tiny: cosines")
+    figs["02 closeness"] = l2.plot_closeness(t2["closeness"], m2["embedding_length"], title=f"{NAME}: cosines")
 
     m3, t3 = l3.run(meta, tensors, " cat", model_gguf=gguf, forward=forward)
-    figs["03 gate histogram"] = f3.plot_gate_histogram(t3["walk"].trace.g, title="tiny: block 0 gate values")
-    figs["03 flops"] = f3.plot_flops(t3["flops"], title="tiny: FLOPs per token, one block")
+    figs["03 gate histogram"] = f3.plot_gate_histogram(t3["walk"].trace.g, title=f"{NAME}: block 0 gate values")
+    figs["03 flops"] = f3.plot_flops(t3["flops"], title=f"{NAME}: FLOPs per token, one block")
     figs["03 across blocks"] = f3.plot_across_blocks(
-        t3["across"], {"ratio": 40.0, "angle": 88.0}, {"ratio": 0.34, "angle": 18.0}, title="tiny: the FFN half"
+        t3["across"], {"ratio": 40.0, "angle": 88.0}, {"ratio": 0.34, "angle": 18.0}, title=f"{NAME}: the FFN half"
     )
 
     run3b = l3b.run(meta, tensors, rows, " cat", " dog", n_keys=50)
-    figs["03b slots"] = f3b.plot_slots(run3b.slots, run3b.rebuild_curve, title="tiny: block 0 FFN slots")
-    figs["03b rome"] = f3b.plot_rome(run3b.rome, title="tiny: rank-one edit")
+    figs["03b slots"] = f3b.plot_slots(run3b.slots, run3b.rebuild_curve, title=f"{NAME}: block 0 FFN slots")
+    figs["03b rome"] = f3b.plot_rome(run3b.rome, title=f"{NAME}: rank-one edit")
     figs["03b parameters"] = f3b.plot_parameters(run3b.archs, run3b.counted)
 
     m4, t4 = l4.compute(gguf, meta, PROMPT, forward)
-    figs["04 residual norms"] = l4.plot_residual_norms(t4["logit_lens"], title="tiny: the residual stream")
-    figs["04 logit lens"] = l4.plot_logit_lens(t4["logit_lens"], m4["next_token"], title="tiny: the logit lens")
+    figs["04 residual norms"] = l4.plot_residual_norms(t4["logit_lens"], title=f"{NAME}: the residual stream")
+    figs["04 logit lens"] = l4.plot_logit_lens(t4["logit_lens"], m4["next_token"], title=f"{NAME}: the logit lens")
 
     generate = {"max_new_tokens": 4, "temperatures": [0.5, 1.0, 2.0], "top_k": 5, "top_p": 0.95}
     m5, t5 = l5.compute(gguf, meta, PROMPT, generate, 0, forward)
-    figs["05 distribution"] = l5.plot_distribution(t5["distribution"], m5["temperatures"], title="tiny: next token")
+    figs["05 distribution"] = l5.plot_distribution(t5["distribution"], m5["temperatures"], title=f"{NAME}: next token")
 
     with GGUFFile(gemma) as g:
         gmeta = dict(g.metadata)
     m6, t6 = l6.run(gemma, gmeta, PROMPT, forward, contexts=(4, 8), repeats=1, decode_steps=1)
-    figs["06 attention"] = f6.plot_attention(t6["attention"], t6["tokens"], t6["spec"], title="tiny: attention")
+    figs["06 attention"] = f6.plot_attention(
+        t6["attention"],
+        t6["tokens"],
+        t6["spec"],
+        title=f"{NAME}: attention weights over {'The capital of France is'!r}",
+    )
     figs["06 kv size"] = f6.plot_kv_size(t6["kv_size"], title="KV cache against context, and the weights")
-    figs["06 timing"] = f6.plot_timing(t6["timing"], title="tiny: one generated token")
+    figs["06 timing"] = f6.plot_timing(t6["timing"], title=f"{NAME}: one generated token")
 
     cpu = {"stream_copy_gbps": 10.0, "matvec_cold_gbps": 8.0, "machine": {"memory_bytes": 16 * GIB}}
     _, t7 = l7.run(meta, rows, timing_summary=cpu, model="tiny")
@@ -132,7 +139,10 @@ def drawn(tmp_path_factory):
         title="Roofline of this run's timing sweep",
     )
     figs["cap prefill"] = fcap.plot_prefill(
-        run.whole_model, ceiling_tps=20.0, peak_gflops=run.roofs["cpu"]["peak_gflops"], title="tiny: prefill and decode"
+        run.whole_model,
+        ceiling_tps=20.0,
+        peak_gflops=run.roofs["cpu"]["peak_gflops"],
+        title=f"{NAME}: prefill and decode",
     )
     return figs
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -15,6 +16,7 @@ from bytesup.model.configs import kv_cache_bytes
 # --- figures ------------------------------------------------------------------------------------
 
 
+TITLE_CHARS = 48  # the heatmaps' title wraps here
 CELL_VALUES_UP_TO = 4  # tokens: a heatmap of more shows its colours only (the weights are in the tables)
 
 
@@ -45,7 +47,7 @@ def plot_attention(attention: Sequence[np.ndarray], tokens: Sequence[str], spec:
     axes[-1, 0].set_xlabel("key: the token looked at")
     fig.colorbar(image, ax=axes[:, 0], shrink=0.35, label="attention weight", location="right")
     if title:
-        fig.suptitle(title)
+        fig.suptitle(textwrap.fill(title, TITLE_CHARS))  # the prompt in the title can be long
     return fig
 
 
