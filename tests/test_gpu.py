@@ -40,9 +40,19 @@ def no_cuda(monkeypatch):
 
 
 def test_without_torch_the_reason_says_so(monkeypatch):
+    monkeypatch.setattr(gpu, "nvidia_driver_seen", lambda: True)
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
     assert gpu.cuda_status() == (False, "no CUDA device (torch not installed)")
     assert gpu.resolve_device("auto") == (None, "no CUDA device (torch not installed)")
+
+
+def test_without_a_driver_torch_is_not_even_imported(monkeypatch, tmp_path):
+    monkeypatch.setattr(gpu, "DRIVER_PATHS", (str(tmp_path / "no-driver"),))
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi either
+    monkeypatch.setitem(sys.modules, "torch", None)  # an import would give the torch reason instead
+    assert gpu.cuda_status() == (False, "no CUDA device (no NVIDIA driver on this machine)")
+    (tmp_path / "no-driver").mkdir()  # a driver's /proc entry: now torch is asked
+    assert gpu.cuda_status() == (False, "no CUDA device (torch not installed)")
 
 
 def test_auto_without_cuda_writes_a_skipped_record(no_cuda, twin_gguf, tmp_path):
@@ -68,6 +78,7 @@ def test_auto_without_cuda_writes_a_skipped_record(no_cuda, twin_gguf, tmp_path)
 
 
 def test_auto_without_torch_writes_the_torch_reason(monkeypatch, twin_gguf):
+    monkeypatch.setattr(gpu, "nvidia_driver_seen", lambda: True)  # a driver, but no torch
     monkeypatch.setitem(sys.modules, "torch", None)
     s = gpu.run_gpu(twin_gguf, TINY_CFG, mode="auto")["summary"]
     assert s["skipped"] == "no CUDA device (torch not installed)"
@@ -82,6 +93,7 @@ def test_on_without_cuda_is_a_clear_one_line_error(no_cuda, twin_gguf):
 
 
 def test_on_without_torch_names_the_extra(monkeypatch):
+    monkeypatch.setattr(gpu, "nvidia_driver_seen", lambda: True)  # a driver, but no torch
     monkeypatch.setitem(sys.modules, "torch", None)
     with pytest.raises(gpu.GPUUnavailable, match=r"torch not installed.*bytesup\[gpu\]"):
         gpu.resolve_device("on")

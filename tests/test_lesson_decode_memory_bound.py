@@ -762,6 +762,7 @@ def test_another_architecture_gives_null_metrics(tiny, tmp_path, no_llama_cpp):
 # --- 6. the notebook, standalone, on a tiny model ---------------------------------------------------
 
 
+@pytest.mark.slow  # a whole notebook again: make test runs every notebook once (test_notebooks)
 @pytest.mark.parametrize("gpu", ["measured", "skipped"])
 def test_notebook_runs_standalone_from_its_folder(tmp_path, gpu, no_llama_cpp):
     """Default input paths; outputs at the defaults (GPU skipped) or where parameters say (GPU measured).

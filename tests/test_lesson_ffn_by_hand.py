@@ -266,6 +266,7 @@ def test_the_notebook_does_each_step_in_its_cells_on_the_real_arrays():
     assert "matplotlib.use" not in code
 
 
+@pytest.mark.slow  # a whole notebook again: make test runs every notebook once (test_notebooks)
 def test_the_notebook_on_the_tiny_run_computes_what_the_package_does(standalone, finished_tiny):
     """The shared standalone run (tests/test_notebooks.py checks what every lesson's must do)."""
     out = standalone(lesson.SPEC.id)

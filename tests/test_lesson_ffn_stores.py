@@ -412,6 +412,7 @@ def extracted_project(root: Path, gguf: Path) -> Path:
     return base
 
 
+@pytest.mark.slow  # a whole notebook again: make test runs every notebook once (test_notebooks)
 def test_the_notebook_on_the_tiny_run(standalone, finished_tiny):
     """The shared standalone run (tests/test_notebooks.py checks what every lesson's must do)."""
     out = standalone(lesson.SPEC.id)
@@ -429,6 +430,7 @@ def test_the_notebook_on_the_tiny_run(standalone, finished_tiny):
     assert drift and all(abs(float(r["drift_length"]) - float(r["formula_drift_length"])) < 1e-9 for r in drift)
 
 
+@pytest.mark.slow  # a whole notebook again: make test runs every notebook once (test_notebooks)
 def test_notebook_on_a_tiny_gemma3(tmp_path):
     """The notebook's in-cell checks on Gemma 3's layout: its block holds q/k norms and post norms too,
     and the notebook's count of a block by hand includes them (parameters counted in one home agree)."""

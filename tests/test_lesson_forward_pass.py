@@ -236,6 +236,7 @@ def test_the_notebook_declares_exactly_its_parameters_and_does_the_steps_in_cell
         assert step in code, step
 
 
+@pytest.mark.slow  # a whole notebook again: make test runs every notebook once (test_notebooks)
 def test_notebook_on_a_tiny_model(tmp_path):
     gguf = write_tiny_llama(tmp_path / "tiny.gguf", n_layers=3, tied=True)
     streamed = {"resident_budget_mb": 0.001}

@@ -375,6 +375,7 @@ def test_side_by_side_on_a_stand_in_llama_cpp(tiny, monkeypatch):
 # --- the notebook ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a whole notebook again: make test runs every notebook once (test_notebooks)
 def test_notebook_on_a_tiny_model_skips_the_chat_honestly(tiny, tmp_path):
     gguf, metadata = tiny
     got, out = run_lesson_notebook(

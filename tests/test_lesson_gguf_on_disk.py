@@ -464,6 +464,7 @@ def read_csv(path: Path) -> list[dict]:
         return list(csv.DictReader(fh))
 
 
+@pytest.mark.slow  # a whole notebook again: make test runs every notebook once (test_notebooks)
 def test_notebook_runs_on_a_tiny_model(tmp_path):
     gguf = write_tiny_llama(tmp_path / "tiny.gguf")
     metrics, out = run_lesson1_notebook(gguf, tmp_path)

@@ -172,6 +172,7 @@ def test_claims_statuses(tiny):
 # --- the notebook, end to end ---------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a whole notebook again: make test runs every notebook once (test_notebooks)
 def test_notebook_runs_on_a_tiny_model(tiny, tmp_path):
     gguf, metadata_json, index = tiny
     out = tmp_path / "out"

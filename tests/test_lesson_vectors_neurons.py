@@ -178,6 +178,7 @@ def test_the_notebook_does_the_by_hand_steps_in_its_cells_with_numpy():
     assert "matplotlib.use" not in code and "show(" not in code
 
 
+@pytest.mark.slow  # a whole notebook again: make test runs every notebook once (test_notebooks)
 def test_the_notebook_on_the_tiny_run_computes_what_the_package_does(standalone, finished_tiny):
     """The shared standalone run (tests/test_notebooks.py checks what every lesson's must do)."""
     seed = yaml.safe_load((finished_tiny / "config" / "config.yaml").read_text())["seed"]

@@ -69,7 +69,12 @@ def test_nothing_changed_does_nothing_in_seconds(project):
     assert time.monotonic() - start < 60
 
 
-@pytest.mark.parametrize("lesson", list(LESSONS))
+QUICK_LESSONS = ("00_vectors_neurons_nonlinearity", "capstone_decode_is_memory_bound")  # the rest: in the slow set
+
+
+@pytest.mark.parametrize(
+    "lesson", [pytest.param(x, marks=() if x in QUICK_LESSONS else pytest.mark.slow) for x in LESSONS]
+)
 def test_editing_one_lesson_notebook_reruns_that_lesson_and_the_report(project, lesson):
     edit_notebook(project / f"workflow/notebooks/{lesson}.ipynb")
     assert planned_jobs(project) == {f"lesson_{lesson}": 1, "report": 1, "all": 1}

@@ -62,8 +62,19 @@ class GPUUnavailable(BytesupError, RuntimeError):
     """gpu: on, but no CUDA device; the message is one line."""
 
 
+# Where an NVIDIA driver shows itself (Linux, a container given the GPU, WSL2's /dev/dxg): without any of
+# them CUDA cannot run, and the job says so without importing torch (seconds).
+DRIVER_PATHS = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg")
+
+
+def nvidia_driver_seen() -> bool:
+    return any(os.path.exists(p) for p in DRIVER_PATHS) or shutil.which("nvidia-smi") is not None
+
+
 def cuda_status() -> tuple[bool, str]:
     """(True, '') with a usable CUDA device, else (False, why not)."""
+    if not nvidia_driver_seen():
+        return False, "no CUDA device (no NVIDIA driver on this machine)"
     try:
         import torch
     except ImportError:
