@@ -197,11 +197,14 @@ def lesson_mem_mb(spec):
 
 def lessons_run(model):
     """(lessons that run, {lesson: why it does not}) for a model, from its architecture and whether
-    the forward pass can follow its file (both read from the extract checkpoint's outputs)."""
+    the forward pass can follow its file (both read from the extract checkpoint's outputs).
+    """
     outputs = checkpoints.extract.get(model=model).output
     metadata = read_metadata(outputs.metadata)
     arch = metadata.get("general.architecture")
-    problem = recipe_problem(metadata, [row["name"] for row in read_tensor_table(outputs.tensors_csv)])
+    problem = recipe_problem(
+        metadata, [row["name"] for row in read_tensor_table(outputs.tensors_csv)]
+    )
     run, refused = [], {}
     for lesson in config["lessons"]:
         why = LESSONS[lesson].refusal(arch, problem)
