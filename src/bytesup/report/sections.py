@@ -46,10 +46,13 @@ DECODE_HEADLINES = [
     ("llama.cpp decode on the same file (tokens/s)", "llama_cpp/decode_tokens_per_s", None),
     ("llama.cpp: share of the quantized file's ceiling", "llama_cpp/decode_fraction_of_read_ceiling", "%"),
 ]
-# The CPU (or GPU) job's numbers the timing section states in one sentence.
-TIMING_SENTENCE_KEYS = (
-    "stream_copy_gbps", "read_ceiling_gbps", "matvec_cold_gbps", "matvec_fraction_of_read_ceiling",
-)  # fmt: skip
+# The CPU (or GPU) job's numbers the timing section states in one sentence: (text before it, key, format).
+TIMING_SENTENCE = (
+    ("On this machine's {device} a copy moves ", "stream_copy_gbps", None),
+    (" GB/s and the best read of the four reaches ", "read_ceiling_gbps", None),
+    (" GB/s; a cold matvec reads its weights at ", "matvec_cold_gbps", None),
+    (" GB/s, ", "matvec_fraction_of_read_ceiling", "%"),
+)
 TIMING_CONTEXT = [
     ("other processes' share of the CPU during timing", "other_processes_cpu_fraction", "%"),
     ("machine shared with other work", "machine_shared", None),
@@ -221,18 +224,11 @@ def timing(doc: Doc, timing_files: dict, lessons: dict) -> None:
         )
     _course_machine(doc, lessons)
     for path, device in ((timing_files.get("cpu_summary"), "CPU"), (timing_files.get("gpu_summary"), "GPU")):
-        if path and not L.has(path, "skipped") and all(L.has(path, key) for key in TIMING_SENTENCE_KEYS):
-            doc.para(
-                f"On this machine's {device} a copy moves ",
-                L.cite(path, "stream_copy_gbps"),
-                " GB/s and the best read of the four reaches ",
-                L.cite(path, "read_ceiling_gbps"),
-                " GB/s; a cold matvec reads its weights at ",
-                L.cite(path, "matvec_cold_gbps"),
-                " GB/s, ",
-                L.cite(path, "matvec_fraction_of_read_ceiling", "%"),
-                " of that ceiling.",
-            )
+        if path and not L.has(path, "skipped") and all(L.has(path, key) for _, key, _ in TIMING_SENTENCE):
+            pieces = []
+            for text, key, fmt in TIMING_SENTENCE:
+                pieces += [text.format(device=device), L.cite(path, key, fmt)]
+            doc.para(*pieces, " of that ceiling.")
     doc.para(
         "Every timing number and table (the sweep, STREAM, dequantization, prefill, the whole model's decode,"
         " the GPU's) is on ",
@@ -358,10 +354,10 @@ def maintainers(doc: Doc, run: dict, manifest: dict) -> None:
         "The workflow's own engineering, for whoever runs and maintains it: the performance targets, what"
         " did not run and why, each job's time and memory, and where the run came from."
     )
-    targets = _targets(doc, run["timing"], cells=False)
+    targets = _target_list(doc, run["timing"])
     if targets:
-        met = [name for name, ok in targets if ok]
-        missed = [name for name, ok in targets if not ok]
+        met = [L.cite(path, f"targets/{i}/name") for path, i, target in targets if target.get("met")]
+        missed = [L.cite(path, f"targets/{i}/name") for path, i, target in targets if not target.get("met")]
         doc.para(
             "Performance targets met: ",
             *(_joined(met) if met else ["none"]),
@@ -408,25 +404,29 @@ def _joined(items: list) -> list:
     return out
 
 
-def _targets(doc: Doc, timing_files: dict, cells: bool = True) -> list[tuple[list, list]]:
-    """The CPU and decode jobs' targets, each cited from its file: as table cells (name, goal,
-    measured, met) and their styles, or (cells=False) as (name, met) for a sentence."""
+def _target_list(doc: Doc, timing_files: dict) -> list[tuple[str, int, dict]]:
+    """(file, index, target) of each of the CPU and decode jobs' targets."""
     L = doc.ledger
     out = []
     for name in ("cpu_summary", "decode_summary"):
         path = timing_files.get(name)
         targets = L.read(path, "targets") if path and L.has(path, "targets") else []
-        for i, target in enumerate(targets if isinstance(targets, list) else []):
-            if not cells:
-                out.append((L.cite(path, f"targets/{i}/name"), bool(target.get("met"))))
-                continue
-            share = "%" if SHARE.search(str(target.get("name", ""))) else None  # a goal for a share is one too
-            measured = (
-                L.cite(path, f"targets/{i}/measured", share) if target.get("measured") is not None else "not measured"
-            )
-            row = [L.cite(path, f"targets/{i}/name"), L.cite(path, f"targets/{i}/target", share), measured,
-                   L.cite(path, f"targets/{i}/met")]  # fmt: skip
-            out.append((row, ["", "", "", "met-yes" if target.get("met") else "met-no"]))
+        out += [(path, i, target) for i, target in enumerate(targets if isinstance(targets, list) else [])]
+    return out
+
+
+def _targets(doc: Doc, timing_files: dict) -> list[tuple[list, list]]:
+    """The targets as table cells (name, goal, measured, met), each cited from its file, and their styles."""
+    L = doc.ledger
+    out = []
+    for path, i, target in _target_list(doc, timing_files):
+        share = "%" if SHARE.search(str(target.get("name", ""))) else None  # a goal for a share is one too
+        measured = (
+            L.cite(path, f"targets/{i}/measured", share) if target.get("measured") is not None else "not measured"
+        )
+        row = [L.cite(path, f"targets/{i}/name"), L.cite(path, f"targets/{i}/target", share), measured,
+               L.cite(path, f"targets/{i}/met")]  # fmt: skip
+        out.append((row, ["", "", "", "met-yes" if target.get("met") else "met-no"]))
     return out
 
 
