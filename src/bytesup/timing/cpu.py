@@ -16,7 +16,8 @@ One run of `run_cpu()` measures, in one process and against this machine's own l
    (ffn_gate and ffn_up of consecutive blocks, each kind stacked into one float32
    matrix larger than the last-level cache); the timed calls rotate between the two
    matrices, so a single-token number is a cold read from memory, never a cache hit;
-3. dequantization throughput: the package's hand dequantizers (on the job's threads)
+3. dequantization throughput: the package's hand dequantizers (on their default threads, one
+   unless $BYTESUP_THREADS says otherwise: bytesup.gguf.quants.kernels)
    against gguf.quants.dequantize on the same tensors, interleaved, re-checked bit for
    bit; one row per type the model holds, with the speed-up asked (5x for Q8_0, 3x for
    the other quantized types) and whether it was met.
@@ -41,6 +42,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from bytesup.gguf.file import GGUFFile
+from bytesup.gguf.quants.kernels import default_threads
 from bytesup.timing import dequant_bench as deq
 from bytesup.timing.machine import CpuShare, MiB, machine_facts
 from bytesup.timing.measure import TimingError, summarize, target, time_rotation, write_csv, write_json
@@ -325,7 +327,7 @@ def run_cpu(gguf_path: str | Path, cfg: dict | None = None, threads: int = 1) ->
         split_row = split_matvec(weights.matrices, threads, reps, warm, int(cfg["seed"]), noisy, min_sample_s)
 
         dequant_rows = deq.dequant_bench(
-            model, cfg["dequant_types"], int(cfg["dequant_bytes"]), reps, warm, noisy, threads=threads
+            model, cfg["dequant_types"], int(cfg["dequant_bytes"]), reps, warm, noisy, threads=default_threads()
         )
 
     summary = build_summary(

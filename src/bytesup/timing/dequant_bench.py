@@ -2,10 +2,9 @@
 
 One row per ggml type the model holds (or the types asked for): the tensors of that type in file
 order, up to a budget of quantized bytes, dequantized by bytesup.gguf.dequant.dequantize (the
-type's fast record, on the job's threads) and by gguf.quants.dequantize, interleaved in the same
+type's fast record, on its default threads) and by gguf.quants.dequantize, interleaved in the same
 run, each repeat timing the two back to back and swapping who goes first. Like for like: both
-get the same in-memory bytes and both allocate a fresh output each call (ours asks the OS for
-2 MiB pages from 2 MiB up, kernels.fresh_output; gguf-py's np.empty does from 4 MiB). The row carries the speed-up asked
+get the same in-memory bytes and both allocate their output with np.empty each call. The row carries the speed-up asked
 (5x for Q8_0, 3x for every other quantized type, none for the plain float copies), whether it was
 met (at least that ratio of medians, and bit-exact), and the spread of the per-repeat ratios.
 
@@ -72,7 +71,7 @@ SUMMARY_KEYS = ("ours_mbps", "gguf_mbps", "ratio", "ratio_rel_iqr", "bit_exact",
                 "n_tensors", "quant_bytes", "tensors", "ours_median_s", "gguf_median_s", "target", "met", "threads")  # fmt: skip
 COUNTING = (
     "MB/s of quantized input bytes, 1 MB = 1e6 bytes; ratio = gguf-py median time / ours; both allocate their "
-    "output (ours from 2 MiB on 2 MiB pages, bytesup.gguf.quants.kernels.fresh_output; gguf-py's np.empty); ratio_p25/p75 and ratio_rel_iqr: the spread of the per-repeat ratios (ours and gguf-py timed back to "
+    "output (np.empty); ratio_p25/p75 and ratio_rel_iqr: the spread of the per-repeat ratios (ours and gguf-py timed back to "
     "back); target: the ratio asked (none for plain float copies), met only when bit-exact too"
 )
 

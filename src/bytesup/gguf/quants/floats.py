@@ -35,7 +35,7 @@ class F32(Quant):
     @classmethod
     def fast(cls, raw, out=None, threads=None):
         # one numpy pass, memory-bound: `threads` is accepted for a uniform signature and not used
-        out = kernels.fresh_output(raw.size // 4) if out is None else out
+        out = np.empty(raw.size // 4, np.float32) if out is None else out
         np.copyto(out, np.frombuffer(raw, "<f4"))
         return out
 
@@ -56,7 +56,7 @@ class F16(Quant):
 
     @classmethod
     def fast(cls, raw, out=None, threads=None):
-        out = kernels.fresh_output(raw.size // 2) if out is None else out
+        out = np.empty(raw.size // 2, np.float32) if out is None else out
         np.copyto(out, np.frombuffer(raw, "<f2"))  # numpy's SIMD conversion, no temporary
         return out
 
@@ -79,7 +79,7 @@ class BF16(Quant):
 
     @classmethod
     def fast(cls, raw, out=None, threads=None):
-        out = kernels.fresh_output(raw.size // 2) if out is None else out
+        out = np.empty(raw.size // 2, np.float32) if out is None else out
         bits = out.view(np.uint32)
         np.copyto(bits, np.frombuffer(raw, "<u2"))
         bits <<= 16
