@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 
 from bytesup.gguf.blocks import Block, fp16_by_hand, fp32_by_hand
-from bytesup.gguf.quants import kernels
 from bytesup.gguf.quants.base import Field, Quant
 
 
