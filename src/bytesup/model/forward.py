@@ -19,8 +19,7 @@ Arithmetic is float32 throughout, like the model. Activations are (tokens, featu
 N new tokens multiplies x @ W.T once per matrix (prefill); one token is a matvec (decode), where
 the time goes into reading the weights (memory-bound: 4 bytes per multiply-add). So a decode
 step does few and large products: Q K V in one, gate and up in one, the resident head in one
-(weights.py stacks them at load and keeps them column-major, the layout BLAS's matrix-vector
-product reads fastest for them). Everything between the products is written into buffers allocated once
+(weights.py stacks them at load). Everything between the products is written into buffers allocated once
 per batch size, a RunState (llama2.c's names: x the residual stream, xb, qkv, hb), and rope turns
 Q and K in place before the cache stores K and V (no other copy). The network does no
 bookkeeping: a Trace (bytesup.model.trace) watches the weights it reads. RMSNorm and softmax are

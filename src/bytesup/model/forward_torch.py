@@ -15,7 +15,7 @@ forward.py reads them from the architecture table. The rope angles are forward.p
 (forward.rope_tables, float64 rounded to float32), moved to the device.
 
 The weights are the float32 arrays of forward.py's resident provider (the project's own
-dequantizers, fused QKV and gate|up, most of them column-major), moved to the device once: there
+dequantizers, fused QKV and gate|up), moved to the device once: there
 is no second dequantizer. On device 'cpu' the tensors share the NumPy arrays' memory. Arithmetic is
 float32 throughout (TF32 is whatever torch.backends says; the GPU job leaves it at torch's
 default, off for matmul). The KV cache is forward.py's KVCache with its arrays on the device;

@@ -13,16 +13,11 @@ Two providers, one interface (forward.py uses only this):
   decode step does one matvec where it would do three (or two); wq, wk, ... are row views
   into them, no copies. A file that stores them stacked already (Phi-3's attn_qkv, and its ffn_up
   of gate rows then up rows) is read straight into the same matrices: the table's
-  ArchSpec.stacked_rows says where each tensor's rows go. Q K V, the output projection, gate|up
-  and the head are kept column-major (Fortran order): their numpy shapes and values are the same,
-  but BLAS then computes W @ x by adding x[j] times column j (gemv "N"), which reads a matrix of
-  short rows (SmolLM2's 576 numbers) faster per core than a dot product per row does. Down
-  (d_model rows of d_ff numbers) stays row-major: on two threads BLAS splits a column-major
-  product by rows, and halves of 576 rows are too short. Measured in one process on this 2-core
-  machine (load 3.5), SmolLM2 decode steps, medians: one thread 23.6 tokens/s against 16.3 all
-  row-major (23.2 all column-major), two threads 30.5 against 28.0 (25.7). They are dequantized
-  a chunk of rows at a time through a small scratch and written transposed. Chosen when
-  `float32_bytes(spec)` fits the budget.
+  ArchSpec.stacked_rows says where each tensor's rows go. Every matrix is row-major, as the file
+  stores its rows: measured in one process on this 2-core machine (idle, SmolLM2, decode steps in
+  turns, medians of 60), row-major ran 16.2, 17.0 and 17.9 ms a step where Q K V, output, gate|up
+  and the head column-major (an earlier choice, measured on a loaded machine) ran 16.6, 18.8 and
+  19.3; on Gemma 3 the two were even. Chosen when `float32_bytes(spec)` fits the budget.
 * Streaming: nothing is kept. block(i) dequantizes block i from the map into one reusable
   scratch buffer (valid until the next block() call), embedding rows are dequantized one row's
   bytes at a time (a quantized row is tensor_bytes(type, (d_model,)) contiguous bytes), and the
@@ -30,9 +25,7 @@ Two providers, one interface (forward.py uses only this):
   plus activations (a 6.7B Q8_0 model: ~800 MB, not 27 GB). Pages of the file map count in
   RSS once touched; streaming hands each tensor's pages back (madvise DONTNEED) after
   dequantizing it, so RSS shows what the pass holds, not the whole file. (They stay in the
-  kernel's page cache, so the next token may still read them from memory, not disk.) Its
-  matrices stay row-major: transposing every block at every token would cost more than the
-  faster products win.
+  kernel's page cache, so the next token may still read them from memory, not disk.)
 """
 
 from __future__ import annotations
@@ -53,8 +46,6 @@ from bytesup.model.param_counts import per_token_reads, tensor_rows
 
 DEFAULT_RESIDENT_BUDGET = 4 * 2**30  # float32 weights up to 4 GiB are kept resident
 HEAD_CHUNK_BYTES = 64 * 2**20  # streaming: float32 bytes of output head per chunk
-ROW_CHUNK_BYTES = 2**20  # float32 bytes of rows dequantized at a time into a column-major matrix
-TRANSPOSE_ROWS = 16  # rows written at once into a column-major matrix: 64 bytes, one cache line, per column
 
 
 @dataclass
@@ -178,8 +169,8 @@ def weight_bytes_per_token(gguf: GGUFFile, spec: ArchSpec) -> WeightBytes:
 def _dequantize_into(gguf: GGUFFile, name: str, out: np.ndarray, shape: tuple[int, ...]) -> int:
     """Dequantize tensor `name` into `out` (a float32 array or view of numpy `shape`); return its file bytes.
 
-    The hand fast dequantizers write in place (out=), into a column-major matrix a chunk of rows
-    at a time (`_dequantize_rows`); other types go through GGUFFile.load.
+    The hand fast dequantizers write in place (out=, a row-major array or a block of its rows);
+    other types go through GGUFFile.load.
     """
     info = gguf.tensor(name)
     if info.shape != shape:
@@ -189,27 +180,10 @@ def _dequantize_into(gguf: GGUFFile, name: str, out: np.ndarray, shape: tuple[in
             out[...] = gguf.load(name)  # a one-line UnsupportedTypeError when nothing reads it
         elif out.flags.c_contiguous:
             QUANTS[info.type_name].fast(gguf.raw(name), out=out.reshape(-1))
-        else:
-            _dequantize_rows(gguf.raw(name), info.type_name, out)
+        else:  # a strided view: dequantize, then copy in
+            out[...] = QUANTS[info.type_name].fast(gguf.raw(name)).reshape(shape)
     gguf.check_finite(name, out.ravel(order="K"))  # NaN or infinity: one line naming the tensor (once per tensor)
     return info.n_bytes
-
-
-def _dequantize_rows(raw: np.ndarray, type_name: str, out: np.ndarray) -> None:
-    """The rows of a quantized matrix (each row is contiguous bytes) into a column-major `out`: a
-    chunk of rows into a row-major scratch, then written transposed, TRANSPOSE_ROWS at a time (a
-    plain transposing copy is several times slower)."""
-    rows, cols = out.shape
-    row_bytes = tensor_bytes(type_name, (cols,))
-    step = max(1, min(rows, ROW_CHUNK_BYTES // (4 * cols)))
-    scratch = np.empty((step, cols), np.float32)
-    fast, out_t = QUANTS[type_name].fast, out.T
-    for r0 in range(0, rows, step):
-        part = scratch[: min(step, rows - r0)]
-        fast(raw[r0 * row_bytes : (r0 + len(part)) * row_bytes], out=part.reshape(-1))
-        for r in range(0, len(part), TRANSPOSE_ROWS):
-            strip = part[r : r + TRANSPOSE_ROWS]
-            out_t[:, r0 + r : r0 + r + len(strip)] = strip.T
 
 
 def rope_factors(gguf: GGUFFile, spec: ArchSpec) -> np.ndarray | None:
@@ -254,17 +228,16 @@ class _Provider:
         w.file_bytes = n
         return w
 
-    def _empty_block(self, order: str = "C") -> BlockWeights:
-        """A block's arrays, uninitialised; Q K V, output and gate|up in `order` ('C' row-major, 'F'
-        column-major), down row-major."""
+    def _empty_block(self) -> BlockWeights:
+        """A block's arrays, uninitialised, row-major."""
         s, d = self.spec, self.spec.d_model
         return BlockWeights(
             attn_norm=np.empty(d, np.float32),
-            wqkv=np.empty((s.q_dim + 2 * s.kv_dim, d), np.float32, order=order),
-            wo=np.empty((d, s.q_dim), np.float32, order=order),
+            wqkv=np.empty((s.q_dim + 2 * s.kv_dim, d), np.float32),
+            wo=np.empty((d, s.q_dim), np.float32),
             ffn_norm=np.empty(d, np.float32),
-            w_gate_up=np.empty((2 * s.d_ff, d), np.float32, order=order),
-            w_down=np.empty((d, s.d_ff), np.float32),  # row-major either way (see the module's docstring)
+            w_gate_up=np.empty((2 * s.d_ff, d), np.float32),
+            w_down=np.empty((d, s.d_ff), np.float32),
             q_dim=s.q_dim,
             kv_dim=s.kv_dim,
             file_bytes=0,
@@ -281,22 +254,21 @@ class _Provider:
 
 
 class ResidentWeights(_Provider):
-    """Everything dequantized once to float32 (fused QKV and gate|up per block), most matrices column-major."""
+    """Everything dequantized once to float32 (fused QKV and gate|up per block)."""
 
     mode = "resident"
 
     def __init__(self, gguf: GGUFFile, spec: ArchSpec):
         super().__init__(gguf, spec)
         d = spec.d_model
-        # a tied head is the embedding table itself: column-major for the products, as the head
-        self.token_embd = np.empty((spec.vocab, d), np.float32, order="F" if spec.tied else "C")
+        self.token_embd = np.empty((spec.vocab, d), np.float32)
         _dequantize_into(gguf, spec.tensor_name("token_embd"), self.token_embd, (spec.vocab, d))
         if spec.tied:
             self.head = self.token_embd  # same array: unembedding reuses the embedding
         else:
-            self.head = np.empty((spec.vocab, d), np.float32, order="F")
+            self.head = np.empty((spec.vocab, d), np.float32)
             _dequantize_into(gguf, spec.tensor_name("output"), self.head, (spec.vocab, d))
-        self.blocks = [self._fill_block(i, self._empty_block("F")) for i in range(spec.n_layers)]
+        self.blocks = [self._fill_block(i, self._empty_block()) for i in range(spec.n_layers)]
         self.head_chunk_rows = spec.vocab  # the whole head in one product
 
     def block(self, i: int) -> BlockWeights:
