@@ -145,6 +145,31 @@ def test_resident_matrices_hold_the_streamed_numbers(tmp_path):
                 np.testing.assert_array_equal(getattr(mine, name), getattr(theirs, name), err_msg=name)
 
 
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gemma3", "phi3"])
+def test_resident_weights_sit_in_one_map_in_reading_order(tmp_path, arch):
+    """Every resident array, the architecture's optional roles included, comes from the one Arena (none
+    from its fallback), cache-line aligned, in the order a step reads them: embedding, blocks, head."""
+    import mmap
+
+    from bytesup.model.synthetic import write_tiny
+
+    with Model.from_gguf(write_tiny(tmp_path / f"{arch}.gguf", arch), mode="resident") as model:
+        w = model.weights
+        mapping = w.token_embd.base
+        while not isinstance(mapping, mmap.mmap):
+            mapping = mapping.obj if isinstance(mapping, memoryview) else mapping.base
+        start = np.frombuffer(mapping, np.uint8).ctypes.data
+        assert start % 4096 == 0 and (w.token_embd.ctypes.data - start) < (2 << 20)
+        assert w.token_embd.ctypes.data % (2 << 20) == 0
+        for b in w.blocks:
+            for a in b.arrays():
+                assert a.ctypes.data % 64 == 0 and 0 <= a.ctypes.data - start < len(mapping), arch
+        firsts = [w.token_embd] + [x for b in w.blocks for x in (b.attn_norm, b.wqkv, b.wo, b.w_gate_up, b.w_down)]
+        firsts += [] if w.head is w.token_embd else [w.head]
+        where = [x.ctypes.data for x in firsts]
+        assert where == sorted(where), arch
+
+
 def test_rope_in_place_is_rope_into_a_new_array():
     """rope(x, out=x) turns x itself (as attention_block does on the stacked Q K V), with the same numbers
     as a new array; with a partial rope the dimensions past n_rot stay as they were."""

@@ -237,12 +237,15 @@ class Counter:
         return 1.0
 
 
-def test_interleave_warms_up_then_takes_turns():
+def test_interleave_warms_up_then_takes_turns(monkeypatch):
     log = []
+    monkeypatch.setattr(steps.time, "sleep", lambda s: log.append(f"({s})"))
     times = steps.interleave({"a": Counter(log, "a"), "b": Counter(log, "b")}, n_tokens=5, warmup=1, rounds=2)
     assert times == {"a": [1.0] * 5, "b": [1.0] * 5}
-    # warm-ups, then turns of ceil(5/2) = 3 timed steps, each after one untimed step that settles the machine
-    assert "".join(log) == "ab" + "aaaabbbb" + "aaabbb"
+    # warm-ups, then turns of ceil(5/2) = 3 timed steps, each after a quiet pause (the other engine's
+    # workers stop spinning) and one untimed step that settles the machine
+    q = f"({steps.QUIET_S})"
+    assert "".join(log) == "ab" + f"{q}aaaa{q}bbbb" + f"{q}aaa{q}bbb"
     log.clear()
     assert steps.interleave({"a": Counter(log, "a")}, n_tokens=3, warmup=2, rounds=2) == {"a": [1.0] * 3}
     assert "".join(log) == "a" * 5  # alone: nothing to settle

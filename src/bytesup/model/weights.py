@@ -17,7 +17,11 @@ Two providers, one interface (forward.py uses only this):
   stores its rows: measured in one process on this 2-core machine (idle, SmolLM2, decode steps in
   turns, medians of 60), row-major ran 16.2, 17.0 and 17.9 ms a step where Q K V, output, gate|up
   and the head column-major (an earlier choice, measured on a loaded machine) ran 16.6, 18.8 and
-  19.3; on Gemma 3 the two were even. Chosen when `float32_bytes(spec)` fits the budget.
+  19.3; on Gemma 3 the two were even. They live in one memory map (Arena), in the order a step
+  reads them, on 2 MiB pages where the OS has transparent huge pages: one page walk per 2 MiB, not
+  per 4 KiB (numpy asks for huge pages only for arrays from 4 MiB, and a block's Q K V, output and
+  down are smaller); in one process, SmolLM2's steps took 17.3, 18.7 and 17.1 ms against 18.1, 20.1
+  and 18.0 with numpy's own arrays. Chosen when `float32_bytes(spec)` fits the budget.
 * Streaming: nothing is kept. block(i) dequantizes block i from the map into one reusable
   scratch buffer (valid until the next block() call), embedding rows are dequantized one row's
   bytes at a time (a quantized row is tensor_bytes(type, (d_model,)) contiguous bytes), and the
@@ -31,6 +35,7 @@ Two providers, one interface (forward.py uses only this):
 from __future__ import annotations
 
 import math
+import mmap
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -128,6 +133,35 @@ def float32_bytes(spec: ArchSpec) -> int:
     return 4 * (embedding + spec.n_layers * block_float32_elements(spec) + spec.d_model + head)
 
 
+HUGE_PAGE = 2 << 20  # a transparent huge page on x86-64 and most arm64 kernels
+ALIGN = 64  # bytes: each array of the arena starts a cache line
+
+
+class Arena:
+    """Uninitialised float32 arrays carved one after another out of one anonymous memory map of
+    `nbytes` (plus alignment), marked for transparent huge pages where the OS has them (madvise);
+    the map lives as long as any of its arrays. Past its end, `empty` falls back to np.empty."""
+
+    def __init__(self, nbytes: int):
+        self._map = mmap.mmap(-1, nbytes + HUGE_PAGE)
+        whole = np.frombuffer(self._map, np.uint8)
+        self._used = -whole.ctypes.data % HUGE_PAGE  # start on a 2 MiB boundary
+        self._bytes = whole
+        if hasattr(mmap, "MADV_HUGEPAGE"):
+            try:
+                self._map.madvise(mmap.MADV_HUGEPAGE)
+            except OSError:  # a kernel without transparent huge pages: 4 KiB pages
+                pass
+
+    def empty(self, shape) -> np.ndarray:
+        n = 4 * math.prod(shape) if isinstance(shape, tuple) else 4 * int(shape)
+        start, end = self._used, self._used + n
+        if end > self._bytes.size:
+            return np.empty(shape, np.float32)
+        self._used = -(-end // ALIGN) * ALIGN
+        return self._bytes[start:end].view(np.float32).reshape(shape)
+
+
 def choose_mode(spec: ArchSpec, resident_budget_bytes: int = DEFAULT_RESIDENT_BUDGET) -> str:
     """'resident' when float32 weights fit the budget, else 'streaming'."""
     return "resident" if float32_bytes(spec) <= resident_budget_bytes else "streaming"
@@ -202,6 +236,13 @@ def rope_factors(gguf: GGUFFile, spec: ArchSpec) -> np.ndarray | None:
     return out
 
 
+ARRAYS_PER_BLOCK = 11  # at most: two norms, Q K V (and its bias), output, gate|up, down, four more norms
+
+
+def float32_empty(shape) -> np.ndarray:
+    return np.empty(shape, np.float32)
+
+
 class _Provider:
     mode = "?"
 
@@ -228,22 +269,23 @@ class _Provider:
         w.file_bytes = n
         return w
 
-    def _empty_block(self) -> BlockWeights:
-        """A block's arrays, uninitialised, row-major."""
+    def _empty_block(self, empty=float32_empty) -> BlockWeights:
+        """A block's arrays, uninitialised, row-major, made by `empty(shape)` in the order a step reads them."""
         s, d = self.spec, self.spec.d_model
         return BlockWeights(
-            attn_norm=np.empty(d, np.float32),
-            wqkv=np.empty((s.q_dim + 2 * s.kv_dim, d), np.float32),
-            wo=np.empty((d, s.q_dim), np.float32),
-            ffn_norm=np.empty(d, np.float32),
-            w_gate_up=np.empty((2 * s.d_ff, d), np.float32),
-            w_down=np.empty((d, s.d_ff), np.float32),
+            attn_norm=empty(d),
+            bqkv=empty(s.q_dim + 2 * s.kv_dim) if s.has("bq") else None,
+            wqkv=empty((s.q_dim + 2 * s.kv_dim, d)),
+            **{r: empty(s.role_shape(r)) for r in ("q_norm", "k_norm") if s.has(r)},
+            wo=empty((d, s.q_dim)),
+            **{r: empty(s.role_shape(r)) for r in ("post_attn_norm",) if s.has(r)},
+            ffn_norm=empty(d),
+            w_gate_up=empty((2 * s.d_ff, d)),
+            w_down=empty((d, s.d_ff)),
+            **{r: empty(s.role_shape(r)) for r in ("post_ffn_norm",) if s.has(r)},
             q_dim=s.q_dim,
             kv_dim=s.kv_dim,
             file_bytes=0,
-            bqkv=np.empty(s.q_dim + 2 * s.kv_dim, np.float32) if s.has("bq") else None,
-            **{r: np.empty(s.role_shape(r), np.float32) for r in ("q_norm", "k_norm", "post_attn_norm",
-                                                                 "post_ffn_norm") if s.has(r)},
         )  # fmt: skip
 
     def head_file_bytes(self) -> int:
@@ -261,14 +303,16 @@ class ResidentWeights(_Provider):
     def __init__(self, gguf: GGUFFile, spec: ArchSpec):
         super().__init__(gguf, spec)
         d = spec.d_model
-        self.token_embd = np.empty((spec.vocab, d), np.float32)
+        # one map for all of it, in the order a step reads it: embedding, blocks, head
+        arena = Arena(float32_bytes(spec) + ALIGN * (ARRAYS_PER_BLOCK * spec.n_layers + 2))
+        self.token_embd = arena.empty((spec.vocab, d))
         _dequantize_into(gguf, spec.tensor_name("token_embd"), self.token_embd, (spec.vocab, d))
+        self.blocks = [self._fill_block(i, self._empty_block(arena.empty)) for i in range(spec.n_layers)]
         if spec.tied:
             self.head = self.token_embd  # same array: unembedding reuses the embedding
         else:
-            self.head = np.empty((spec.vocab, d), np.float32)
+            self.head = arena.empty((spec.vocab, d))
             _dequantize_into(gguf, spec.tensor_name("output"), self.head, (spec.vocab, d))
-        self.blocks = [self._fill_block(i, self._empty_block()) for i in range(spec.n_layers)]
         self.head_chunk_rows = spec.vocab  # the whole head in one product
 
     def block(self, i: int) -> BlockWeights:

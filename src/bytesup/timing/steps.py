@@ -19,6 +19,13 @@ import numpy as np
 
 PROMPT_IDS_SEED = 1234  # which token ids feed the timed passes (any valid ids will do)
 PROMPT_LEN = 8  # prompt tokens before the timed decode steps
+# Seconds between two engines' turns. A BLAS or OpenMP worker spins for a while after its last
+# call before it sleeps (OpenBLAS: 2^28 cycles, about 0.1 s here); on two cores a spinning worker
+# of the engine that just ran takes a core from the one that runs next. Measured in turns of 10
+# steps without the pause: llama.cpp's first two or three steps took 27-92 ms against 12-16 ms
+# after, ours 24-33 ms against 15-20; with a 0.3 s pause the first step of a turn was 19-23 ms and
+# the rest as after.
+QUIET_S = 0.3
 
 
 def prompt_ids(vocab: int, n: int, seed: int = PROMPT_IDS_SEED) -> np.ndarray:
@@ -98,15 +105,16 @@ class NumpyDecoder:
 
 
 def interleave(
-    steppers: Mapping[str, object], n_tokens: int, warmup: int, rounds: int = 4, settle: int = 1, after_step=None
-) -> dict[str, list[float]]:
+    steppers: Mapping[str, object], n_tokens: int, warmup: int, rounds: int = 4, settle: int = 1, after_step=None,
+    quiet_s: float = QUIET_S,
+) -> dict[str, list[float]]:  # fmt: skip
     """Each stepper's seconds for `n_tokens` timed steps after `warmup` untimed ones (all steppers'
     warm-ups first), in `rounds` turns of about n_tokens / rounds steps each, in the order given.
     `after_step(name, stepper)`, when given, is called after each timed step (to read what else it clocked).
 
-    With more than one stepper each turn begins with `settle` untimed steps: the engine that just
-    ran may leave its worker threads spinning for a moment (OpenBLAS's and OpenMP's wait before they
-    sleep), and its data in cache; the first step of a turn would pay for the other's habits.
+    With more than one stepper each turn begins after `quiet_s` seconds of nothing, for the worker
+    threads of the engine that just ran to stop spinning (QUIET_S), then `settle` untimed steps
+    that wake this engine's own workers and bring its data back into cache.
     """
     for s in steppers.values():
         for _ in range(warmup):
@@ -117,7 +125,8 @@ def interleave(
     while any(len(t) < n_tokens for t in times.values()):
         for name, s in steppers.items():
             todo = min(per_turn, n_tokens - len(times[name]))
-            if todo:
+            if todo and settle:
+                time.sleep(quiet_s)
                 for _ in range(settle):
                     s.step()
             for _ in range(todo):
