@@ -248,7 +248,7 @@ def test_default_model_extract(default_gguf, tmp_path):
 
 
 def test_parse_shape_reads_what_shape_text_writes():
-    from bytesup.gguf.extract import parse_shape, shape_text
+    from bytesup.gguf.sizes import parse_shape, shape_text
 
     assert parse_shape(shape_text((49152, 576))) == (49152, 576)
     assert parse_shape("576") == (576,)

@@ -19,8 +19,8 @@ from typing import Any
 
 from bytesup import __version__
 from bytesup.errors import BytesupError, printable
-from bytesup.gguf.extract import shape_text
 from bytesup.gguf.file import GGUF_MAGIC, GGUFFile
+from bytesup.gguf.sizes import shape_text
 from bytesup.lessons import registry
 from bytesup.model import param_counts
 from bytesup.report.verify import verify_path

@@ -195,24 +195,34 @@ def lesson_mem_mb(spec):
     )
 
 
+# lessons_run's answers, by model and the two files it reads (their size and change time): the
+# DAG asks about ten times per model, and metadata.json, with the vocabulary, takes ~20 ms to parse
+_LESSONS_RUN = {}
+
+
 def lessons_run(model):
     """(lessons that run, {lesson: why it does not}) for a model, from its architecture and whether
     the forward pass can follow its file (both read from the extract checkpoint's outputs).
     """
     outputs = checkpoints.extract.get(model=model).output
-    metadata = read_metadata(outputs.metadata)
-    arch = metadata.get("general.architecture")
-    problem = recipe_problem(
-        metadata, [row["name"] for row in read_tensor_table(outputs.tensors_csv)]
-    )
-    run, refused = [], {}
-    for lesson in config["lessons"]:
-        why = LESSONS[lesson].refusal(arch, problem)
-        if why:
-            refused[lesson] = why
-        else:
-            run.append(lesson)
-    return run, refused
+    stats = [Path(p).stat() for p in (outputs.metadata, outputs.tensors_csv)]
+    key = (model, *((s.st_size, s.st_mtime_ns) for s in stats))
+    if key not in _LESSONS_RUN:
+        metadata = read_metadata(outputs.metadata)
+        arch = metadata.get("general.architecture")
+        problem = recipe_problem(
+            metadata, [row["name"] for row in read_tensor_table(outputs.tensors_csv)]
+        )
+        run, refused = [], {}
+        for lesson in config["lessons"]:
+            why = LESSONS[lesson].refusal(arch, problem)
+            if why:
+                refused[lesson] = why
+            else:
+                run.append(lesson)
+        _LESSONS_RUN[key] = run, refused
+    run, refused = _LESSONS_RUN[key]
+    return list(run), dict(refused)
 
 
 # --- report --------------------------------------------------------------------------

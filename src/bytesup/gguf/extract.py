@@ -45,6 +45,7 @@ import numpy as np
 from bytesup.errors import BytesupError, printable, quote
 from bytesup.gguf.dequant import dequantize, dequantizer_used
 from bytesup.gguf.file import GGUFFile, UnsupportedTypeError
+from bytesup.gguf.sizes import shape_text
 from bytesup.run.files import plain, sha256_file
 
 log = logging.getLogger(__name__)
@@ -228,22 +229,6 @@ def _check_space(tensors_dir: Path, total: int) -> None:
             f"extract: {tensors_dir} has {_free_mb(tensors_dir):.1f} MiB free, the tensors need "
             f"{need / 2**20:.1f} MiB more; free some space and run again"
         )
-
-
-def shape_text(shape: tuple[int, ...]) -> str:
-    """(1536, 576) -> '1536x576' (numpy order); a scalar is ''."""
-    return "x".join(str(d) for d in shape)
-
-
-def parse_shape(shape) -> tuple[int, ...]:
-    """The inverse of shape_text, as tensors.csv holds it: '49152x576' -> (49152, 576); tuples and
-    lists pass through."""
-    if isinstance(shape, str):
-        try:
-            return tuple(int(s) for s in shape.lower().split("x"))
-        except ValueError:
-            raise ValueError(f"tensors.csv: shape {shape!r} is not like 49152x576") from None
-    return tuple(int(s) for s in shape)
 
 
 def part_files(f: GGUFFile) -> dict:

@@ -60,3 +60,22 @@ def bits_per_weight(type_name: str) -> float:
     """Bits of storage per weight: 8 x bytes per block / weights per block (Q8_0: 8.5, Q4_K: 4.5)."""
     block_size, type_size = block_shape(type_name)
     return 8 * type_size / block_size
+
+
+# -- shapes as tensors.csv writes them (numpy order, outermost first) --------------------
+
+
+def shape_text(shape: tuple[int, ...]) -> str:
+    """(1536, 576) -> '1536x576' (numpy order); a scalar is ''."""
+    return "x".join(str(d) for d in shape)
+
+
+def parse_shape(shape) -> tuple[int, ...]:
+    """The inverse of shape_text, as tensors.csv holds it: '49152x576' -> (49152, 576); tuples and
+    lists pass through."""
+    if isinstance(shape, str):
+        try:
+            return tuple(int(s) for s in shape.lower().split("x"))
+        except ValueError:
+            raise ValueError(f"tensors.csv: shape {shape!r} is not like 49152x576") from None
+    return tuple(int(s) for s in shape)

@@ -22,8 +22,6 @@ from __future__ import annotations
 from bisect import bisect_right
 from functools import lru_cache
 
-import regex
-
 UNDEFINED, NUMBER, LETTER, SEPARATOR, ACCENT_MARK, PUNCTUATION, SYMBOL, CONTROL = 1, 2, 4, 8, 16, 32, 64, 128
 WHITESPACE = 0x100
 
@@ -57,12 +55,21 @@ NEWER_THAN_15_1 = (
 )  # fmt: skip
 _NEWER_STARTS = [a for a, _ in NEWER_THAN_15_1]
 
-_CATEGORY = regex.compile(
+_CATEGORIES = (
     r"(?P<N>\p{N})|(?P<L>\p{L})|(?P<Z>\p{Z})|(?P<M>\p{M})|(?P<P>\p{P})|(?P<S>\p{S})|(?P<Cn>\p{Cn})|(?P<C>\p{C})"
 )
 _BITS = {"N": NUMBER, "L": LETTER, "Z": SEPARATOR, "M": ACCENT_MARK, "P": PUNCTUATION, "S": SYMBOL}
 _BITS.update(Cn=UNDEFINED, C=CONTROL)
-_WHITE_SPACE = regex.compile(r"\s")  # on str patterns: Unicode White_Space, llama.cpp's set
+
+
+@lru_cache(maxsize=1)
+def _patterns():
+    r"""(the category pattern, \s: on str patterns Unicode White_Space, llama.cpp's set), compiled at
+    the first use: importing `regex` and compiling takes about 0.1 s in a workflow's start, which
+    imports this module (through the lessons' registry) and never tokenizes."""
+    import regex
+
+    return regex.compile(_CATEGORIES), regex.compile(r"\s")
 
 
 def _newer(cp: int) -> bool:
@@ -73,9 +80,10 @@ def _newer(cp: int) -> bool:
 @lru_cache(maxsize=1 << 16)
 def flags(ch: str) -> int:
     """llama.cpp's unicode_cpt_flags of one character: its category bit, | WHITESPACE."""
-    match = _CATEGORY.match(ch)
+    categories, white_space = _patterns()
+    match = categories.match(ch)
     category = UNDEFINED if match is None or _newer(ord(ch)) else _BITS[match.lastgroup]
-    return category | (WHITESPACE if _WHITE_SPACE.match(ch) else 0)
+    return category | (WHITESPACE if white_space.match(ch) else 0)
 
 
 def is_han(ch: str) -> bool:

@@ -33,8 +33,7 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from bytesup.gguf.extract import parse_shape, shape_text
-from bytesup.gguf.sizes import type_bytes
+from bytesup.gguf.sizes import parse_shape, shape_text, type_bytes
 from bytesup.model.configs import Architecture
 
 BF16_BYTES = type_bytes("BF16", 1)  # what the texts price a weight at (gguf-py's block table)

@@ -23,8 +23,7 @@ import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-
-import regex
+from typing import TYPE_CHECKING
 
 from bytesup.errors import quote
 from bytesup.model.codepoints import (
@@ -39,6 +38,9 @@ from bytesup.model.codepoints import (
     whitespace_as_vt,
 )
 from bytesup.model.vocabulary import UnsupportedTokenizerError
+
+if TYPE_CHECKING:
+    import regex
 
 # --- llama.cpp's split patterns ---------------------------------------------------------------------
 CONTRACTIONS = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"  # (?i:'s|'t|...) spelled out
@@ -245,7 +247,11 @@ Span = tuple[int, int]
 
 @lru_cache(maxsize=128)
 def _compiled(pattern: str) -> tuple[regex.Pattern, bool]:
-    """(the compiled pattern, whether it runs on the collapsed text), with ECMAScript's ``$``."""
+    """(the compiled pattern, whether it runs on the collapsed text), with ECMAScript's ``$``.
+    `regex` is imported here, at the first tokenization: the workflow imports this module at every
+    start (the lessons' registry) and never tokenizes there."""
+    import regex
+
     collapsed = uses_unicode_classes(pattern)
     text = collapse_pattern(pattern) if collapsed else pattern
     if text.endswith("$") and not text.endswith("\\$"):

@@ -47,8 +47,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from bytesup.gguf.extract import parse_shape
-from bytesup.gguf.sizes import type_bytes
+from bytesup.gguf.sizes import parse_shape, type_bytes
 from bytesup.lessons import claims as claims_mod
 from bytesup.lessons.decode_memory_bound.accounting import (
     GB,

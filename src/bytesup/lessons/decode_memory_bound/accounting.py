@@ -7,8 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from bytesup.errors import BytesupError
-from bytesup.gguf.extract import parse_shape
-from bytesup.gguf.sizes import type_bytes
+from bytesup.gguf.sizes import parse_shape, type_bytes
 from bytesup.lessons import LessonInputError
 from bytesup.model import configs
 from bytesup.model import param_counts as pc

@@ -8,9 +8,8 @@ from collections.abc import Mapping
 
 from gguf.constants import GGMLQuantizationType
 
-from bytesup.gguf.extract import shape_text
 from bytesup.gguf.file import HEADER_BYTES, VALUE_TYPES, GGUFFile, TensorInfo, printable
-from bytesup.gguf.sizes import bits_per_weight
+from bytesup.gguf.sizes import bits_per_weight, shape_text
 from bytesup.model import param_counts as pc
 from bytesup.model.arch import ArchMetadataError, UnsupportedArchitectureError, spec_from_metadata
 

@@ -13,8 +13,7 @@ from pathlib import Path
 from gguf.constants import LlamaFileType
 
 from bytesup.errors import BytesupError
-from bytesup.gguf.extract import parse_shape
-from bytesup.gguf.sizes import type_bytes
+from bytesup.gguf.sizes import parse_shape, type_bytes
 from bytesup.lessons import LessonInputError
 from bytesup.lessons.ffn_walk import meta_value
 from bytesup.lessons.hardware_fit.storage import (
