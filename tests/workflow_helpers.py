@@ -72,8 +72,17 @@ def snakemake(project: Path, *args: str, timeout: int = 900, check: bool = True)
     return proc
 
 
+# What Snakemake sets for a job to its `threads` (snakemake.shell); a lesson rule declares none, so 1.
+JOB_THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                        "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")  # fmt: skip
+LESSON_JOB_THREADS = 1
+
+
 def run_notebook(notebook: Path, executed: Path, *, cwd: Path, **parameters) -> None:
-    """Execute a notebook with papermill and the pinned python3 kernel, as a user would from `cwd`.
+    """Execute a notebook with papermill and the pinned python3 kernel, as a user would from `cwd`,
+    on the threads a lesson job gets (LESSON_JOB_THREADS): BLAS sums in another order on another
+    number of threads (seen on an AVX-512 machine: 1e-7 apart), so a standalone run that should
+    repeat the workflow's numbers exactly runs on the same threads.
 
     Parameters go in as a YAML file, so a mapping (the `forward`, `generate` settings) arrives as a
     mapping and a string as a string, as the lesson rule passes them."""
@@ -94,7 +103,7 @@ def run_notebook(notebook: Path, executed: Path, *, cwd: Path, **parameters) -> 
             "-f",
             str(params),
         ],
-        env=env_with_venv(),
+        env=env_with_venv() | dict.fromkeys(JOB_THREAD_VARIABLES, str(LESSON_JOB_THREADS)),
         capture_output=True,
         text=True,
         timeout=600,
