@@ -169,7 +169,7 @@ def standalone(finished_tiny, tmp_path_factory):
 
     tests/test_notebooks.py checks what holds for every lesson; a lesson's own tests read the
     same run for what holds for it."""
-    from workflow_helpers import run_notebook
+    from workflow_helpers import LESSON_JOB_THREADS, run_notebook
 
     from bytesup.lessons import registry
     from bytesup.lessons.spec import parameter
@@ -192,7 +192,7 @@ def standalone(finished_tiny, tmp_path_factory):
             spec = registry()[lesson]
             out = root / "elsewhere" / lesson
             run_notebook(ROOT / "workflow" / "notebooks" / f"{lesson}.ipynb", root / f"{lesson}.executed.ipynb",
-                         cwd=root / "workflow" / "notebooks", model="tiny", model_sha256=sha256,
+                         cwd=root / "workflow" / "notebooks", threads=LESSON_JOB_THREADS, model="tiny", model_sha256=sha256,
                          **{key: config[key] for key in spec.config_keys},
                          **{parameter(name): out / f"x_{name}" for name in spec.files})  # fmt: skip
             done[lesson] = out

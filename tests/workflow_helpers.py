@@ -78,11 +78,12 @@ JOB_THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THR
 LESSON_JOB_THREADS = 1
 
 
-def run_notebook(notebook: Path, executed: Path, *, cwd: Path, **parameters) -> None:
-    """Execute a notebook with papermill and the pinned python3 kernel, as a user would from `cwd`,
-    on the threads a lesson job gets (LESSON_JOB_THREADS): BLAS sums in another order on another
-    number of threads (seen on an AVX-512 machine: 1e-7 apart), so a standalone run that should
-    repeat the workflow's numbers exactly runs on the same threads.
+def run_notebook(notebook: Path, executed: Path, *, cwd: Path, threads: int | None = None, **parameters) -> None:
+    """Execute a notebook with papermill and the pinned python3 kernel, as a user would from `cwd`;
+    with `threads`, on that many, as Snakemake sets a job's (JOB_THREAD_VARIABLES). BLAS sums in
+    another order on another number of threads (seen on an AVX-512 machine: 1e-7 apart), so a run
+    that should repeat the workflow's numbers exactly asks for LESSON_JOB_THREADS; a run compared
+    with what the test process computes keeps the test's threads (None).
 
     Parameters go in as a YAML file, so a mapping (the `forward`, `generate` settings) arrives as a
     mapping and a string as a string, as the lesson rule passes them."""
@@ -103,7 +104,7 @@ def run_notebook(notebook: Path, executed: Path, *, cwd: Path, **parameters) -> 
             "-f",
             str(params),
         ],
-        env=env_with_venv() | dict.fromkeys(JOB_THREAD_VARIABLES, str(LESSON_JOB_THREADS)),
+        env=env_with_venv() | ({} if threads is None else dict.fromkeys(JOB_THREAD_VARIABLES, str(threads))),
         capture_output=True,
         text=True,
         timeout=600,
