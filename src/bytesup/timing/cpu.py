@@ -16,8 +16,9 @@ One run of `run_cpu()` measures, in one process and against this machine's own l
    (ffn_gate and ffn_up of consecutive blocks, each kind stacked into one float32
    matrix larger than the last-level cache); the timed calls rotate between the two
    matrices, so a single-token number is a cold read from memory, never a cache hit;
-3. dequantization throughput: the package's hand dequantizers (on their default threads, one
-   unless $BYTESUP_THREADS says otherwise: bytesup.gguf.quants.kernels)
+3. dequantization throughput (timed first, before 1 and 2 change the allocator: run_cpu): the
+   package's hand dequantizers (on their default threads, one unless $BYTESUP_THREADS says
+   otherwise: bytesup.gguf.quants.kernels)
    against gguf.quants.dequantize on the same tensors, interleaved, re-checked bit for
    bit; one row per type the model holds, with the speed-up asked (5x for Q8_0, 3x for
    the other quantized types) and whether it was met.
@@ -313,6 +314,14 @@ def run_cpu(gguf_path: str | Path, cfg: dict | None = None, threads: int = 1) ->
         min_sample_s = float(cfg["min_sample_ms"]) / 1e3
         reps, warm, noisy = int(cfg["repeats"]), int(cfg["warmup"]), float(cfg["noisy_spread"])
 
+        # first, while the allocator is as a new process has it: glibc serves an array from the heap
+        # once a freed one of its size has raised malloc's mmap threshold, and the sweeps below free
+        # arrays of up to 32 MB; gguf-py's temporaries then skip their page faults and its Q8_0 ran at
+        # 486-494 MB/s against 261-269 first (ours 1.6-1.8 GB/s either way; 3.6-3.7x against 6.0-6.2x)
+        dequant_rows = deq.dequant_bench(
+            model, cfg["dequant_types"], int(cfg["dequant_bytes"]), reps, warm, noisy, threads=default_threads()
+        )
+
         array_bytes = stream_bytes_for(llc, cfg["stream_bytes"])
         log.info("STREAM and read kernels: 3 arrays of %d MiB, %d threads", array_bytes // MiB, threads)
         stream_rows = memory_rows(array_bytes, threads, reps, warm, noisy, min_sample_s)
@@ -325,10 +334,6 @@ def run_cpu(gguf_path: str | Path, cfg: dict | None = None, threads: int = 1) ->
         )
         warm_row = warm_matvec(weights.matrices[0], llc, reps, warm, int(cfg["seed"]), noisy, min_sample_s)
         split_row = split_matvec(weights.matrices, threads, reps, warm, int(cfg["seed"]), noisy, min_sample_s)
-
-        dequant_rows = deq.dequant_bench(
-            model, cfg["dequant_types"], int(cfg["dequant_bytes"]), reps, warm, noisy, threads=default_threads()
-        )
 
     summary = build_summary(
         facts, cfg, stream_rows, sweep_rows, warm_row, dequant_rows, weights.describe(llc), split_row
