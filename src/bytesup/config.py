@@ -19,6 +19,9 @@ from bytesup.errors import BytesupError, quote
 from bytesup.lessons import registry
 
 SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+# libyaml's loader where PyYAML was built with it (its wheels are): the same documents as
+# yaml.SafeLoader gives, several times faster (the schema is read at every workflow start)
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class ConfigError(BytesupError, ValueError):
@@ -107,11 +110,6 @@ def _typed(instance: Any, schema: dict, root: dict) -> Any:
     elif isinstance(instance, list) and isinstance(schema.get("items"), dict):
         instance[:] = [_typed(v, schema["items"], root) for v in instance]
     return instance
-
-
-# libyaml's loader where PyYAML was built with it (its wheels are): the same documents as
-# yaml.SafeLoader gives, several times faster (the schema is read at every workflow start)
-SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def load_schema(path: str | Path) -> dict:

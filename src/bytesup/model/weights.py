@@ -201,10 +201,9 @@ def weight_bytes_per_token(gguf: GGUFFile, spec: ArchSpec) -> WeightBytes:
 
 
 def _dequantize_into(gguf: GGUFFile, name: str, out: np.ndarray, shape: tuple[int, ...]) -> int:
-    """Dequantize tensor `name` into `out` (a float32 array or view of numpy `shape`); return its file bytes.
-
-    The hand fast dequantizers write in place (out=, a row-major array or a block of its rows);
-    other types go through GGUFFile.load.
+    """Dequantize tensor `name` into `out` (a C-contiguous float32 array of numpy `shape`: a row-major
+    array or a block of its rows); return its file bytes. The hand fast dequantizers write in place
+    (out=); other types go through GGUFFile.load.
     """
     info = gguf.tensor(name)
     if info.shape != shape:
@@ -212,10 +211,8 @@ def _dequantize_into(gguf: GGUFFile, name: str, out: np.ndarray, shape: tuple[in
     with np.errstate(all="ignore"):
         if info.type_name not in QUANTS:
             out[...] = gguf.load(name)  # a one-line UnsupportedTypeError when nothing reads it
-        elif out.flags.c_contiguous:
+        else:
             QUANTS[info.type_name].fast(gguf.raw(name), out=out.reshape(-1))
-        else:  # a strided view: dequantize, then copy in
-            out[...] = QUANTS[info.type_name].fast(gguf.raw(name)).reshape(shape)
     gguf.check_finite(name, out.ravel(order="K"))  # NaN or infinity: one line naming the tensor (once per tensor)
     return info.n_bytes
 
