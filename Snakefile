@@ -3,7 +3,14 @@
 #   snakemake --cores all --config model=NAME  another entry of config/config.yaml
 # Rules own every path; the package `bytesup` (src/) owns the logic.
 
+import gc
 import sys
+
+# Snakemake's own modules and state, loaded before this file, live as long as the run: freezing them
+# keeps each full garbage collection that the workflow's imports and DAG trigger from scanning them
+# all again. Measured on a finished project (2 cores, idle): a no-op `snakemake --cores all` took
+# 1.61-1.74 s without, 1.18-1.40 s with (`--version`: 0.9-1.25 s in the same minutes).
+gc.freeze()
 
 from snakemake.utils import min_version
 
