@@ -61,4 +61,8 @@ def test_one_round_on_a_finished_project(finished_tiny, capsys):
     assert "no-op snakemake --cores all" in out and "ratio" in out
     r = nb.noop_bench(finished_tiny, repeats=1)
     assert r["noop_over_version"] == pytest.approx(r["noop"]["median_s"] / r["version"]["median_s"])
-    assert 0 < r["version"]["median_s"] < 60 and 0 < r["noop"]["median_s"] < 60 and r["target"]["measured"] == r["noop_over_version"]
+    assert (
+        0 < r["version"]["median_s"] < 60
+        and 0 < r["noop"]["median_s"] < 60
+        and r["target"]["measured"] == r["noop_over_version"]
+    )

@@ -83,7 +83,11 @@ def noop_bench(project: Path | str, repeats: int = 7) -> dict:
         "load_before": load_before,
         "load_after": os.getloadavg()[0],
         "target": target(
-            "noop_run_over_snakemake_version", NOOP_OVER_VERSION_TARGET, ratio, "x", ratio <= NOOP_OVER_VERSION_TARGET,
+            "noop_run_over_snakemake_version",
+            NOOP_OVER_VERSION_TARGET,
+            ratio,
+            "x",
+            ratio <= NOOP_OVER_VERSION_TARGET,
             noisy,
         ),
     }
