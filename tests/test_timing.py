@@ -161,6 +161,29 @@ def test_read_ceiling_is_the_best_read_kernel_and_names_it():
         memory.read_ceiling([row("triad", 40.0)])
 
 
+def test_read_ceiling_across_turns_is_each_kernels_median_then_the_best():
+    def row(kernel, gbps, noisy=False):
+        return {"kernel": kernel, "gbps": gbps, "rel_iqr": 0.01, "noisy": noisy}
+
+    # a drifting machine (one decode job's figures: copy 33.0 and gemv 30.5 before, 53.1 and 63.2 after)
+    turns = [
+        [row("copy", 33.0), row("triad", 90.0), row("gemv", 30.5)],
+        [row("copy", 35.0), row("gemv", 36.0)],
+        [row("copy", 40.0), row("gemv", 38.0, noisy=True)],
+        [row("copy", 53.1), row("gemv", 63.2)],
+    ]
+    c = memory.read_ceiling_across(turns, noisy_spread=0.5)
+    assert c["by_kernel_gbps"] == {"copy": 37.5, "gemv": 37.0}  # medians across the turns; triad is no read kernel
+    assert (c["gbps"], c["kernel"], c["turns"]) == (37.5, "copy", 4)
+    # copy's spread across the turns: p25 34.5, p75 43.275 (numpy's linear percentiles), over its median
+    assert c["rel_iqr"] == pytest.approx((43.275 - 34.5) / 37.5) and c["noisy"] is False
+    assert c["by_kernel_rel_iqr"]["gemv"] == pytest.approx((44.3 - 34.625) / 37.0)
+    assert c["by_turn_gbps"] == {"copy": [33.0, 35.0, 40.0, 53.1], "gemv": [30.5, 36.0, 38.0, 63.2]}
+    assert memory.read_ceiling_across(turns, noisy_spread=0.2)["noisy"] is True  # 0.234 > 0.2
+    gemv_flagged = memory.read_ceiling_across([[row("gemv", 9.0, noisy=True)], [row("gemv", 9.0)]], 0.5)
+    assert gemv_flagged["noisy"] is True  # a turn's own noisy flag carries over
+
+
 def test_stream_array_size_rule():
     assert memory.stream_bytes_for(32 << 20, None) == 256 << 20  # 4 x 32 MiB < 256 MiB floor
     assert memory.stream_bytes_for(256 << 20, None) == 1 << 30  # 4 x LLC

@@ -196,9 +196,9 @@ def peak_mb(job: str, a: Architecture, *, resident_budget_mb: int = 2000, llc_mb
     if job == "timing_decode":
         # bytesup.timing.decode: the NumPy decoder with resident float32 weights when they fit the budget,
         # else one block's matrices as float32 at a time plus a chunk of the output head (bytesup.model.weights
-        # hands each tensor's mapped pages back); beside them, one thing at a time: the memory kernels (3 float64
-        # arrays, before and after the decode), the float32 copy being written (one tensor) and llama.cpp mapping
-        # it, the context sweep's KV cache (at most KV_BUDGET_BYTES), llama.cpp on the file; after the model is
+        # hands each tensor's mapped pages back); beside them, one thing at a time: the float32 copy being written
+        # (one tensor), then the memory kernels (3 float64 arrays, before each round of the decode's turns) while
+        # llama.cpp maps that copy, the context sweep's KV cache (at most KV_BUDGET_BYTES), llama.cpp on the file; after the model is
         # closed, the Q8_0 product on the specimen's FFN (two int8 matrices with their scales)
         f32_model = sum(4 * math.prod(shape) for _, shape in llama_tensor_shapes(a)) / MB
         resident = f32_model <= resident_budget_mb

@@ -5,7 +5,8 @@ against this machine's read ceiling measured in the same job, beside llama.cpp o
              so   tokens/s <= read ceiling (GB/s) / bytes of weights read per token
              (float32 bytes when the weights are resident as float32; file bytes when streamed).
              The read ceiling is the best of STREAM copy, a threaded sum, a dot and a large gemv
-             (bytesup.timing.memory), measured just before and just after the decode.
+             (bytesup.timing.memory), measured before each of the decode's turns: each kernel
+             at its median across the turns, so the ceiling and the decode meet the same minutes.
     peers:   llama.cpp decodes a float32 copy of the same model (bytesup.timing.peers) on the same
              threads, in turns with ours (bytesup.timing.steps.interleave): the same bytes, the same
              minutes. It also runs the file as it is, against the quantized file's own ceiling.
@@ -39,7 +40,7 @@ from bytesup.timing.context import KV_VISIBLE_SHARE, context_for_share, contexts
 from bytesup.timing.cpu import settings
 from bytesup.timing.machine import CpuShare, machine_facts
 from bytesup.timing.measure import TimingError, WallTimer, summarize, target, write_csv, write_json
-from bytesup.timing.memory import memory_rows, read_ceiling, stream_bytes_for
+from bytesup.timing.memory import memory_rows, read_ceiling_across, stream_bytes_for
 from bytesup.timing.peers import (
     LlamaDecoder,
     float32_copy_refusal,
@@ -183,13 +184,13 @@ def _measure(gguf_path, cfg: dict, threads: int, resident_budget_bytes: int, scr
         def memory() -> list[dict]:
             return memory_rows(array_bytes, threads, reps, warm, noisy, min_sample_s)
 
-        # the read ceiling just before and just after the decode: each kernel's better run counts, so a
-        # moment of contention during one measurement cannot flatter the decoder
-        memory_before = memory()
+        # the read ceiling in turns with the decode (before each round of its turns): this machine's
+        # memory speed drifts over a job's minutes, and the ceiling must be the decode's minutes' ceiling
+        turns: list[list[dict]] = []
         decode, f32 = _decode_beside_llama_f32(gguf_path, model, prompt, n_tokens, max(warm, 1), threads,
-                                               resident_budget_bytes, scratch_dir)  # fmt: skip
-        memory_after = memory()
-        ceiling = read_ceiling(memory_before + memory_after)
+                                               resident_budget_bytes, scratch_dir,
+                                               before_round=lambda: turns.append(memory()))  # fmt: skip
+        ceiling = read_ceiling_across(turns, noisy)
 
         prefill_rows = _prefill_rows(model, sizes, reps if not streaming else 3, 1 if not streaming else 0, noisy)
         steps = max(3, n_tokens // 4)
@@ -221,7 +222,7 @@ def _measure(gguf_path, cfg: dict, threads: int, resident_budget_bytes: int, scr
         "decode_flops_per_token": flops_per_token(spec, decode["context_end"]),
         "read_ceiling": ceiling,
         "stream_copy_gbps": ceiling["by_kernel_gbps"]["copy"],
-        "memory_kernels": memory_before + memory_after,
+        "memory_kernels": [{**r, "turn": i} for i, rows in enumerate(turns) for r in rows],
         "llama_cpp_f32": f32,
         "decode_over_llama_cpp_f32": f32.get("ours_over_theirs"),
         "decode_by_context": by_context,
@@ -252,8 +253,8 @@ COUNTING = {
     "step; GB/s = bytes per token x tokens/s / 1e9",
     "read_ceiling": "the best median GB/s of STREAM copy (16 bytes per float64 element), a threaded float32 sum "
     "and a BLAS dot (4 bytes per element) and a BLAS gemv (W + x + y), each over buffers larger than the last-level cache, "
-    "measured just before and just after the decode (each kernel's better run); decode_fraction_of_read_ceiling "
-    "= decode GB/s / that ceiling",
+    "measured before each round of the decode's turns, each kernel at its median across the turns; "
+    "decode_fraction_of_read_ceiling = decode GB/s / that ceiling",
     "llama_cpp_f32": "llama.cpp on a float32 GGUF of the same model (the project's dequantized weights, written with "
     "gguf-py's GGUFWriter), the same threads, in turns with ours; decode_over_llama_cpp_f32 = our tokens/s / "
     "theirs, both medians of the interleaved steps",
@@ -271,9 +272,10 @@ COUNTING = {
 }
 
 
-def _decode_beside_llama_f32(gguf_path, model, prompt, n_tokens, warmup, threads, budget, scratch_dir):
-    """Our decode steps, in turns with llama.cpp's on a float32 copy of the same model when it can run:
-    ({'times', 'provider_times', 'context_end'}, the llama_cpp_f32 summary or {'skipped': why})."""
+def _decode_beside_llama_f32(gguf_path, model, prompt, n_tokens, warmup, threads, budget, scratch_dir, before_round):
+    """Our decode steps, in turns with llama.cpp's on a float32 copy of the same model when it can run,
+    `before_round()` before each round of turns: ({'times', 'provider_times', 'context_end'}, the
+    llama_cpp_f32 summary or {'skipped': why})."""
     total = len(prompt) + warmup + n_tokens + DECODE_ROUNDS  # the turns' settling steps too
     refusal = None if model.mode == "resident" else "the weights stream: there are no resident float32 bytes to compare"
     folder = Path(scratch_dir) if scratch_dir else Path(tempfile.gettempdir())
@@ -297,13 +299,15 @@ def _decode_beside_llama_f32(gguf_path, model, prompt, n_tokens, warmup, threads
         with NumpyDecoder(model, total) as ours:
             ours.start(prompt)
             if refusal is not None:
-                times = interleave({"ours": ours}, n_tokens, warmup, after_step=after_step)["ours"]
+                times = interleave({"ours": ours}, n_tokens, warmup, DECODE_ROUNDS, after_step=after_step,
+                                   before_round=before_round)["ours"]  # fmt: skip
                 f32 = {"skipped": refusal}
             else:
                 with LlamaDecoder(copy, threads, total + 8) as theirs:
                     theirs.start(prompt)
                     steppers = {"ours": ours, "llama.cpp": theirs}
-                    both = interleave(steppers, n_tokens, warmup, DECODE_ROUNDS, after_step=after_step)
+                    both = interleave(steppers, n_tokens, warmup, DECODE_ROUNDS, after_step=after_step,
+                                      before_round=before_round)  # fmt: skip
                 times = both["ours"]
                 f32 = _f32_summary(both, written, model.weight_bytes_per_token().float32_bytes)
     log.info("decode: %.1f tokens/s; llama.cpp float32: %s", 1 / summarize(times, 1.0)["median_s"],

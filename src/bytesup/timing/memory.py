@@ -15,8 +15,10 @@ may reach, and a decoder "faster than copy" would be no surprise. The read ceili
 
 Every buffer is larger than the last-level cache (4 x at least), so no call finds its data left in
 cache by the one before. Each kernel is a row with its median GB/s and spread (bytesup.timing.measure);
-`read_ceiling()` picks the best median and says which kernel set it. Published decoders are judged
-the same way: llama.cpp against the measured read bandwidth, gpt-fast against an empirical peak.
+`read_ceiling()` picks the best median and says which kernel set it; `read_ceiling_across()` does the
+same over kernels measured once per turn of a longer measurement, each at its median across the
+turns. Published decoders are judged the same way: llama.cpp against the measured read bandwidth,
+gpt-fast against an empirical peak.
 The GPU job measures the same kernels on the device (bytesup.timing.gpu) and reads them with the
 same `read_ceiling()`.
 """
@@ -168,7 +170,7 @@ def read_kernels(
 def read_ceiling(rows: Sequence[dict]) -> dict:
     """The best median GB/s among the read kernels (READ_KERNELS) measured in `rows`, which kernel
     set it, and its spread; every kernel's own figure beside it. When a kernel was measured more
-    than once (before and after a decode), its best run counts."""
+    than once, its best run counts (read_ceiling_across takes the median across turns instead)."""
     best: dict[str, dict] = {}
     for r in rows:
         if r["kernel"] in READ_KERNELS and (r["kernel"] not in best or r["gbps"] > best[r["kernel"]]["gbps"]):
@@ -184,6 +186,34 @@ def read_ceiling(rows: Sequence[dict]) -> dict:
         "by_kernel_gbps": {k: best[k]["gbps"] for k in READ_KERNELS if k in best},
         "by_kernel_rel_iqr": {k: best[k]["rel_iqr"] for k in READ_KERNELS if k in best},
     }
+
+
+def read_ceiling_across(turns: Sequence[Sequence[dict]], noisy_spread: float) -> dict:
+    """The read ceiling of a measurement that spans minutes, measured in turns with it: each kernel
+    once per turn (`turns`: one list of rows per turn), its median GB/s across the turns, and the best
+    of those medians (read_ceiling). This machine's memory speed drifts within a job: one decode job
+    read copy at 33.0 GB/s and gemv at 30.5 just before its decode, 53.1 and 63.2 just after, so a
+    ceiling taken at one moment (or the better of two) says more about that moment than the decode's.
+    rel_iqr is the best kernel's spread across the turns; `by_turn_gbps` keeps every turn's figure."""
+    by_kernel: dict[str, list[float]] = {}
+    flagged: set[str] = set()
+    for rows in turns:
+        for r in rows:
+            if r["kernel"] in READ_KERNELS:
+                by_kernel.setdefault(r["kernel"], []).append(r["gbps"])
+                flagged |= {r["kernel"]} if r["noisy"] else set()
+    medians = []
+    for kernel, values in by_kernel.items():
+        v = np.asarray(values)
+        median = float(np.median(v))
+        p25, p75 = np.percentile(v, [25, 75])
+        rel_iqr = float((p75 - p25) / median) if median > 0 else float("inf")
+        noisy = rel_iqr > noisy_spread or kernel in flagged
+        medians.append({"kernel": kernel, "gbps": median, "rel_iqr": rel_iqr, "noisy": noisy})
+    ceiling = read_ceiling(medians)
+    ceiling["turns"] = len(turns)
+    ceiling["by_turn_gbps"] = {k: by_kernel[k] for k in READ_KERNELS if k in by_kernel}
+    return ceiling
 
 
 def memory_rows(

@@ -106,11 +106,12 @@ class NumpyDecoder:
 
 def interleave(
     steppers: Mapping[str, object], n_tokens: int, warmup: int, rounds: int = 4, settle: int = 1, after_step=None,
-    quiet_s: float = QUIET_S,
+    quiet_s: float = QUIET_S, before_round=None,
 ) -> dict[str, list[float]]:  # fmt: skip
     """Each stepper's seconds for `n_tokens` timed steps after `warmup` untimed ones (all steppers'
     warm-ups first), in `rounds` turns of about n_tokens / rounds steps each, in the order given.
-    `after_step(name, stepper)`, when given, is called after each timed step (to read what else it clocked).
+    `after_step(name, stepper)`, when given, is called after each timed step (to read what else it clocked);
+    `before_round()` before each round of turns (to measure something else at the same moments).
 
     With more than one stepper each turn begins after `quiet_s` seconds of nothing, for the worker
     threads of the engine that just ran to stop spinning (QUIET_S), then `settle` untimed steps
@@ -123,6 +124,8 @@ def interleave(
     per_turn = max(1, math.ceil(n_tokens / max(rounds, 1)))
     times: dict[str, list[float]] = {name: [] for name in steppers}
     while any(len(t) < n_tokens for t in times.values()):
+        if before_round is not None:
+            before_round()
         for name, s in steppers.items():
             todo = min(per_turn, n_tokens - len(times[name]))
             if todo and settle:
