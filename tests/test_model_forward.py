@@ -170,6 +170,35 @@ def test_resident_weights_sit_in_one_map_in_reading_order(tmp_path, arch):
         assert where == sorted(where), arch
 
 
+def _thp_setting() -> str | None:
+    try:
+        text = open("/sys/kernel/mm/transparent_hugepage/enabled").read()
+    except OSError:
+        return None
+    return text[text.index("[") + 1 : text.index("]")] if "[" in text else None
+
+
+@pytest.mark.skipif(_thp_setting() not in ("always", "madvise"), reason="no transparent huge pages here")
+def test_the_arena_is_backed_by_huge_pages_where_the_machine_has_them():
+    """An Arena's arrays, once written, sit on 2 MiB pages (/proc/self/smaps: AnonHugePages of its map):
+    a shared anonymous map would be shmem, which madvise cannot give huge pages under shmem_enabled=never."""
+    from bytesup.model.weights import HUGE_PAGE, Arena
+
+    arena = Arena(4 * HUGE_PAGE)
+    a = arena.empty((4 * HUGE_PAGE // 4,))
+    a[...] = 1.0
+    start = a.ctypes.data
+    huge_kb, inside = 0, False
+    for line in open("/proc/self/smaps"):
+        first = line.split()[0]
+        if "-" in first and all(c in "0123456789abcdef-" for c in first):
+            lo, hi = (int(x, 16) for x in first.split("-"))
+            inside = lo <= start < hi
+        elif inside and line.startswith("AnonHugePages:"):
+            huge_kb = int(line.split()[1])
+    assert huge_kb >= HUGE_PAGE // 1024, f"the arena's map has {huge_kb} kB on huge pages"
+
+
 def test_rope_in_place_is_rope_into_a_new_array():
     """rope(x, out=x) turns x itself (as attention_block does on the stacked Q K V), with the same numbers
     as a new array; with a partial rope the dimensions past n_rot stay as they were."""

@@ -143,7 +143,9 @@ class Arena:
     the map lives as long as any of its arrays. Past its end, `empty` falls back to np.empty."""
 
     def __init__(self, nbytes: int):
-        self._map = mmap.mmap(-1, nbytes + HUGE_PAGE)
+        # private: a shared anonymous map is shmem, which takes huge pages only where the machine's
+        # shmem_enabled allows (here: never), whatever madvise asks
+        self._map = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         whole = np.frombuffer(self._map, np.uint8)
         self._used = -whole.ctypes.data % HUGE_PAGE  # start on a 2 MiB boundary
         self._bytes = whole
