@@ -507,6 +507,8 @@ def decode_files(
         "decode_kv_half_context": 9000,
         "streamed": {"tokens_per_s": 2.0, "step_median_s": 0.5, "dequant_median_s": 0.4, "dequant_share": 0.8,
                      "dequant_gbps": 0.25, "bound": "dequantization"},
+        "decode_products": {"median_s": 0.8 / tps, "bytes": nbytes - 1000, "gbps": (nbytes - 1000) * tps / 0.8e9,
+                            "fraction_of_read_ceiling": (nbytes - 1000) * tps / 0.8e9 / read, "share_of_step": 0.8},
         "q8_0_product": {"gbps": 2.5, "fraction_of_read_ceiling": 0.2, "int8_to_float32_share": 0.2, "bytes_per_weight": 1.125,
                          "weights_per_s": 2.0e9, "shape": [11008, 4096]},
         "other_processes_cpu_fraction": 0.01,
@@ -571,6 +573,9 @@ MEASURED_KEYS = (
     "decode_streamed_dequant_share",
     "q8_0_product_fraction_of_read_ceiling",
     "deepseek_q8_0_tokens_per_s_q8_product",
+    "decode_products_gbps",
+    "decode_products_fraction_of_read_ceiling",
+    "decode_products_share_of_step",
 )
 
 
@@ -582,6 +587,10 @@ def test_decode_metrics_follow_from_decode_json():
     assert (m["decode_read_ceiling_gbps"], m["decode_read_ceiling_kernel"]) == (12.5, "gemv")
     assert m["decode_ceiling_tokens_per_s"] == pytest.approx(12.5e9 / 500e6) == pytest.approx(25.0)
     assert m["decode_fraction_of_read_ceiling"] == pytest.approx(20 / 25)
+    # the products alone: 80 % of a 50 ms step, reading all but 1,000 of the step's bytes
+    assert m["decode_products_share_of_step"] == 0.8
+    assert m["decode_products_gbps"] == pytest.approx((500e6 - 1000) * 20 / 0.8e9)
+    assert m["decode_products_fraction_of_read_ceiling"] == pytest.approx(m["decode_products_gbps"] / 12.5)
     assert m["decode_target_goal"] == 0.7 and m["decode_target_met"] is True and m["decode_target_applies"] is True
     assert m["decode_gbps"] == pytest.approx(10.0) and m["decode_gbps_over_stream_copy"] == pytest.approx(1.0)
     assert m["decode_intensity"] == pytest.approx(270e6 / 500e6) and m["decode_gflops"] == pytest.approx(5.4)

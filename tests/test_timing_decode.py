@@ -97,6 +97,14 @@ def test_decode_reads_every_weight_once_against_the_read_ceiling(tiny, measured)
     assert s["stream_copy_gbps"] == median["copy"]
     assert s["decode_ceiling_tokens_per_s"] == pytest.approx(median[best] * 1e9 / s["decode_bytes_per_token"])
     assert s["decode_fraction_of_read_ceiling"] == pytest.approx(s["decode_gbps"] / median[best])
+    # the products alone: every matrix a step multiplies (the blocks' and the head, here tied to token_embd)
+    p, reader = s["decode_products"], GGUFReader(tiny)
+    matrices = {t.name: 4 * int(np.prod(t.shape)) for t in reader.tensors if len(t.shape) == 2}
+    head = matrices.get("output.weight", matrices["token_embd.weight"])
+    assert p["bytes"] == sum(v for k, v in matrices.items() if k.startswith("blk.")) + head
+    assert p["gbps"] == pytest.approx(p["bytes"] / p["median_s"] / 1e9)
+    assert p["fraction_of_read_ceiling"] == pytest.approx(p["gbps"] / s["decode_read_ceiling_gbps"])
+    assert p["share_of_step"] == pytest.approx(p["median_s"] / s["decode_median_s"])
     first = s["targets"][0]
     assert (first["name"], first["target"]) == ("decode_fraction_of_read_ceiling", 0.7)
     assert first["met"] == (s["decode_fraction_of_read_ceiling"] >= 0.7)
@@ -138,6 +146,7 @@ def test_streaming_weights_count_the_files_bytes_and_split_the_step(tmp_path):
     assert s["decode_tokens"] == 3 and s["targets"][0]["met"] is None  # the 70 % goal is for resident weights
     assert s["llama_cpp_f32"]["skipped"].startswith("the weights stream")
     assert s["decode_by_context"] == [] and s["decode_context_notes"]
+    assert s["decode_products"]["skipped"].startswith("the weights stream")
     split = s["streamed"]
     assert split["tokens"] == 3 and split["step_median_s"] == pytest.approx(s["decode_median_s"])
     assert 0 < split["dequant_median_s"] <= split["step_median_s"]
@@ -325,3 +334,14 @@ def test_q8_0_product_counts_the_resident_bytes():
     assert 0 < r["int8_to_float32_median_s"] and r["int8_to_float32_share"] == pytest.approx(
         r["int8_to_float32_median_s"] / r["median_s"]
     )
+
+
+def test_products_only_multiplies_every_matrix_of_a_step_in_order(tiny):
+    with Model.from_gguf(tiny, mode="resident") as model:
+        products = steps.ProductsOnly(model.weights, model.spec.n_layers)
+        w = model.weights
+        order = [m for b in w.blocks for m in (b.wqkv, b.wo, b.w_gate_up, b.w_down)] + [w.head]
+        assert [m.ctypes.data for m in products.mats] == [m.ctypes.data for m in order]  # views, no copies
+        assert products.nbytes == sum(m.nbytes for m in order) and products.step() > 0
+        for m, y in zip(products.mats, products._y, strict=True):
+            np.testing.assert_allclose(y[0], m.sum(axis=1), rtol=1e-5, atol=1e-6)  # each times a vector of ones

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+from contextlib import ExitStack
 from pathlib import Path
 
 from threadpoolctl import threadpool_limits
@@ -48,7 +49,7 @@ from bytesup.timing.peers import (
     llama_version,
     write_float32_copy,
 )
-from bytesup.timing.steps import PROMPT_LEN, NumpyDecoder, interleave, prompt_ids
+from bytesup.timing.steps import PROMPT_LEN, NumpyDecoder, ProductsOnly, interleave, prompt_ids
 from bytesup.timing.streamed import STREAMED_TOKENS, q8_0_product, split_summary, streamed_split
 
 log = logging.getLogger(__name__)
@@ -223,6 +224,9 @@ def _measure(gguf_path, cfg: dict, threads: int, resident_budget_bytes: int, scr
         "read_ceiling": ceiling,
         "stream_copy_gbps": ceiling["by_kernel_gbps"]["copy"],
         "memory_kernels": [{**r, "turn": i} for i, rows in enumerate(turns) for r in rows],
+        "decode_products": products_summary(
+            decode.get("products"), summarize(decode["times"], noisy)["median_s"], ceiling["gbps"], noisy
+        ),
         "llama_cpp_f32": f32,
         "decode_over_llama_cpp_f32": f32.get("ours_over_theirs"),
         "decode_by_context": by_context,
@@ -255,6 +259,9 @@ COUNTING = {
     "and a BLAS dot (4 bytes per element) and a BLAS gemv (W + x + y), each over buffers larger than the last-level cache, "
     "measured before each round of the decode's turns, each kernel at its median across the turns; "
     "decode_fraction_of_read_ceiling = decode GB/s / that ceiling",
+    "decode_products": "the step's matrix-vector products alone (every block matrix and the head, the decoder's "
+    "own call, nothing between them), timed in turns with the step; GB/s = the matrices' bytes / median seconds; "
+    "share_of_step = their median / the step's",
     "llama_cpp_f32": "llama.cpp on a float32 GGUF of the same model (the project's dequantized weights, written with "
     "gguf-py's GGUFWriter), the same threads, in turns with ours; decode_over_llama_cpp_f32 = our tokens/s / "
     "theirs, both medians of the interleaved steps",
@@ -296,23 +303,50 @@ def _decode_beside_llama_f32(gguf_path, model, prompt, n_tokens, warmup, threads
             if name == "ours":
                 provider.append(stepper.provider_seconds)
 
-        with NumpyDecoder(model, total) as ours:
+        # the step's products alone take turns too, on resident weights (streamed ones are rebuilt each step)
+        products = ProductsOnly(model.weights, model.spec.n_layers) if model.mode == "resident" else None
+        with NumpyDecoder(model, total) as ours, ExitStack() as engines:
             ours.start(prompt)
-            if refusal is not None:
-                times = interleave({"ours": ours}, n_tokens, warmup, DECODE_ROUNDS, after_step=after_step,
-                                   before_round=before_round)["ours"]  # fmt: skip
-                f32 = {"skipped": refusal}
-            else:
-                with LlamaDecoder(copy, threads, total + 8) as theirs:
-                    theirs.start(prompt)
-                    steppers = {"ours": ours, "llama.cpp": theirs}
-                    both = interleave(steppers, n_tokens, warmup, DECODE_ROUNDS, after_step=after_step,
-                                      before_round=before_round)  # fmt: skip
-                times = both["ours"]
-                f32 = _f32_summary(both, written, model.weight_bytes_per_token().float32_bytes)
+            steppers: dict = {"ours": ours}
+            if refusal is None:
+                theirs = engines.enter_context(LlamaDecoder(copy, threads, total + 8))
+                theirs.start(prompt)
+                steppers["llama.cpp"] = theirs
+            if products is not None:
+                steppers["products"] = products
+            timed = interleave(steppers, n_tokens, warmup, DECODE_ROUNDS, after_step=after_step,
+                               before_round=before_round)  # fmt: skip
+        times = timed["ours"]
+        f32 = (
+            {"skipped": refusal}
+            if refusal is not None
+            else _f32_summary(timed, written, model.weight_bytes_per_token().float32_bytes)
+        )
     log.info("decode: %.1f tokens/s; llama.cpp float32: %s", 1 / summarize(times, 1.0)["median_s"],
              f32.get("decode_tokens_per_s", f32.get("skipped")))  # fmt: skip
-    return {"times": times, "provider_times": provider, "context_end": ours.cache.n}, f32
+    decode = {"times": times, "provider_times": provider, "context_end": ours.cache.n}
+    if products is not None:
+        decode["products"] = {"times": timed["products"], "bytes": products.nbytes}
+    return decode, f32
+
+
+def products_summary(products: dict | None, step_median_s: float, ceiling_gbps: float, noisy_spread: float) -> dict:
+    """The step's products alone (steps.ProductsOnly), timed in turns with the step: their median and
+    spread, GB/s (the matrices' bytes / median), that over the read ceiling, and their share of the
+    step's median time (the rest is the work between the products)."""
+    if products is None:
+        return {"skipped": "the weights stream: each step rebuilds its matrices, there are none to time alone"}
+    s = summarize(products["times"], noisy_spread)
+    gbps = products["bytes"] / s["median_s"] / 1e9
+    return {
+        "median_s": s["median_s"],
+        "rel_iqr": s["rel_iqr"],
+        "noisy": s["noisy"],
+        "bytes": products["bytes"],
+        "gbps": gbps,
+        "fraction_of_read_ceiling": gbps / ceiling_gbps,
+        "share_of_step": s["median_s"] / step_median_s,
+    }
 
 
 def _f32_summary(both: dict, written: dict, bytes_per_token: int) -> dict:

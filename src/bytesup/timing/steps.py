@@ -17,6 +17,8 @@ from collections.abc import Iterator, Mapping
 
 import numpy as np
 
+from bytesup.model.forward import matmul
+
 PROMPT_IDS_SEED = 1234  # which token ids feed the timed passes (any valid ids will do)
 PROMPT_LEN = 8  # prompt tokens before the timed decode steps
 # Seconds between two engines' turns. A BLAS or OpenMP worker spins for a while after its last
@@ -102,6 +104,30 @@ class NumpyDecoder:
         self.provider_seconds = self.timed.seconds - before
         self._next = int(np.argmax(logits[-1]))
         return dt
+
+
+class ProductsOnly:
+    """A resident decode step's matrix-vector products alone, as a stepper: every matrix the step
+    multiplies (each block's Q K V, W_o, gate and up, W_down, then the head), in the step's order, by
+    the decoder's own call (bytesup.model.forward.matmul) into outputs allocated once, with nothing
+    between them. Its speed is the most a decoder that multiplies with these calls can read these
+    matrices at; the decode step's time over it is the share of the step the products take."""
+
+    def __init__(self, weights, n_layers: int):
+        self.mats = []
+        for i in range(n_layers):
+            b = weights.block(i)
+            self.mats += [b.wqkv, b.wo, b.w_gate_up, b.w_down]
+        self.mats += [rows for _, rows in weights.head_chunks()]
+        self.nbytes = sum(m.nbytes for m in self.mats)
+        self._x = {c: np.ones((1, c), np.float32) for c in {m.shape[1] for m in self.mats}}
+        self._y = [np.empty((1, m.shape[0]), np.float32) for m in self.mats]
+
+    def step(self) -> float:
+        t0 = time.perf_counter()
+        for m, y in zip(self.mats, self._y):
+            matmul(self._x[m.shape[1]], m, out=y)
+        return time.perf_counter() - t0
 
 
 def interleave(

@@ -128,6 +128,16 @@ SPEC = LessonSpec(
             fmt=".1%",
         ),
         Headline(
+            "decode_products_fraction_of_read_ceiling",
+            "the step's matrix-vector products alone, nothing between them: fraction of the read ceiling",
+            fmt=".1%",
+        ),
+        Headline(
+            "decode_products_share_of_step",
+            "those products' share of a decode step's time (the rest: norms, rope, attention, Python)",
+            fmt=".0%",
+        ),
+        Headline(
             "llama_cpp_f32_decode_tokens_per_s",
             "llama.cpp on a float32 copy of the same model: the same bytes, threads and minutes",
             unit="tokens/s",

@@ -351,6 +351,11 @@ def decode_metrics(
     m["decode_target_goal"] = number(target.get("target"))
     m["decode_target_met"] = target.get("met")
     m["decode_target_applies"] = target.get("met") is not None if target else None  # None: streamed weights
+    # the step's products alone, timed in turns with it: how fast BLAS reads these matrices, and their share of a step
+    products = _mapping(record, "decode_products")
+    m["decode_products_gbps"] = number(products.get("gbps"))
+    m["decode_products_fraction_of_read_ceiling"] = number(products.get("fraction_of_read_ceiling"))
+    m["decode_products_share_of_step"] = number(products.get("share_of_step"))
     m["decode_noisy"] = record.get("decode_noisy")
     m["decode_rel_iqr"] = number(record.get("decode_rel_iqr"))
     m["decode_machine_shared"] = record.get("machine_shared")
