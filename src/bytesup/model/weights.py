@@ -17,11 +17,12 @@ Two providers, one interface (forward.py uses only this):
   stores its rows: measured in one process on this 2-core machine (idle, SmolLM2, decode steps in
   turns, medians of 60), row-major ran 16.2, 17.0 and 17.9 ms a step where Q K V, output, gate|up
   and the head column-major (an earlier choice, measured on a loaded machine) ran 16.6, 18.8 and
-  19.3; on Gemma 3 the two were even. They live in one memory map (Arena), in the order a step
-  reads them, on 2 MiB pages where the OS has transparent huge pages: one page walk per 2 MiB, not
-  per 4 KiB (numpy asks for huge pages only for arrays from 4 MiB, and a block's Q K V, output and
-  down are smaller); in one process, SmolLM2's steps took 17.3, 18.7 and 17.1 ms against 18.1, 20.1
-  and 18.0 with numpy's own arrays. Chosen when `float32_bytes(spec)` fits the budget.
+  19.3; on Gemma 3 the two were even. They live in one private memory map (Arena), in the order a
+  step reads them, on 2 MiB pages where the OS has transparent huge pages: one page walk per 2 MiB,
+  not per 4 KiB (numpy asks for huge pages only for arrays from 4 MiB, and a block's Q K V, output
+  and down are smaller). SmolLM2's steps took 18.0 and 20.4 ms on the huge pages against 21.3 and
+  23.7 in the same map on 4 KiB pages (alternate processes, one minute). Chosen when
+  `float32_bytes(spec)` fits the budget.
 * Streaming: nothing is kept. block(i) dequantizes block i from the map into one reusable
   scratch buffer (valid until the next block() call), embedding rows are dequantized one row's
   bytes at a time (a quantized row is tensor_bytes(type, (d_model,)) contiguous bytes), and the

@@ -224,9 +224,6 @@ def _measure(gguf_path, cfg: dict, threads: int, resident_budget_bytes: int, scr
         "read_ceiling": ceiling,
         "stream_copy_gbps": ceiling["by_kernel_gbps"]["copy"],
         "memory_kernels": [{**r, "turn": i} for i, rows in enumerate(turns) for r in rows],
-        "decode_products": products_summary(
-            decode.get("products"), summarize(decode["times"], noisy)["median_s"], ceiling["gbps"], noisy
-        ),
         "llama_cpp_f32": f32,
         "decode_over_llama_cpp_f32": f32.get("ours_over_theirs"),
         "decode_by_context": by_context,
@@ -245,6 +242,9 @@ def _measure(gguf_path, cfg: dict, threads: int, resident_budget_bytes: int, scr
         },
         "counting": COUNTING,
     }
+    summary["decode_products"] = products_summary(
+        decode.get("products"), summary["decode_median_s"], ceiling["gbps"], noisy
+    )
     summary["targets"] = decode_targets(summary, applies=not streaming)
     summary["llama_cpp"] = _llama_on_file_summary(llama, wb.file_bytes, ceiling, noisy, spec, prefill_rows)
     summary.update(share.record())

@@ -204,12 +204,9 @@ def read_ceiling_across(turns: Sequence[Sequence[dict]], noisy_spread: float) ->
                 flagged |= {r["kernel"]} if r["noisy"] else set()
     medians = []
     for kernel, values in by_kernel.items():
-        v = np.asarray(values)
-        median = float(np.median(v))
-        p25, p75 = np.percentile(v, [25, 75])
-        rel_iqr = float((p75 - p25) / median) if median > 0 else float("inf")
-        noisy = rel_iqr > noisy_spread or kernel in flagged
-        medians.append({"kernel": kernel, "gbps": median, "rel_iqr": rel_iqr, "noisy": noisy})
+        s = summarize(values, noisy_spread)  # the median and spread of the turns' GB/s
+        noisy = s["noisy"] or kernel in flagged
+        medians.append({"kernel": kernel, "gbps": s["median_s"], "rel_iqr": s["rel_iqr"], "noisy": noisy})
     ceiling = read_ceiling(medians)
     ceiling["turns"] = len(turns)
     ceiling["by_turn_gbps"] = {k: by_kernel[k] for k in READ_KERNELS if k in by_kernel}
