@@ -509,6 +509,8 @@ def decode_files(
                      "dequant_gbps": 0.25, "bound": "dequantization"},
         "decode_products": {"median_s": 0.8 / tps, "bytes": nbytes - 1000, "gbps": (nbytes - 1000) * tps / 0.8e9,
                             "fraction_of_read_ceiling": (nbytes - 1000) * tps / 0.8e9 / read, "share_of_step": 0.8},
+        "decode_layout": {"chosen": "long-runs", "trial_median_s": {"rows": 1.1 / tps, "long-runs": 1.0 / tps},
+                          "median_s": {"rows": 1.2 / tps, "long-runs": 1.0 / tps}},
         "q8_0_product": {"gbps": 2.5, "fraction_of_read_ceiling": 0.2, "int8_to_float32_share": 0.2, "bytes_per_weight": 1.125,
                          "weights_per_s": 2.0e9, "shape": [11008, 4096]},
         "other_processes_cpu_fraction": 0.01,
@@ -576,6 +578,9 @@ MEASURED_KEYS = (
     "decode_products_gbps",
     "decode_products_fraction_of_read_ceiling",
     "decode_products_share_of_step",
+    "decode_layout",
+    "decode_step_ms_rows",
+    "decode_step_ms_long_runs",
 )
 
 
@@ -591,6 +596,9 @@ def test_decode_metrics_follow_from_decode_json():
     assert m["decode_products_share_of_step"] == 0.8
     assert m["decode_products_gbps"] == pytest.approx((500e6 - 1000) * 20 / 0.8e9)
     assert m["decode_products_fraction_of_read_ceiling"] == pytest.approx(m["decode_products_gbps"] / 12.5)
+    # the layout a trial chose, and a step's milliseconds in each layout: 50 ms timed, rows 1.2 x that
+    assert m["decode_layout"] == "long-runs"
+    assert (m["decode_step_ms_long_runs"], m["decode_step_ms_rows"]) == (pytest.approx(50.0), pytest.approx(60.0))
     assert m["decode_target_goal"] == 0.7 and m["decode_target_met"] is True and m["decode_target_applies"] is True
     assert m["decode_gbps"] == pytest.approx(10.0) and m["decode_gbps_over_stream_copy"] == pytest.approx(1.0)
     assert m["decode_intensity"] == pytest.approx(270e6 / 500e6) and m["decode_gflops"] == pytest.approx(5.4)

@@ -145,6 +145,70 @@ def test_resident_matrices_hold_the_streamed_numbers(tmp_path):
                 np.testing.assert_array_equal(getattr(mine, name), getattr(theirs, name), err_msg=name)
 
 
+# Logits of the two layouts, max |difference| / max |logit|: the same products summed in another order
+# (BLAS walking down columns, not along rows), measured 1.1e-7 to 7.0e-7 on the tiny models, prefill and decode.
+LAYOUT_REL = 1e-6
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gemma3", "phi3"])
+def test_long_runs_layout_holds_the_same_numbers_column_major_where_a_matrix_is_tall(tmp_path, arch, monkeypatch):
+    """layout="long-runs": every matrix with at least as many rows as columns (Q K V, W_o, gate|up, the head;
+    a tied head is token_embd) column-major, the rest row-major, each holding exactly the numbers of the
+    row-major layout (dequantized a few rows at a time: a 1-row chunk here); the pass gives the same
+    logits within the float32 rounding of another summation order."""
+    from bytesup.model import weights
+    from bytesup.model.synthetic import write_tiny
+
+    monkeypatch.setattr(weights, "ROW_CHUNK_BYTES", 1)  # one row a chunk: every chunk boundary is crossed
+    path = write_tiny(tmp_path / f"{arch}.gguf", arch)
+    with (
+        Model.from_gguf(path, mode="resident") as rows,
+        Model.from_gguf(path, mode="resident", layout="long-runs") as lr,
+    ):
+        assert (rows.layout, lr.layout) == ("rows", "long-runs")
+        pairs = [(rows.weights.head, lr.weights.head), (rows.weights.token_embd, lr.weights.token_embd)]
+        for i in range(rows.spec.n_layers):
+            pairs += [(getattr(rows.weights.block(i), n), getattr(lr.weights.block(i), n))
+                      for n in ("wqkv", "wo", "w_gate_up", "w_down")]  # fmt: skip
+        for a, b in pairs:
+            np.testing.assert_array_equal(a, b)
+            assert a.flags.c_contiguous
+            tall = a.shape[0] >= a.shape[1] and (b is lr.weights.head or b is not lr.weights.token_embd)
+            assert b.flags.f_contiguous if tall else b.flags.c_contiguous, (a.shape, tall)
+        assert rel_err(lr.forward(IDS), rows.forward(IDS)) < LAYOUT_REL
+        c1, c2 = rows.new_cache(), lr.new_cache()
+        rows.forward(IDS[:4], c1), lr.forward(IDS[:4], c2)
+        assert rel_err(lr.forward([IDS[4]], c2), rows.forward([IDS[4]], c1)) < LAYOUT_REL
+
+
+def test_a_layout_is_one_of_the_known_and_only_for_resident_weights(tiny_gguf):
+    with pytest.raises(ValueError, match="layout 'cols' is not known .*rows, long-runs"):
+        Model.from_gguf(tiny_gguf, mode="resident", layout="cols")
+    with pytest.raises(ValueError, match="layout 'long-runs' is for resident weights"):
+        Model.from_gguf(tiny_gguf, mode="streaming", layout="long-runs")
+
+
+def test_a_non_finite_weight_is_one_line_in_a_column_major_matrix_too(tmp_path):
+    """The chunked way into a column-major matrix checks each chunk as it comes: a NaN in row 3 of attn_q
+    is named in the very words the row-major way uses, its element and byte included."""
+    from bytesup.gguf.file import GGUFFile, NonFiniteWeightsError
+
+    path = write_tiny_llama(tmp_path / "nan.gguf", n_layers=1, types={"blk.0.attn_q.weight": "F32"})
+    with GGUFFile(path) as f:
+        info = f.tensor("blk.0.attn_q.weight")
+        assert info.type_name == "F32"
+        at = info.offset + 4 * (3 * info.shape[1] + 5)  # row 3, column 5
+    data = bytearray(path.read_bytes())
+    data[at : at + 4] = np.float32(np.nan).tobytes()
+    path.write_bytes(bytes(data))
+    lines = []
+    for layout in ("rows", "long-runs"):
+        with pytest.raises(NonFiniteWeightsError, match="'blk.0.attn_q.weight': holds 1 NaN") as err:
+            Model.from_gguf(path, mode="resident", layout=layout)
+        lines.append(str(err.value))
+    assert lines[0] == lines[1] and "\n" not in lines[0] and f"byte {at}" in lines[0]
+
+
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "gemma3", "phi3"])
 def test_resident_weights_sit_in_one_map_in_reading_order(tmp_path, arch):
     """Every resident array, the architecture's optional roles included, comes from the one Arena (none

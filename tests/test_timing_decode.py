@@ -22,7 +22,7 @@ from bytesup.model.arch import spec_from_metadata
 from bytesup.model.configs import DEEPSEEK_CODER_6_7B
 from bytesup.model.forward import Model
 from bytesup.model.synthetic import write_tiny_gemma3, write_tiny_llama
-from bytesup.timing import context, peers, steps, streamed
+from bytesup.timing import context, decode, peers, steps, streamed
 from bytesup.timing.decode import DECODE_KEYS, PREFILL_COLUMNS, decode_summary, run_decode, write_decode_results
 from bytesup.timing.memory import READ_KERNELS
 
@@ -113,6 +113,36 @@ def test_decode_reads_every_weight_once_against_the_read_ceiling(tiny, measured)
         assert row["tokens_per_s"] == pytest.approx(row["n"] / row["median_s"])
     assert 0 <= s["other_processes_cpu_fraction"] and isinstance(s["machine_shared"], bool)
     json.dumps(s, allow_nan=False)
+
+
+def test_the_decode_is_timed_in_the_layout_a_trial_chose(measured):
+    """Both resident layouts take a trial in turns; the faster median is chosen, and the decode's own
+    figures are that layout's steps in the timed turns, the other's timed beside them."""
+    s = measured["summary"]
+    layout = s["decode_layout"]
+    trial = layout["trial_median_s"]
+    assert set(trial) == set(layout["median_s"]) == {"rows", "long-runs"}
+    assert layout["chosen"] == min(trial, key=trial.get)
+    assert s["decode_median_s"] == layout["median_s"][layout["chosen"]]
+
+
+class Scripted:
+    """A stepper whose steps take the seconds it is given, in turn."""
+
+    def __init__(self, seconds):
+        self.seconds = list(seconds)
+
+    def step(self):
+        return self.seconds.pop(0) if len(self.seconds) > 1 else self.seconds[0]
+
+
+def test_choose_layout_takes_the_faster_trial_median(monkeypatch):
+    monkeypatch.setattr(steps.time, "sleep", lambda s: None)
+    # warm-ups and settling steps slow for "long-runs", then its trial steps faster than rows'
+    slow_then_fast = Scripted([9.0] * 3 + [1.0])
+    chosen = decode.choose_layout({"rows": Scripted([2.0]), "long-runs": slow_then_fast}, warmup=1)
+    assert chosen["chosen"] == "long-runs" and chosen["trial_median_s"] == {"rows": 2.0, "long-runs": 1.0}
+    assert decode.choose_layout({"rows": Scripted([2.0])}, warmup=1) == {"chosen": "rows"}  # streamed: one layout
 
 
 def test_llama_cpp_runs_the_file_and_the_float32_copy_or_says_why_not(tiny, measured):

@@ -46,11 +46,12 @@ rule timing_decode:
         "../envs/bytesup.yaml"
     threads: every_core()
     resources:
-        # resident float32 weights (at most the budget) with, at the worst moment, llama.cpp's map of
-        # the float32 copy of the same model (at most the budget again) and the memory kernels' 3 x 256 MiB
-        # measured in turns with it (or the context sweep's KV cache, at most 1 GiB), plus the interpreter. Streamed (the
-        # specimen): one block as float32 + a head chunk + the memory kernels, 1.8 GB (docs/memory.md).
-        mem_mb=2 * config["forward"]["resident_budget_mb"] + 1500,
+        # resident float32 weights (at most the budget) in both layouts (bytesup.model.weights.LAYOUTS,
+        # timed in turns) with, at the worst moment, llama.cpp's map of the float32 copy of the same model
+        # (at most the budget again) and the memory kernels' 3 x 256 MiB measured in turns with them (or,
+        # one layout closed, the context sweep's KV cache, at most 1 GiB), plus the interpreter. Streamed
+        # (the specimen): one block as float32 + a head chunk + the memory kernels, 1.8 GB (docs/memory.md).
+        mem_mb=3 * config["forward"]["resident_budget_mb"] + 1500,
         # the default model: about 3 minutes (decode beside llama.cpp, 4 contexts up to 8,192, prefill,
         # a streamed split, the Q8_0 product); the specimen, streamed: about 25 minutes on 2 loaded cores
         runtime=60,

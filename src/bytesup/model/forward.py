@@ -408,22 +408,23 @@ def transformer(ids: np.ndarray, weights, spec: ArchSpec, cache: KVCache, s: Run
 class Model:
     """A GGUF model ready to run: spec (the shape), weights (resident or streaming), forward()."""
 
-    def __init__(self, gguf: GGUFFile, spec: ArchSpec, mode: str):
-        self.gguf, self.spec, self.mode = gguf, spec, mode
-        self.weights = open_weights(gguf, spec, mode)
+    def __init__(self, gguf: GGUFFile, spec: ArchSpec, mode: str, layout: str = "rows"):
+        self.gguf, self.spec, self.mode, self.layout = gguf, spec, mode, layout
+        self.weights = open_weights(gguf, spec, mode, layout)
         self._state: RunState | None = None
 
     @classmethod
     def from_gguf(cls, path: str | os.PathLike, *, resident_budget_bytes: int = DEFAULT_RESIDENT_BUDGET,
-                  mode: str | None = None) -> Model:  # fmt: skip
+                  mode: str | None = None, layout: str = "rows") -> Model:  # fmt: skip
         """Open a GGUF; keep float32 weights resident when they fit the budget, else stream them.
 
-        mode="resident" or "streaming" overrides the budget.
+        mode="resident" or "streaming" overrides the budget; layout is how resident matrices lie in
+        memory (bytesup.model.weights.LAYOUTS: the same numbers, walked in another order).
         """
         gguf = GGUFFile(path)
         try:
             spec = spec_from_metadata(gguf.metadata, gguf.tensor_names, path=path)
-            return cls(gguf, spec, mode or choose_mode(spec, resident_budget_bytes))
+            return cls(gguf, spec, mode or choose_mode(spec, resident_budget_bytes), layout)
         except BaseException:
             gguf.close()
             raise

@@ -13,15 +13,13 @@ Two providers, one interface (forward.py uses only this):
   decode step does one matvec where it would do three (or two); wq, wk, ... are row views
   into them, no copies. A file that stores them stacked already (Phi-3's attn_qkv, and its ffn_up
   of gate rows then up rows) is read straight into the same matrices: the table's
-  ArchSpec.stacked_rows says where each tensor's rows go. Every matrix is row-major, as the file
-  stores its rows: measured in one process on this 2-core machine (idle, SmolLM2, decode steps in
-  turns, medians of 60), row-major ran 16.2, 17.0 and 17.9 ms a step where Q K V, output, gate|up
-  and the head column-major (an earlier choice, measured on a loaded machine) ran 16.6, 18.8 and
-  19.3; on Gemma 3 the two were even. They live in one private memory map (Arena), in the order a
-  step reads them, on 2 MiB pages where the OS has transparent huge pages: one page walk per 2 MiB,
-  not per 4 KiB (numpy asks for huge pages only for arrays from 4 MiB, and a block's Q K V, output
-  and down are smaller). SmolLM2's steps took 18.0 and 20.4 ms on the huge pages against 21.3 and
-  23.7 in the same map on 4 KiB pages (alternate processes, one minute). Chosen when
+  ArchSpec.stacked_rows says where each tensor's rows go. How each matrix lies in memory is the
+  layout (LAYOUTS, below): row-major as the file stores its rows unless asked otherwise. They live
+  in one private memory map (Arena), in the order a step reads them, on 2 MiB pages where the OS
+  has transparent huge pages: one page walk per 2 MiB, not per 4 KiB (numpy asks for huge pages
+  only for arrays from 4 MiB, and a block's Q K V, output and down are smaller). SmolLM2's steps
+  took 18.0 and 20.4 ms on the huge pages against 21.3 and 23.7 in the same map on 4 KiB pages
+  (alternate processes, one minute, an AMD Zen 5 machine of 2 cores). Chosen when
   `float32_bytes(spec)` fits the budget.
 * Streaming: nothing is kept. block(i) dequantizes block i from the map into one reusable
   scratch buffer (valid until the next block() call), embedding rows are dequantized one row's
@@ -52,6 +50,33 @@ from bytesup.model.param_counts import per_token_reads, tensor_rows
 
 DEFAULT_RESIDENT_BUDGET = 4 * 2**30  # float32 weights up to 4 GiB are kept resident
 HEAD_CHUNK_BYTES = 64 * 2**20  # streaming: float32 bytes of output head per chunk
+ROW_CHUNK_BYTES = 16 * 2**20  # float32 bytes dequantized at a time on the way into a column-major matrix
+
+# How a resident matrix lies in memory, the layout. Same shape, same numbers, the same product: only
+# the order BLAS walks the bytes in differs. "rows": row-major, as the file stores its rows; each
+# output is a dot product along one contiguous row. "long-runs": each matrix with its longer side
+# contiguous, column-major where it has at least as many rows (outputs) as columns (inputs): Q K V,
+# W_o, gate|up and the head, whose product then adds whole contiguous columns, each times one input;
+# W_down, wider than tall, stays row-major. Which reads faster depends on the machine. SmolLM2's
+# decode steps in turns, medians of 60, 2 threads: on an AMD Zen 4 machine (2.6 GHz, OpenBLAS's
+# SkylakeX kernels) rows 32.3, 34.0 and 32.7 ms against long-runs 27.8, 29.3 and 25.7; on an AMD
+# Zen 5 (OpenBLAS's Haswell kernels) rows 16.2, 17.0 and 17.9 against 16.6, 18.8 and 19.3. So the
+# lessons use rows, and the timing job measures both and times the decode on the faster
+# (bytesup.timing.decode).
+LAYOUTS = ("rows", "long-runs")
+
+
+def column_major(shape: tuple[int, int], layout: str) -> bool:
+    """Whether a (rows, columns) matrix lies column-major in `layout` (LAYOUTS)."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout {layout!r} is not known (known: {', '.join(LAYOUTS)})")
+    return layout == "long-runs" and shape[0] >= shape[1]
+
+
+def empty_matrix(empty, shape: tuple[int, int], layout: str) -> np.ndarray:
+    """An uninitialised (rows, columns) matrix made by `empty(shape)`, laid out as `layout` says
+    (column-major: the transpose of a row-major (columns, rows) array, numpy's order "F")."""
+    return empty(shape[::-1]).T if column_major(shape, layout) else empty(shape)
 
 
 @dataclass
@@ -204,19 +229,33 @@ def weight_bytes_per_token(gguf: GGUFFile, spec: ArchSpec) -> WeightBytes:
 
 
 def _dequantize_into(gguf: GGUFFile, name: str, out: np.ndarray, shape: tuple[int, ...]) -> int:
-    """Dequantize tensor `name` into `out` (a C-contiguous float32 array of numpy `shape`: a row-major
-    array or a block of its rows); return its file bytes. The hand fast dequantizers write in place
-    (out=); other types go through GGUFFile.load.
+    """Dequantize tensor `name` into `out`, an array of numpy `shape` (a matrix, a block of its rows, or
+    rows of a column-major matrix); return its file bytes. The hand fast dequantizers write in place
+    (out=) where `out` is row-major, and a chunk of rows at a time through a bounded scratch where it is
+    not; other types go through GGUFFile.load.
     """
     info = gguf.tensor(name)
     if info.shape != shape:
         raise ArchMetadataError(f"{gguf.path}: tensor {quote(name)} has shape {info.shape}, the metadata says {shape}")
     with np.errstate(all="ignore"):
         if info.type_name not in QUANTS:
-            out[...] = gguf.load(name)  # a one-line UnsupportedTypeError when nothing reads it
-        else:
+            values = gguf.load(name)  # a one-line UnsupportedTypeError when nothing reads it
+            gguf.check_finite(name, values)  # NaN or infinity: one line naming the tensor (once per tensor)
+            out[...] = values
+        elif out.flags.c_contiguous:
             QUANTS[info.type_name].fast(gguf.raw(name), out=out.reshape(-1))
-    gguf.check_finite(name, out.ravel(order="K"))  # NaN or infinity: one line naming the tensor (once per tensor)
+            gguf.check_finite(name, out.reshape(-1))
+        else:  # column-major ("long-runs"): each quantized row is contiguous bytes, so rows a chunk at a time
+            cols = shape[-1]
+            per_chunk = max(1, ROW_CHUNK_BYTES // (4 * cols))
+            scratch = np.empty((min(per_chunk, shape[0]), cols), np.float32)
+            row_bytes, raw = tensor_bytes(info.type_name, (cols,)), gguf.raw(name)
+            for a in range(0, shape[0], per_chunk):
+                b = min(shape[0], a + per_chunk)
+                part = scratch[: b - a]
+                QUANTS[info.type_name].fast(raw[a * row_bytes : b * row_bytes], out=part.reshape(-1))
+                gguf.check_finite(name, part, start=a * cols)
+                out[a:b] = part
     return info.n_bytes
 
 
@@ -269,19 +308,20 @@ class _Provider:
         w.file_bytes = n
         return w
 
-    def _empty_block(self, empty=float32_empty) -> BlockWeights:
-        """A block's arrays, uninitialised, row-major, made by `empty(shape)` in the order a step reads them."""
+    def _empty_block(self, empty=float32_empty, layout: str = "rows") -> BlockWeights:
+        """A block's arrays, uninitialised, made by `empty(shape)` in the order a step reads them, the
+        matrices laid out as `layout` says (LAYOUTS)."""
         s, d = self.spec, self.spec.d_model
         return BlockWeights(
             attn_norm=empty(d),
             bqkv=empty(s.q_dim + 2 * s.kv_dim) if s.has("bq") else None,
-            wqkv=empty((s.q_dim + 2 * s.kv_dim, d)),
+            wqkv=empty_matrix(empty, (s.q_dim + 2 * s.kv_dim, d), layout),
             **{r: empty(s.role_shape(r)) for r in ("q_norm", "k_norm") if s.has(r)},
-            wo=empty((d, s.q_dim)),
+            wo=empty_matrix(empty, (d, s.q_dim), layout),
             **{r: empty(s.role_shape(r)) for r in ("post_attn_norm",) if s.has(r)},
             ffn_norm=empty(d),
-            w_gate_up=empty((2 * s.d_ff, d)),
-            w_down=empty((d, s.d_ff)),
+            w_gate_up=empty_matrix(empty, (2 * s.d_ff, d), layout),
+            w_down=empty_matrix(empty, (d, s.d_ff), layout),
             **{r: empty(s.role_shape(r)) for r in ("post_ffn_norm",) if s.has(r)},
             q_dim=s.q_dim,
             kv_dim=s.kv_dim,
@@ -296,22 +336,26 @@ class _Provider:
 
 
 class ResidentWeights(_Provider):
-    """Everything dequantized once to float32 (fused QKV and gate|up per block)."""
+    """Everything dequantized once to float32 (fused QKV and gate|up per block), the matrices laid
+    out as `layout` says (LAYOUTS: "rows" unless asked)."""
 
     mode = "resident"
 
-    def __init__(self, gguf: GGUFFile, spec: ArchSpec):
+    def __init__(self, gguf: GGUFFile, spec: ArchSpec, layout: str = "rows"):
+        column_major((1, 1), layout)  # a one-line error for a layout that is not known, before any work
         super().__init__(gguf, spec)
+        self.layout = layout
         d = spec.d_model
         # one map for all of it, in the order a step reads it: embedding, blocks, head
         arena = Arena(float32_bytes(spec) + ALIGN * (ARRAYS_PER_BLOCK * spec.n_layers + 2))
-        self.token_embd = arena.empty((spec.vocab, d))
+        # a lookup reads rows of the embedding; a tied one is the head too, and is laid out as the head
+        self.token_embd = empty_matrix(arena.empty, (spec.vocab, d), layout if spec.tied else "rows")
         _dequantize_into(gguf, spec.tensor_name("token_embd"), self.token_embd, (spec.vocab, d))
-        self.blocks = [self._fill_block(i, self._empty_block(arena.empty)) for i in range(spec.n_layers)]
+        self.blocks = [self._fill_block(i, self._empty_block(arena.empty, layout)) for i in range(spec.n_layers)]
         if spec.tied:
             self.head = self.token_embd  # same array: unembedding reuses the embedding
         else:
-            self.head = arena.empty((spec.vocab, d))
+            self.head = empty_matrix(arena.empty, (spec.vocab, d), layout)
             _dequantize_into(gguf, spec.tensor_name("output"), self.head, (spec.vocab, d))
         self.head_chunk_rows = spec.vocab  # the whole head in one product
 
@@ -388,10 +432,13 @@ class StreamingWeights(_Provider):
         _release_pages(self.gguf, info.name)
 
 
-def open_weights(gguf: GGUFFile, spec: ArchSpec, mode: str):
-    """The provider for mode 'resident' or 'streaming'."""
+def open_weights(gguf: GGUFFile, spec: ArchSpec, mode: str, layout: str = "rows"):
+    """The provider for mode 'resident' or 'streaming'; `layout` (LAYOUTS) is the resident matrices'
+    (a streamed block lands in row-major scratch)."""
     if mode == "resident":
-        return ResidentWeights(gguf, spec)
+        return ResidentWeights(gguf, spec, layout)
     if mode == "streaming":
+        if layout != "rows":
+            raise ValueError(f"layout {layout!r} is for resident weights; streamed ones are dequantized row-major")
         return StreamingWeights(gguf, spec)
     raise ValueError(f"weights mode must be 'resident' or 'streaming', not {mode!r}")

@@ -35,7 +35,7 @@ from bytesup.model import llama_cpp_ref
 from bytesup.model.arch import supported
 from bytesup.model.configs import DEEPSEEK_CODER_6_7B
 from bytesup.model.forward import Model, flops_per_token
-from bytesup.model.weights import float32_bytes
+from bytesup.model.weights import LAYOUTS, float32_bytes
 from bytesup.timing.ceiling import tokens_per_s
 from bytesup.timing.context import KV_VISIBLE_SHARE, context_for_share, contexts_for, decode_by_context
 from bytesup.timing.cpu import settings
@@ -58,6 +58,11 @@ log = logging.getLogger(__name__)
 DECODE_FRACTION_TARGET = 0.70  # decode GB/s over the read ceiling, the default model, resident float32
 PEER_RATIO_TARGET = 0.90  # our tokens/s over llama.cpp's on the float32 copy of the same model
 DECODE_ROUNDS = 4  # turns of ours and llama.cpp's float32 decode
+# The layout trial: steps of each resident layout (bytesup.model.weights.LAYOUTS) in turns before the
+# timed ones; the faster median chooses the layout the decode is timed on, so the choice and the
+# figure come from different steps (the best of two noisy figures would flatter the decode).
+LAYOUT_TRIAL_STEPS = 8
+LAYOUT_TRIAL_ROUNDS = 2
 SPECIMEN_FFN = (DEEPSEEK_CODER_6_7B.d_ff, DEEPSEEK_CODER_6_7B.d_model)  # the Q8_0 product's matrix: 11008 x 4096
 
 PREFILL_COLUMNS = ["engine", "n", "median_s", "tokens_per_s", "gflops", "rel_iqr", "noisy", "repeats"]
@@ -164,10 +169,8 @@ def _measure(gguf_path, cfg: dict, threads: int, resident_budget_bytes: int, scr
     reps, warm, noisy = int(cfg["repeats"]), int(cfg["warmup"]), float(cfg["noisy_spread"])
     min_sample_s = float(cfg["min_sample_ms"]) / 1e3
     share = CpuShare()
-    with (
-        threadpool_limits(limits=threads, user_api="blas"),
-        Model.from_gguf(gguf_path, resident_budget_bytes=resident_budget_bytes) as model,
-    ):
+    with threadpool_limits(limits=threads, user_api="blas"), ExitStack() as stack:
+        model = stack.enter_context(Model.from_gguf(gguf_path, resident_budget_bytes=resident_budget_bytes))
         facts = machine_facts(threads)
         spec = model.spec
         streaming = model.mode != "resident"
@@ -185,13 +188,23 @@ def _measure(gguf_path, cfg: dict, threads: int, resident_budget_bytes: int, scr
         def memory() -> list[dict]:
             return memory_rows(array_bytes, threads, reps, warm, noisy, min_sample_s)
 
+        # the same weights in every layout (bytesup.model.weights.LAYOUTS) when resident: the decode is
+        # timed in the one a trial finds faster, and the rest of the job uses that one
+        models = {model.layout: model}
+        if not streaming:
+            models |= {name: stack.enter_context(Model.from_gguf(gguf_path, mode="resident", layout=name))
+                       for name in LAYOUTS if name != model.layout}  # fmt: skip
         # the read ceiling in turns with the decode (before each round of its turns): this machine's
         # memory speed drifts over a job's minutes, and the ceiling must be the decode's minutes' ceiling
         turns: list[list[dict]] = []
-        decode, f32 = _decode_beside_llama_f32(gguf_path, model, prompt, n_tokens, max(warm, 1), threads,
+        decode, f32 = _decode_beside_llama_f32(gguf_path, models, prompt, n_tokens, max(warm, 1), threads,
                                                resident_budget_bytes, scratch_dir,
                                                before_round=lambda: turns.append(memory()))  # fmt: skip
         ceiling = read_ceiling_across(turns, noisy)
+        model = models[decode["layout"]["chosen"]]
+        for m in models.values():  # the others' memory goes before the context sweep's KV cache
+            if m is not model:
+                m.close()
 
         prefill_rows = _prefill_rows(model, sizes, reps if not streaming else 3, 1 if not streaming else 0, noisy)
         steps = max(3, n_tokens // 4)
@@ -224,6 +237,7 @@ def _measure(gguf_path, cfg: dict, threads: int, resident_budget_bytes: int, scr
         "read_ceiling": ceiling,
         "stream_copy_gbps": ceiling["by_kernel_gbps"]["copy"],
         "memory_kernels": [{**r, "turn": i} for i, rows in enumerate(turns) for r in rows],
+        "decode_layout": decode["layout"],
         "llama_cpp_f32": f32,
         "decode_over_llama_cpp_f32": f32.get("ours_over_theirs"),
         "decode_by_context": by_context,
@@ -262,6 +276,10 @@ COUNTING = {
     "decode_products": "the step's matrix-vector products alone (every block matrix and the head, the decoder's "
     "own call, nothing between them), timed in turns with the step; GB/s = the matrices' bytes / median seconds; "
     "share_of_step = their median / the step's",
+    "decode_layout": "resident weights in each layout of bytesup.model.weights.LAYOUTS (the same numbers: rows "
+    "row-major; long-runs column-major where a matrix has at least as many rows as columns): a trial of "
+    f"{LAYOUT_TRIAL_STEPS} steps each in turns chooses the faster median, and the decode is timed on that one; the "
+    "other is timed in the same turns for comparison (median_s)",
     "llama_cpp_f32": "llama.cpp on a float32 GGUF of the same model (the project's dequantized weights, written with "
     "gguf-py's GGUFWriter), the same threads, in turns with ours; decode_over_llama_cpp_f32 = our tokens/s / "
     "theirs, both medians of the interleaved steps",
@@ -279,15 +297,20 @@ COUNTING = {
 }
 
 
-def _decode_beside_llama_f32(gguf_path, model, prompt, n_tokens, warmup, threads, budget, scratch_dir, before_round):
+def _decode_beside_llama_f32(gguf_path, models: dict, prompt, n_tokens, warmup, threads, budget, scratch_dir,
+                             before_round):  # fmt: skip
     """Our decode steps, in turns with llama.cpp's on a float32 copy of the same model when it can run,
-    `before_round()` before each round of turns: ({'times', 'provider_times', 'context_end'}, the
-    llama_cpp_f32 summary or {'skipped': why})."""
-    total = len(prompt) + warmup + n_tokens + DECODE_ROUNDS  # the turns' settling steps too
-    refusal = None if model.mode == "resident" else "the weights stream: there are no resident float32 bytes to compare"
+    `before_round()` before each round of turns. `models`: the model by layout (bytesup.model.weights.
+    LAYOUTS; one when the weights stream). The decode is timed in the layout a trial chose
+    (choose_layout); a model in another layout takes the same turns. Returns ({'times',
+    'provider_times', 'context_end', 'layout', 'products'}, the llama_cpp_f32 summary or {'skipped': why})."""
+    first = next(iter(models.values()))
+    trial = warmup + LAYOUT_TRIAL_STEPS + LAYOUT_TRIAL_ROUNDS if len(models) > 1 else 0  # choose_layout's steps
+    total = len(prompt) + trial + warmup + n_tokens + DECODE_ROUNDS  # the turns' settling steps too
+    refusal = None if first.mode == "resident" else "the weights stream: there are no resident float32 bytes to compare"
     folder = Path(scratch_dir) if scratch_dir else Path(tempfile.gettempdir())
-    refusal = refusal or float32_copy_refusal(float32_bytes(model.spec), budget, folder)
-    with tempfile.TemporaryDirectory(dir=folder, prefix="f32-copy-") as tmp:
+    refusal = refusal or float32_copy_refusal(float32_bytes(first.spec), budget, folder)
+    with tempfile.TemporaryDirectory(dir=folder, prefix="f32-copy-") as tmp, ExitStack() as engines:
         copy = None
         if refusal is None:
             copy = Path(tmp) / "model-f32.gguf"
@@ -303,31 +326,47 @@ def _decode_beside_llama_f32(gguf_path, model, prompt, n_tokens, warmup, threads
             if name == "ours":
                 provider.append(stepper.provider_seconds)
 
+        decoders = {name: engines.enter_context(NumpyDecoder(m, total)) for name, m in models.items()}
+        for d in decoders.values():
+            d.start(prompt)
+        layout = choose_layout(decoders, warmup)
+        model, ours = models[layout["chosen"]], decoders[layout["chosen"]]
+        steppers: dict = {"ours": ours} | {f"layout {name}": d for name, d in decoders.items() if d is not ours}
+        if refusal is None:
+            theirs = engines.enter_context(LlamaDecoder(copy, threads, total + 8))
+            theirs.start(prompt)
+            steppers["llama.cpp"] = theirs
         # the step's products alone take turns too, on resident weights (streamed ones are rebuilt each step)
         products = ProductsOnly(model.weights, model.spec.n_layers) if model.mode == "resident" else None
-        with NumpyDecoder(model, total) as ours, ExitStack() as engines:
-            ours.start(prompt)
-            steppers: dict = {"ours": ours}
-            if refusal is None:
-                theirs = engines.enter_context(LlamaDecoder(copy, threads, total + 8))
-                theirs.start(prompt)
-                steppers["llama.cpp"] = theirs
-            if products is not None:
-                steppers["products"] = products
-            timed = interleave(steppers, n_tokens, warmup, DECODE_ROUNDS, after_step=after_step,
-                               before_round=before_round)  # fmt: skip
+        if products is not None:
+            steppers["products"] = products
+        timed = interleave(steppers, n_tokens, warmup, DECODE_ROUNDS, after_step=after_step,
+                           before_round=before_round)  # fmt: skip
         times = timed["ours"]
         f32 = (
             {"skipped": refusal}
             if refusal is not None
             else _f32_summary(timed, written, model.weight_bytes_per_token().float32_bytes)
         )
-    log.info("decode: %.1f tokens/s; llama.cpp float32: %s", 1 / summarize(times, 1.0)["median_s"],
-             f32.get("decode_tokens_per_s", f32.get("skipped")))  # fmt: skip
-    decode = {"times": times, "provider_times": provider, "context_end": ours.cache.n}
+    if len(models) > 1:
+        layout["median_s"] = {name: summarize(timed["ours" if name == layout["chosen"] else f"layout {name}"], 1.0)
+                              ["median_s"] for name in models}  # fmt: skip
+    log.info("decode: %.1f tokens/s (layout %s); llama.cpp float32: %s", 1 / summarize(times, 1.0)["median_s"],
+             layout["chosen"], f32.get("decode_tokens_per_s", f32.get("skipped")))  # fmt: skip
+    decode = {"times": times, "provider_times": provider, "context_end": ours.cache.n, "layout": layout}
     if products is not None:
         decode["products"] = {"times": timed["products"], "bytes": products.nbytes}
     return decode, f32
+
+
+def choose_layout(decoders: dict, warmup: int) -> dict:
+    """The layout to time the decode on: with one decoder its own; with one per layout, the faster
+    median of LAYOUT_TRIAL_STEPS steps each in turns ({'chosen', 'trial_median_s'})."""
+    if len(decoders) == 1:
+        return {"chosen": next(iter(decoders))}
+    trial = interleave(decoders, LAYOUT_TRIAL_STEPS, warmup, LAYOUT_TRIAL_ROUNDS)
+    medians = {name: summarize(t, 1.0)["median_s"] for name, t in trial.items()}
+    return {"chosen": min(medians, key=medians.get), "trial_median_s": medians}
 
 
 def products_summary(products: dict | None, step_median_s: float, ceiling_gbps: float, noisy_spread: float) -> dict:

@@ -356,6 +356,13 @@ def decode_metrics(
     m["decode_products_gbps"] = number(products.get("gbps"))
     m["decode_products_fraction_of_read_ceiling"] = number(products.get("fraction_of_read_ceiling"))
     m["decode_products_share_of_step"] = number(products.get("share_of_step"))
+    # the weights' layout in memory (bytesup.model.weights.LAYOUTS): the one a trial chose, and a step in each
+    layout = _mapping(record, "decode_layout")
+    m["decode_layout"] = layout.get("chosen")
+    medians = _mapping(layout, "median_s")
+    for name in ("rows", "long-runs"):
+        seconds = number(medians.get(name))
+        m[f"decode_step_ms_{name.replace('-', '_')}"] = None if seconds is None else 1e3 * seconds
     m["decode_noisy"] = record.get("decode_noisy")
     m["decode_rel_iqr"] = number(record.get("decode_rel_iqr"))
     m["decode_machine_shared"] = record.get("machine_shared")
