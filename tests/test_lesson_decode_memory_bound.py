@@ -508,7 +508,8 @@ def decode_files(
         "streamed": {"tokens_per_s": 2.0, "step_median_s": 0.5, "dequant_median_s": 0.4, "dequant_share": 0.8,
                      "dequant_gbps": 0.25, "bound": "dequantization"},
         "decode_products": {"median_s": 0.8 / tps, "bytes": nbytes - 1000, "gbps": (nbytes - 1000) * tps / 0.8e9,
-                            "fraction_of_read_ceiling": (nbytes - 1000) * tps / 0.8e9 / read, "share_of_step": 0.8},
+                            "fraction_of_read_ceiling": (nbytes - 1000) * tps / 0.8e9 / read, "share_of_step": 0.8,
+                            "over_llama_cpp_f32": 1.1},
         "decode_layout": {"chosen": "long-runs", "trial_median_s": {"rows": 1.1 / tps, "long-runs": 1.0 / tps},
                           "median_s": {"rows": 1.2 / tps, "long-runs": 1.0 / tps}},
         "q8_0_product": {"gbps": 2.5, "fraction_of_read_ceiling": 0.2, "int8_to_float32_share": 0.2, "bytes_per_weight": 1.125,
@@ -578,6 +579,7 @@ MEASURED_KEYS = (
     "decode_products_gbps",
     "decode_products_fraction_of_read_ceiling",
     "decode_products_share_of_step",
+    "decode_products_over_llama_cpp_f32",
     "decode_layout",
     "decode_step_ms_rows",
     "decode_step_ms_long_runs",
@@ -593,7 +595,7 @@ def test_decode_metrics_follow_from_decode_json():
     assert m["decode_ceiling_tokens_per_s"] == pytest.approx(12.5e9 / 500e6) == pytest.approx(25.0)
     assert m["decode_fraction_of_read_ceiling"] == pytest.approx(20 / 25)
     # the products alone: 80 % of a 50 ms step, reading all but 1,000 of the step's bytes
-    assert m["decode_products_share_of_step"] == 0.8
+    assert m["decode_products_share_of_step"] == 0.8 and m["decode_products_over_llama_cpp_f32"] == 1.1
     assert m["decode_products_gbps"] == pytest.approx((500e6 - 1000) * 20 / 0.8e9)
     assert m["decode_products_fraction_of_read_ceiling"] == pytest.approx(m["decode_products_gbps"] / 12.5)
     # the layout a trial chose, and a step's milliseconds in each layout: 50 ms timed, rows 1.2 x that

@@ -105,6 +105,11 @@ def test_decode_reads_every_weight_once_against_the_read_ceiling(tiny, measured)
     assert p["gbps"] == pytest.approx(p["bytes"] / p["median_s"] / 1e9)
     assert p["fraction_of_read_ceiling"] == pytest.approx(p["gbps"] / s["decode_read_ceiling_gbps"])
     assert p["share_of_step"] == pytest.approx(p["median_s"] / s["decode_median_s"])
+    f32 = s["llama_cpp_f32"]
+    if "skipped" in f32:
+        assert p["over_llama_cpp_f32"] is None
+    else:  # llama.cpp's median step over the products'
+        assert p["over_llama_cpp_f32"] == pytest.approx(1 / f32["decode_tokens_per_s"] / p["median_s"])
     first = s["targets"][0]
     assert (first["name"], first["target"]) == ("decode_fraction_of_read_ceiling", 0.7)
     assert first["met"] == (s["decode_fraction_of_read_ceiling"] >= 0.7)

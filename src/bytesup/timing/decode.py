@@ -257,7 +257,7 @@ def _measure(gguf_path, cfg: dict, threads: int, resident_budget_bytes: int, scr
         "counting": COUNTING,
     }
     summary["decode_products"] = products_summary(
-        decode.get("products"), summary["decode_median_s"], ceiling["gbps"], noisy
+        decode.get("products"), summary["decode_median_s"], ceiling["gbps"], noisy, f32.get("decode_tokens_per_s")
     )
     summary["targets"] = decode_targets(summary, applies=not streaming)
     summary["llama_cpp"] = _llama_on_file_summary(llama, wb.file_bytes, ceiling, noisy, spec, prefill_rows)
@@ -275,7 +275,8 @@ COUNTING = {
     "decode_fraction_of_read_ceiling = decode GB/s / that ceiling",
     "decode_products": "the step's matrix-vector products alone (every block matrix and the head, the decoder's "
     "own call, nothing between them), timed in turns with the step; GB/s = the matrices' bytes / median seconds; "
-    "share_of_step = their median / the step's",
+    "share_of_step = their median / the step's; over_llama_cpp_f32 = llama.cpp's median step on the float32 copy / "
+    "their median",
     "decode_layout": "resident weights in each layout of bytesup.model.weights.LAYOUTS (the same numbers: rows "
     "row-major; long-runs column-major where a matrix has at least as many rows as columns): a trial of "
     f"{LAYOUT_TRIAL_STEPS} steps each in turns chooses the faster median, and the decode is timed on that one; the "
@@ -369,10 +370,13 @@ def choose_layout(decoders: dict, warmup: int) -> dict:
     return {"chosen": min(medians, key=medians.get), "trial_median_s": medians}
 
 
-def products_summary(products: dict | None, step_median_s: float, ceiling_gbps: float, noisy_spread: float) -> dict:
+def products_summary(products: dict | None, step_median_s: float, ceiling_gbps: float, noisy_spread: float,
+                     llama_tokens_per_s: float | None = None) -> dict:  # fmt: skip
     """The step's products alone (steps.ProductsOnly), timed in turns with the step: their median and
-    spread, GB/s (the matrices' bytes / median), that over the read ceiling, and their share of the
-    step's median time (the rest is the work between the products)."""
+    spread, GB/s (the matrices' bytes / median), that over the read ceiling, their share of the step's
+    median time (the rest is the work between the products) and, beside llama.cpp's float32 decode in
+    the same turns, llama.cpp's whole step over them (over_llama_cpp_f32): the most our tokens/s over
+    llama.cpp's could be if nothing but these products took time."""
     if products is None:
         return {"skipped": "the weights stream: each step rebuilds its matrices, there are none to time alone"}
     s = summarize(products["times"], noisy_spread)
@@ -385,6 +389,7 @@ def products_summary(products: dict | None, step_median_s: float, ceiling_gbps: 
         "gbps": gbps,
         "fraction_of_read_ceiling": gbps / ceiling_gbps,
         "share_of_step": s["median_s"] / step_median_s,
+        "over_llama_cpp_f32": None if not llama_tokens_per_s else 1.0 / llama_tokens_per_s / s["median_s"],
     }
 
 

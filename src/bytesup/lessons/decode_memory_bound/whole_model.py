@@ -356,6 +356,7 @@ def decode_metrics(
     m["decode_products_gbps"] = number(products.get("gbps"))
     m["decode_products_fraction_of_read_ceiling"] = number(products.get("fraction_of_read_ceiling"))
     m["decode_products_share_of_step"] = number(products.get("share_of_step"))
+    m["decode_products_over_llama_cpp_f32"] = number(products.get("over_llama_cpp_f32"))
     # the weights' layout in memory (bytesup.model.weights.LAYOUTS): the one a trial chose, and a step in each
     layout = _mapping(record, "decode_layout")
     m["decode_layout"] = layout.get("chosen")
