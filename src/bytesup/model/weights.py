@@ -66,11 +66,16 @@ ROW_CHUNK_BYTES = 16 * 2**20  # float32 bytes dequantized at a time on the way i
 LAYOUTS = ("rows", "long-runs")
 
 
-def column_major(shape: tuple[int, int], layout: str) -> bool:
-    """Whether a (rows, columns) matrix lies column-major in `layout` (LAYOUTS)."""
+def check_layout(layout: str) -> str:
+    """`layout` when it is one of LAYOUTS; else a one-line ValueError."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout {layout!r} is not known (known: {', '.join(LAYOUTS)})")
-    return layout == "long-runs" and shape[0] >= shape[1]
+    return layout
+
+
+def column_major(shape: tuple[int, int], layout: str) -> bool:
+    """Whether a (rows, columns) matrix lies column-major in `layout` (LAYOUTS)."""
+    return check_layout(layout) == "long-runs" and shape[0] >= shape[1]
 
 
 def empty_matrix(empty, shape: tuple[int, int], layout: str) -> np.ndarray:
@@ -342,9 +347,8 @@ class ResidentWeights(_Provider):
     mode = "resident"
 
     def __init__(self, gguf: GGUFFile, spec: ArchSpec, layout: str = "rows"):
-        column_major((1, 1), layout)  # a one-line error for a layout that is not known, before any work
+        check_layout(layout)  # before any work
         super().__init__(gguf, spec)
-        self.layout = layout
         d = spec.d_model
         # one map for all of it, in the order a step reads it: embedding, blocks, head
         arena = Arena(float32_bytes(spec) + ALIGN * (ARRAYS_PER_BLOCK * spec.n_layers + 2))

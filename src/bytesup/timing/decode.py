@@ -332,7 +332,8 @@ def _decode_beside_llama_f32(gguf_path, models: dict, prompt, n_tokens, warmup, 
             d.start(prompt)
         layout = choose_layout(decoders, warmup)
         model, ours = models[layout["chosen"]], decoders[layout["chosen"]]
-        steppers: dict = {"ours": ours} | {f"layout {name}": d for name, d in decoders.items() if d is not ours}
+        label = {name: "ours" if name == layout["chosen"] else f"layout {name}" for name in models}
+        steppers: dict = {"ours": ours} | {label[name]: d for name, d in decoders.items() if d is not ours}
         if refusal is None:
             theirs = engines.enter_context(LlamaDecoder(copy, threads, total + 8))
             theirs.start(prompt)
@@ -350,8 +351,7 @@ def _decode_beside_llama_f32(gguf_path, models: dict, prompt, n_tokens, warmup, 
             else _f32_summary(timed, written, model.weight_bytes_per_token().float32_bytes)
         )
     if len(models) > 1:
-        layout["median_s"] = {name: summarize(timed["ours" if name == layout["chosen"] else f"layout {name}"], 1.0)
-                              ["median_s"] for name in models}  # fmt: skip
+        layout["median_s"] = {name: summarize(timed[label[name]], 1.0)["median_s"] for name in models}
     log.info("decode: %.1f tokens/s (layout %s); llama.cpp float32: %s", 1 / summarize(times, 1.0)["median_s"],
              layout["chosen"], f32.get("decode_tokens_per_s", f32.get("skipped")))  # fmt: skip
     decode = {"times": times, "provider_times": provider, "context_end": ours.cache.n, "layout": layout}

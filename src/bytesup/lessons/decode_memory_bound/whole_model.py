@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from bytesup.lessons.decode_memory_bound.accounting import GB
 from bytesup.model.configs import DEEPSEEK_CODER_6_7B
+from bytesup.model.weights import LAYOUTS
 from bytesup.timing.context import DECODE_CONTEXTS, KV_VISIBLE_SHARE, context_for_share, kv_bytes_read
 from bytesup.timing.results import number
 
@@ -361,7 +362,7 @@ def decode_metrics(
     layout = _mapping(record, "decode_layout")
     m["decode_layout"] = layout.get("chosen")
     medians = _mapping(layout, "median_s")
-    for name in ("rows", "long-runs"):
+    for name in LAYOUTS:
         seconds = number(medians.get(name))
         m[f"decode_step_ms_{name.replace('-', '_')}"] = None if seconds is None else 1e3 * seconds
     m["decode_noisy"] = record.get("decode_noisy")
