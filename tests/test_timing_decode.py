@@ -150,6 +150,25 @@ def test_choose_layout_takes_the_faster_trial_median(monkeypatch):
     assert decode.choose_layout({"rows": Scripted([2.0])}, warmup=1) == {"chosen": "rows"}  # streamed: one layout
 
 
+def test_a_goal_the_products_alone_miss_is_noted_as_out_of_reach_with_their_figure():
+    summary = {"decode_fraction_of_read_ceiling": 0.66, "decode_noisy": False, "decode_over_llama_cpp_f32": 0.71,
+               "llama_cpp_f32": {}, "decode_products": {"fraction_of_read_ceiling": 0.78, "over_llama_cpp_f32": 0.874}}  # fmt: skip
+    fraction, peer = decode.decode_targets(summary, applies=True)
+    assert fraction["met"] is False and "note" not in fraction  # the products reach 0.78: the gap is ours
+    assert peer["met"] is False
+    assert peer["note"] == (
+        "out of reach for these BLAS calls here: the step's products alone, nothing between them, "
+        "reach 0.874 of llama.cpp's step"
+    )
+    summary["decode_products"] = {"fraction_of_read_ceiling": 0.695, "over_llama_cpp_f32": 0.9}
+    fraction, peer = decode.decode_targets(summary, applies=True)
+    assert fraction["note"].endswith("reach 0.695 of the read ceiling") and "note" not in peer
+    summary["llama_cpp_f32"] = {"skipped": "llama-cpp-python is not installed"}
+    assert decode.decode_targets(summary, applies=True)[1]["note"] == "llama-cpp-python is not installed"
+    streamed = decode.decode_targets(summary, applies=False)[0]
+    assert streamed["met"] is None and streamed["note"].startswith("the weights stream")
+
+
 def test_llama_cpp_runs_the_file_and_the_float32_copy_or_says_why_not(tiny, measured):
     s = measured["summary"]
     usable, why = llama_cpp_ref.status(tiny)

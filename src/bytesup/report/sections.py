@@ -416,7 +416,7 @@ def _target_list(doc: Doc, timing_files: dict) -> list[tuple[str, int, dict]]:
 
 
 def _targets(doc: Doc, timing_files: dict) -> list[tuple[list, list]]:
-    """The targets as table cells (name, goal, measured, met), each cited from its file, and their styles."""
+    """The targets as table cells (name, goal, measured, met, note), each cited from its file, and their styles."""
     L = doc.ledger
     out = []
     for path, i, target in _target_list(doc, timing_files):
@@ -424,9 +424,10 @@ def _targets(doc: Doc, timing_files: dict) -> list[tuple[list, list]]:
         measured = (
             L.cite(path, f"targets/{i}/measured", share) if target.get("measured") is not None else "not measured"
         )
+        note = L.cite(path, f"targets/{i}/note") if target.get("note") else ""  # why not measured, or out of reach
         row = [L.cite(path, f"targets/{i}/name"), L.cite(path, f"targets/{i}/target", share), measured,
-               L.cite(path, f"targets/{i}/met")]  # fmt: skip
-        out.append((row, ["", "", "", "met-yes" if target.get("met") else "met-no"]))
+               L.cite(path, f"targets/{i}/met"), note]  # fmt: skip
+        out.append((row, ["", "", "", "met-yes" if target.get("met") else "met-no", ""]))
     return out
 
 
@@ -467,7 +468,7 @@ def write_run_page(doc: Doc, run: dict, manifest: dict) -> None:
     if targets:
         doc.heading(2, "Performance targets", anchor="targets", toc="Performance targets")
         rows, css = zip(*targets)
-        doc.table(["target", "goal", "measured", "met"], list(rows), list(css), caption="Performance targets")
+        doc.table(["target", "goal", "measured", "met", "note"], list(rows), list(css), caption="Performance targets")
     jobs = manifest.get("job_resources")
     if jobs:
         doc.heading(2, "Jobs: time and memory", anchor="job-resources", toc="Jobs: time and memory")

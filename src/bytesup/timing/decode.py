@@ -112,8 +112,13 @@ def decode_summary(times, bytes_per_token: int, ceiling: dict, noisy_spread: flo
 
 
 def decode_targets(summary: dict, applies: bool) -> list[dict]:
-    """The decode's targets as the CPU job's table writes them (bytesup.timing.measure.target)."""
+    """The decode's targets as the CPU job's table writes them (bytesup.timing.measure.target).
+
+    Where the step's products alone (decode_products: the same BLAS calls with nothing between them)
+    fall short of a goal, the goal is out of reach for a decoder built on those calls on this
+    machine, and the row's note says so with that measurement."""
     fraction = summary["decode_fraction_of_read_ceiling"]
+    products = summary.get("decode_products") or {}
     out = [
         target(
             "decode_fraction_of_read_ceiling",
@@ -122,10 +127,13 @@ def decode_targets(summary: dict, applies: bool) -> list[dict]:
             "fraction of the read ceiling",
             bool(fraction >= DECODE_FRACTION_TARGET) if applies else None,
             summary["decode_noisy"],
-            None if applies else "the weights stream: the goal is for resident float32 weights",
+            _reach(products.get("fraction_of_read_ceiling"), DECODE_FRACTION_TARGET, "of the read ceiling")
+            if applies
+            else "the weights stream: the goal is for resident float32 weights",
         )
     ]
     ratio = summary.get("decode_over_llama_cpp_f32")
+    skipped = summary.get("llama_cpp_f32", {}).get("skipped")
     out.append(
         target(
             "decode_over_llama_cpp_f32",
@@ -133,10 +141,20 @@ def decode_targets(summary: dict, applies: bool) -> list[dict]:
             ratio,
             "x llama.cpp on the float32 copy",
             None if ratio is None else bool(ratio >= PEER_RATIO_TARGET),
-            note=summary.get("llama_cpp_f32", {}).get("skipped"),
+            note=skipped or _reach(products.get("over_llama_cpp_f32"), PEER_RATIO_TARGET, "of llama.cpp's step"),
         )
     )
     return out
+
+
+def _reach(bound: float | None, goal: float, of: str) -> str | None:
+    """The note of a goal the products alone do not reach (None where they do, or were not timed)."""
+    if bound is None or bound >= goal:
+        return None
+    return (
+        f"out of reach for these BLAS calls here: the step's products alone, nothing between them, "
+        f"reach {bound:.3f} {of}"
+    )
 
 
 def run_decode(
