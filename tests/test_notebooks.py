@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bytesup.lessons import registry
+from bytesup.lessons import ffn_by_hand, ffn_stores, registry, vectors_neurons
 
 # Numbers a lesson measures with a clock (ms, s, speed-ups): a second run cannot repeat them.
 TIMED = re.compile(r"(_ms|_s|speedup|over_cached)(_|$)")
@@ -31,7 +31,14 @@ def rows(path: Path) -> list[dict]:
         return [{k: v for k, v in row.items() if not TIMED.search(k)} for row in csv.DictReader(fh)]
 
 
-@pytest.mark.parametrize("lesson", list(registry()))
+# The quick set checks the lessons whose own tests run their notebook standalone anyway (the fixture runs
+# each once a session); the others' standalone runs, seconds each, are checked with the slow set (CI).
+QUICK = {ffn_by_hand.SPEC.id, ffn_stores.SPEC.id, vectors_neurons.SPEC.id}
+
+
+@pytest.mark.parametrize(
+    "lesson", [id if id in QUICK else pytest.param(id, marks=pytest.mark.slow) for id in registry()]
+)
 def test_the_notebook_runs_standalone_and_computes_what_the_workflow_did(lesson, standalone, finished_tiny):
     spec = registry()[lesson]
     workflow_out = finished_tiny / "results" / "tiny" / "lessons" / lesson

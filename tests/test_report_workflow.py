@@ -193,6 +193,7 @@ def test_snakemake_report_works_as_the_readme_writes_it(project):
     assert f"dated report of {DATE} for model" in (project / "report.html").read_text()
 
 
+@pytest.mark.slow  # seconds; tests/test_verify.py checks each kind of tampering quickly
 def test_a_tampered_output_fails_verify(project, tmp_path):
     with zipfile.ZipFile(project / "report" / f"{DATE}.zip") as zf:
         zf.extractall(tmp_path)

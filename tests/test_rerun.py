@@ -99,6 +99,7 @@ def test_editing_the_token_reruns_only_the_lessons_taking_it(project):
     assert set(planned_jobs(project)) == {"report", "all"} | lessons_taking("token")
 
 
+@pytest.mark.slow  # a second model's whole plan: seconds of snakemake
 def test_another_model_reruns_everything_for_that_model_only(project):
     other = write_tiny_llama(project / "other.gguf", seed=1)
     write_config(
@@ -152,6 +153,7 @@ def test_a_deleted_cached_model_is_fetched_again_and_said(project):
     assert {"fetch", "extract", "report", "all"} <= set(planned_jobs(project))
 
 
+@pytest.mark.slow  # seconds of snakemake; the quick set checks a deleted cache, and test_fetch a truncated file
 def test_a_truncated_cached_model_is_fetched_again(project):
     cache = project / "resources/models/tiny.gguf"
     data = cache.read_bytes()
