@@ -57,7 +57,8 @@ caption{text-align:left;font-size:14px;color:#555;caption-side:top;padding-botto
  table.stack tr{border:1px solid #ccc;margin:.4rem 0}
  table.stack td{display:inline-block;border:0;padding:.1rem .5rem;white-space:normal}
  table.stack td:first-child{display:block;background:#f7f7f7} table.stack td.num{text-align:left}
- table.stack td[data-label]::before{content:attr(data-label) ": ";color:#555;font-size:13px}}
+ table.stack td[data-label]::before{content:attr(data-label) ": ";color:#555;font-size:13px}
+ table.stack td:empty{display:none}}
 .cite{color:inherit;text-decoration:underline dotted #888;position:relative}
 .cite:hover::after,.cite:focus::after{content:attr(data-tip);position:absolute;left:0;top:1.6em;z-index:2;
  background:#333;color:#fff;font-size:12px;padding:.2rem .4rem;border-radius:3px;white-space:normal;width:max-content;
