@@ -22,7 +22,7 @@ rule timing_cpu:
         "../envs/bytesup.yaml"
     threads: every_core()
     resources:
-        mem_mb=2000,  # STREAM's 3 x 256 MB, then two FFN matrices as float32: 826 MB on the specimen
+        mem_mb=2000,  # STREAM's 3 x 256 MB, then two FFN matrices as float32 and their column-major copies (918 MB modelled on the specimen)
         runtime=30,
     params:
         timing=config["timing"],

@@ -183,15 +183,17 @@ def peak_mb(job: str, a: Architecture, *, resident_budget_mb: int = 2000, llc_mb
     if job == "timing_cpu":
         # bytesup.timing.cpu.run_cpu: first STREAM (3 float64 arrays of max(4 x LLC, 256 MiB)), freed;
         # then ffn_gate and ffn_up stacked as float32 until each holds 2 x LLC (one block at least),
-        # several blocks being concatenated into a copy; the dequantizer benchmark works on 16 MB per type
+        # several blocks being concatenated into a copy; then a column-major copy of each beside them (the
+        # long-runs matvec); the dequantizer benchmark works on 16 MB per type
         stream_mb = 3 * max(4 * llc_mb, 256)
         per_block = _f32_mb(a.d_ff, a.d_model)
         blocks = max(1, math.ceil(2 * llc_mb / per_block))
-        sweep_mb = (3 if blocks > 1 else 2) * blocks * per_block
+        sweep_mb = 4 * blocks * per_block
         return {
             "own_mb": PYTHON_BASE_MB + max(stream_mb, sweep_mb),
             "mapped_mb": 2 * type_bytes(type_name, a.d_ff * a.d_model) / MB,
-            "holds": "the STREAM arrays, or ffn_gate and ffn_up as float32 (stacked when one block is under 2 x LLC)",
+            "holds": "the STREAM arrays, or ffn_gate and ffn_up as float32 (stacked when one block is under 2 x LLC) "
+            "and their column-major copies",
         }
     if job == "timing_decode":
         # bytesup.timing.decode: the NumPy decoder with resident float32 weights when they fit the budget,

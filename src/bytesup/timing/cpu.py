@@ -44,6 +44,7 @@ from threadpoolctl import threadpool_limits
 
 from bytesup.gguf.file import GGUFFile
 from bytesup.gguf.quants.kernels import default_threads
+from bytesup.model.weights import column_major
 from bytesup.timing import dequant_bench as deq
 from bytesup.timing.machine import CpuShare, MiB, machine_facts
 from bytesup.timing.measure import TimingError, summarize, target, time_rotation, write_csv, write_json
@@ -287,6 +288,29 @@ def split_matvec(
     )
 
 
+def long_runs_matvec(
+    matrices: Sequence[np.ndarray], repeats: int, warmup: int, seed: int, noisy_spread: float, min_sample_s: float
+) -> dict | None:
+    """The cold matvec again on copies of the matrices in the decoder's long-runs layout
+    (bytesup.model.weights.LAYOUTS): column-major, so that BLAS's gemv adds up whole contiguous
+    columns instead of taking dot products of rows. Same bytes, same FLOPs; on some machines one
+    order reads faster than the other. None where that layout keeps these matrices row-major."""
+    rows, cols = matrices[0].shape
+    if not column_major((rows, cols), "long-runs"):
+        return None
+    copies = [np.asfortranarray(w) for w in matrices]
+    x = np.random.default_rng(seed).standard_normal(cols, dtype=np.float32)
+    ys = [np.empty(rows, dtype=np.float32) for _ in copies]
+    calls = [lambda w=w, y=y: np.matmul(w, x, out=y) for w, y in zip(copies, ys)]
+    times, per_sample = time_rotation(calls, repeats, warmup, min_sample_s)
+    if not np.allclose(ys[0][:64], matrices[0][:64] @ x, rtol=1e-4, atol=1e-4):
+        raise TimingError("the column-major matvec disagrees with W @ x")
+    return sweep_row(
+        "matvec_long_runs", 1, rows, cols, 4, summarize(times, noisy_spread), per_sample,
+        {"dtype": "fp32", "layout": "long-runs"},
+    )  # fmt: skip
+
+
 # --- targets and the summary ------------------------------------------------------------
 
 
@@ -334,9 +358,10 @@ def run_cpu(gguf_path: str | Path, cfg: dict | None = None, threads: int = 1) ->
         )
         warm_row = warm_matvec(weights.matrices[0], llc, reps, warm, int(cfg["seed"]), noisy, min_sample_s)
         split_row = split_matvec(weights.matrices, threads, reps, warm, int(cfg["seed"]), noisy, min_sample_s)
+        long_row = long_runs_matvec(weights.matrices, reps, warm, int(cfg["seed"]), noisy, min_sample_s)
 
     summary = build_summary(
-        facts, cfg, stream_rows, sweep_rows, warm_row, dequant_rows, weights.describe(llc), split_row
+        facts, cfg, stream_rows, sweep_rows, warm_row, dequant_rows, weights.describe(llc), split_row, long_row
     )
     summary.update(share.record())
     if summary["machine_shared"]:
@@ -358,6 +383,7 @@ def build_summary(
     dequant_rows: list[dict],
     weights: dict,
     split_row: dict | None = None,
+    long_row: dict | None = None,
 ) -> dict:
     copy = next(r for r in stream_rows if r["kernel"] == "copy")
     triad = next(r for r in stream_rows if r["kernel"] == "triad")
@@ -387,6 +413,8 @@ def build_summary(
         "matvec_fraction_of_read_ceiling": matvec["gbps"] / ceiling["gbps"],
         "matvec_cold_split_gbps": split_row["gbps"] if split_row else None,
         "matvec_cold_split_fraction_of_copy": split_row["gbps"] / copy["gbps"] if split_row else None,
+        "matvec_cold_long_runs_gbps": long_row["gbps"] if long_row else None,
+        "matvec_cold_long_runs_fraction_of_copy": long_row["gbps"] / copy["gbps"] if long_row else None,
         "matmul_ratio_256_over_1": ratio_256_over_1(sweep_rows),
         "batch_sizes": [r["n"] for r in sweep_rows],
         "gflops_by_n": {str(r["n"]): r["gflops"] for r in sweep_rows},
@@ -403,16 +431,22 @@ def build_summary(
             "over buffers of stream_array_bytes (bytesup.timing.memory)",
             "sweep": "bytes = (rows*cols + cols*N + rows*N) * 4 (each weight once, X read, Y written); "
             "FLOPs = 2*rows*cols*N; matvec_cold_split: the N = 1 product split by rows over the job's threads, "
-            "BLAS on one thread each",
+            "BLAS on one thread each; matvec_cold_long_runs: the same product on column-major copies of the matrices",
             "dequant": deq.COUNTING,
             "spread": "rel_iqr = (p75 - p25) / median of the per-call times; noisy when above noisy_spread",
         },
     }
-    best = max([matvec, split_row] if split_row else [matvec], key=lambda r: r["gbps"])
-    goal = fraction_target("matvec_cold_fraction_of_stream_copy", best, copy)
+    # the target takes the fastest way of the same product, and its note says which
+    ways = [("BLAS's own threads", matvec)]
     if split_row:
-        way = "the row split" if best is split_row else "BLAS's own threads"
-        goal["note"] = f"the faster of BLAS's own threads and {split_row['threads']} workers over their own rows: {way}"
+        n = split_row["threads"]
+        ways.append((f"{n} worker{'s' if n != 1 else ''} over their own rows", split_row))
+    if long_row:
+        ways.append(("column-major copies (the long-runs layout)", long_row))
+    way, best = max(ways, key=lambda w: w[1]["gbps"])
+    goal = fraction_target("matvec_cold_fraction_of_stream_copy", best, copy)
+    if len(ways) > 1:
+        goal["note"] = f"the fastest of {', '.join(w for w, _ in ways)}: {way}"
     summary["targets"] = deq.dequant_targets(dequant_rows) + [goal]
     return summary
 
