@@ -129,14 +129,14 @@ def test_stream_counts_bytes_as_stream_does_and_checks_its_arrays():
 
 def test_read_kernels_count_each_byte_read_once_and_check_their_results():
     rows = memory.read_kernels(1 << 22, threads=2, repeats=3, warmup=1, noisy_spread=0.1)
-    assert [r["kernel"] for r in rows] == ["sum", "dot", "gemv"]
+    assert [r["kernel"] for r in rows] == ["sum", "dot", "gemv", "gemv_columns"]
     n = (1 << 22) // 4
-    total, dot, gemv = rows
+    total, dot, gemv, by_columns = rows
     for row in (total, dot):  # a float32 sum and x . x read each element once
         assert row["bytes_counted"] == row["array_bytes"] == 4 * n
     r, c = memory.gemv_shape(n)
     assert (r, c) == (n // 2 // 4096, 4096) and 2 * r * c <= n  # two matrices share the one buffer
-    assert gemv["bytes_counted"] == 4 * (r * c + c + r)  # W read, x read, y written
+    assert gemv["bytes_counted"] == by_columns["bytes_counted"] == 4 * (r * c + c + r)  # W read, x read, y written
     for row in rows:
         assert row["gbps"] == pytest.approx(row["bytes_counted"] / row["median_s"] / 1e9)
         assert row["best_gbps"] >= row["gbps"] and row["threads"] == 2
@@ -155,7 +155,7 @@ def test_read_ceiling_is_the_best_read_kernel_and_names_it():
     c = memory.read_ceiling(rows)
     assert (c["gbps"], c["kernel"], c["rel_iqr"], c["noisy"]) == (33.0, "gemv", 0.2, True)  # triad is not a read kernel
     assert c["by_kernel_gbps"] == {"copy": 31.0, "sum": 25.0, "gemv": 33.0}  # copy measured twice: its better run
-    assert list(memory.READ_KERNELS) == ["copy", "sum", "dot", "gemv"]
+    assert list(memory.READ_KERNELS) == ["copy", "sum", "dot", "gemv", "gemv_columns"]
     assert memory.read_ceiling([row("copy", 30.0)])["kernel"] == "copy"
     with pytest.raises(measure.TimingError, match="no read kernel"):
         memory.read_ceiling([row("triad", 40.0)])
@@ -291,14 +291,14 @@ def test_settings_fill_defaults_and_refuse_nonsense():
 
 def test_run_cpu_summary_is_consistent_with_its_tables(tiny_run):
     s, sweep, stream = tiny_run["summary"], tiny_run["sweep"], tiny_run["stream"]
-    copy, triad, total, dot, gemv = stream
-    assert [r["kernel"] for r in stream] == ["copy", "triad", "sum", "dot", "gemv"]
+    copy, triad, total, dot, gemv, by_columns = stream
+    assert [r["kernel"] for r in stream] == ["copy", "triad", "sum", "dot", "gemv", "gemv_columns"]
     n1 = next(r for r in sweep if r["n"] == 1)
     assert s["status"] == "measured" and s["device"] == "cpu"
     assert s["stream_copy_gbps"] == copy["gbps"] and s["stream_triad_gbps"] == triad["gbps"]
     assert s["matvec_cold_gbps"] == n1["gbps"]
     assert s["matvec_fraction_of_copy"] == pytest.approx(n1["gbps"] / copy["gbps"])
-    best = max((copy, total, dot, gemv), key=lambda r: r["gbps"])
+    best = max((copy, total, dot, gemv, by_columns), key=lambda r: r["gbps"])
     assert (s["read_ceiling_gbps"], s["read_ceiling_kernel"]) == (best["gbps"], best["kernel"])
     assert s["matvec_fraction_of_read_ceiling"] == pytest.approx(n1["gbps"] / best["gbps"])
     assert s["matmul_ratio_256_over_1"] == pytest.approx(sweep[-1]["median_s"] / n1["median_s"])

@@ -29,7 +29,11 @@ UNITS = f"Units: {BYTES_CONVENTION}; shares are percentages; a rank counts from 
 TIMING_HEADLINES = [
     ("STREAM copy bandwidth (GB/s)", "stream_copy_gbps", None),
     ("STREAM triad bandwidth (GB/s)", "stream_triad_gbps", None),
-    ("read ceiling: the best of copy, a threaded sum, a dot and a large gemv (GB/s)", "read_ceiling_gbps", None),
+    (
+        "read ceiling: the best of copy, a threaded sum, a dot and a large gemv by rows or by columns (GB/s)",
+        "read_ceiling_gbps",
+        None,
+    ),
     ("cold fp32 matvec, effective bandwidth (GB/s)", "matvec_cold_gbps", None),
     ("matvec bandwidth as a share of STREAM copy", "matvec_fraction_of_copy", "%"),
     ("matvec bandwidth as a share of the read ceiling", "matvec_fraction_of_read_ceiling", "%"),
@@ -38,7 +42,11 @@ TIMING_HEADLINES = [
 DECODE_HEADLINES = [
     ("decode, the project's NumPy decoder (tokens/s)", "decode_tokens_per_s", None),
     ("weights it reads per token, as float32", "decode_bytes_per_token", "bytes"),
-    ("read ceiling in the same job: the best of copy, sum, dot and gemv (GB/s)", "decode_read_ceiling_gbps", None),
+    (
+        "read ceiling in the same job: the best of copy, sum, dot and gemv by rows or columns (GB/s)",
+        "decode_read_ceiling_gbps",
+        None,
+    ),
     ("its tokens/s ceiling at that read ceiling", "decode_ceiling_tokens_per_s", None),
     ("share of that ceiling reached", "decode_fraction_of_read_ceiling", "%"),
     ("llama.cpp on a float32 copy of the same model (tokens/s)", "llama_cpp_f32/decode_tokens_per_s", None),
@@ -220,7 +228,7 @@ def timing(doc: Doc, timing_files: dict, lessons: dict) -> None:
         doc.figure(
             timing_files["sweep_png"],
             "Matvec (N = 1) against matmul on real FFN weights: median time and"
-            " GFLOP/s per N, with this run's read ceiling (best of copy, sum, dot, gemv) and best GFLOP/s as lines",
+            " GFLOP/s per N, with this run's read ceiling (best of copy, sum, dot, gemv by rows or columns) and best GFLOP/s as lines",
         )
     _course_machine(doc, lessons)
     for path, device in ((timing_files.get("cpu_summary"), "CPU"), (timing_files.get("gpu_summary"), "GPU")):

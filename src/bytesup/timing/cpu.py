@@ -9,9 +9,9 @@ One run of `run_cpu()` measures, in one process and against this machine's own l
 
 1. memory bandwidth (bytesup.timing.memory): STREAM copy (c = a) and triad (a = b + q*c) on
    float64 arrays well beyond the last-level cache, bytes counted as STREAM counts them (copy
-   16 and triad 24 bytes per element; write-allocate traffic is not counted), then two kernels
-   that only read (a threaded sum, a BLAS dot, a large BLAS gemv): the best of copy, sum, dot
-   and gemv is the read ceiling;
+   16 and triad 24 bytes per element; write-allocate traffic is not counted), then kernels
+   that only read (a threaded sum, a BLAS dot, a large BLAS gemv on a matrix stored by rows and
+   on one stored by columns): the best of copy, sum, dot and the gemvs is the read ceiling;
 2. the matvec vs matmul sweep, N = 1, 2, 4 ... 256, over the model's real FFN weights
    (ffn_gate and ffn_up of consecutive blocks, each kind stacked into one float32
    matrix larger than the last-level cache); the timed calls rotate between the two
@@ -427,7 +427,7 @@ def build_summary(
         "counting": {
             "stream": "STREAM's: copy 16 and triad 24 bytes per float64 element; write-allocate not counted; "
             "GB/s = bytes / median time, 1 GB = 1e9 bytes",
-            "read_ceiling": "the best median GB/s of copy, sum and dot (4 bytes read per float32) and gemv (W + x + y) "
+            "read_ceiling": "the best median GB/s of copy, sum and dot (4 bytes read per float32) and gemv by rows or columns (W + x + y) "
             "over buffers of stream_array_bytes (bytesup.timing.memory)",
             "sweep": "bytes = (rows*cols + cols*N + rows*N) * 4 (each weight once, X read, Y written); "
             "FLOPs = 2*rows*cols*N; matvec_cold_split: the N = 1 product split by rows over the job's threads, "

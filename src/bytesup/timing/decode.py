@@ -288,7 +288,7 @@ COUNTING = {
     "one embedding row), float32 when resident, as stored when streaming; tokens/s = 1 / median seconds per "
     "step; GB/s = bytes per token x tokens/s / 1e9",
     "read_ceiling": "the best median GB/s of STREAM copy (16 bytes per float64 element), a threaded float32 sum "
-    "and a BLAS dot (4 bytes per element) and a BLAS gemv (W + x + y), each over buffers larger than the last-level cache, "
+    "and a BLAS dot (4 bytes per element) and a BLAS gemv by rows or columns (W + x + y), each over buffers larger than the last-level cache, "
     "measured before each round of the decode's turns, each kernel at its median across the turns; "
     "decode_fraction_of_read_ceiling = decode GB/s / that ceiling",
     "decode_products": "the step's matrix-vector products alone (every block matrix and the head, the decoder's "

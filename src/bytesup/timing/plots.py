@@ -25,7 +25,7 @@ def read_sweep(path: str | Path) -> list[dict]:
 
 
 def roof_bandwidth(summary: dict) -> tuple[float | None, str]:
-    """The memory roof's GB/s and its name: the read ceiling (best of copy, sum, dot and gemv) where the
+    """The memory roof's GB/s and its name: the read ceiling (best of copy, sum, dot and gemv by rows or columns) where the
     summary has one, else STREAM copy (a summary written before the read kernels)."""
     if summary.get("read_ceiling_gbps"):
         return summary["read_ceiling_gbps"], f"read ceiling ({summary.get('read_ceiling_kernel')})"
