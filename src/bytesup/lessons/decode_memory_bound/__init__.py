@@ -338,9 +338,7 @@ def timing_metrics(cpu: Mapping, cpu_sweep: Sequence[Mapping], gpu: Mapping) -> 
         out[f"timing_{key}"] = number(cpu.get(key))
     copy, mv = out["timing_stream_copy_gbps"], out["timing_matvec_cold_gbps"]
     out["timing_matvec_fraction_of_copy"] = mv / copy if mv and copy else None
-    out["timing_read_ceiling_gbps"] = read = number(
-        cpu.get("read_ceiling_gbps")
-    )  # best of copy, sum, dot, gemv (both layouts)
+    out["timing_read_ceiling_gbps"] = read = number(cpu.get("read_ceiling_gbps"))  # best of the read kernels
     out["timing_read_ceiling_kernel"] = cpu.get("read_ceiling_kernel")
     out["timing_matvec_fraction_of_read_ceiling"] = mv / read if mv and read else None
     if out["timing_matmul_ratio_256_over_1"] is None:  # worked out from the sweep's medians if need be
