@@ -147,12 +147,8 @@ def read_kernels(
     mats = [buf[: rows_w * cols].reshape(rows_w, cols), buf[rows_w * cols : 2 * rows_w * cols].reshape(rows_w, cols)]
     x = np.ones(cols, np.float32)
     ys = [np.zeros(rows_w, np.float32) for _ in mats]
-    gemv_calls: list[Callable[[], object]] = [lambda w=w, y=y: np.matmul(w, x, out=y) for w, y in zip(mats, ys)]
-    # the same halves as (cols, rows) row-major arrays, transposed: (rows, cols) matrices stored by columns
-    by_columns = [m.reshape(cols, rows_w).T for m in mats]
-    columns_calls: list[Callable[[], object]] = [
-        lambda w=w, y=y: np.matmul(w, x, out=y) for w, y in zip(by_columns, ys)
-    ]
+    # gemv_columns: each half as a (cols, rows) row-major array, transposed: a (rows, cols) matrix by columns
+    layouts = {"gemv": mats, "gemv_columns": [m.reshape(cols, rows_w).T for m in mats]}
 
     out = []
     with ThreadPoolExecutor(max_workers=threads) as pool:
@@ -168,21 +164,16 @@ def read_kernels(
 
     times, per_sample = time_rotation([dot_once], repeats, warmup, min_sample_s)
     out.append(kernel_row("dot", 4 * n, 4 * n, per_sample, summarize(times, noisy_spread), threads=threads))
-    times, per_sample = time_rotation(gemv_calls, repeats, warmup, min_sample_s)
     moved = 4 * (rows_w * cols + cols + rows_w)
-    out.append(
-        kernel_row("gemv", 4 * rows_w * cols, moved, per_sample, summarize(times, noisy_spread), threads=threads)
-    )
-    gemv_ok = all(np.all(y == cols) for y in ys)
-    for y in ys:
-        y[:] = 0
-    times, per_sample = time_rotation(columns_calls, repeats, warmup, min_sample_s)
-    out.append(
-        kernel_row(
-            "gemv_columns", 4 * rows_w * cols, moved, per_sample, summarize(times, noisy_spread), threads=threads
-        )  # fmt: skip
-    )
-    gemv_ok = gemv_ok and all(np.all(y == cols) for y in ys)
+    gemv_ok = True
+    for kernel, matrices in layouts.items():
+        for y in ys:
+            y[:] = 0  # each layout's products checked on their own
+        calls: list[Callable[[], object]] = [lambda w=w, y=y: np.matmul(w, x, out=y) for w, y in zip(matrices, ys)]
+        times, per_sample = time_rotation(calls, repeats, warmup, min_sample_s)
+        stats = summarize(times, noisy_spread)
+        out.append(kernel_row(kernel, 4 * rows_w * cols, moved, per_sample, stats, threads=threads))
+        gemv_ok = gemv_ok and all(np.all(y == cols) for y in ys)
     if abs(sum(sums) - n) > 1e-3 * n or abs(dots[0] - n) > 1e-3 * n or not gemv_ok:
         raise TimingError("read-kernel check failed: the sum, the dot or the gemv is not what the buffer holds")
     return out
